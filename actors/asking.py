@@ -1,0 +1,81 @@
+"""A role's way to ask the model one step: render the template, reuse a logged answer or ask
+the gateway, record the exchange, validate the answer, and tell the model what was wrong."""
+from __future__ import annotations
+
+from typing import Callable, Protocol, TypeVar
+
+from magis_ray.events.schema import LLMExchanged, Message
+
+from .answers import Answer, json_schema, parse_answer
+from .journal import Journal
+from .prompting import render
+
+A = TypeVar("A", bound=Answer)
+
+
+class StepFailed(Exception):
+    """The model gave no usable answer for a step; the role records why and carries on without it."""
+
+
+class ModelUnavailable(Exception):
+    """The model cannot be reached at all; the run stops (resumable)."""
+
+
+class BudgetExceeded(Exception):
+    """A request would push a token budget past its limit; raised before anything is sent."""
+
+
+class LLMPort(Protocol):
+    """The gateway as a role sees it: one request in, one recorded exchange out."""
+
+    def exchange(
+        self, *, run_id: str, purpose: str, messages: list[Message], schema: dict | None, task_id: str, attempt: int
+    ) -> LLMExchanged: ...
+
+
+class Asker:
+    def __init__(self, journal: Journal, llm: LLMPort, run_id: str, max_corrections: int = 2):
+        self.journal = journal
+        self._llm = llm
+        self._run_id = run_id
+        self._max_corrections = max_corrections
+
+    def ask(
+        self,
+        template: str,
+        answer_type: type[A],
+        *,
+        task_id: str = "",
+        check: Callable[[A], None] | None = None,
+        **values: object,
+    ) -> A:
+        """The validated answer; `check` adds rules the schema cannot say (raise ValueError)."""
+        messages = render(template, task_id=task_id, **values)
+        problem = ""
+        for attempt in range(1, self._max_corrections + 2):
+            exchange = self._exchange(template, messages, answer_type, task_id, attempt)
+            if exchange.error:
+                if exchange.error.startswith("connection"):
+                    raise ModelUnavailable(exchange.error)
+                raise StepFailed(f"{template}: {exchange.error}")
+            try:
+                answer = parse_answer(exchange.answer, answer_type)
+                if check is not None:
+                    check(answer)
+                return answer
+            except ValueError as exc:
+                problem = str(exc)
+            messages = [*messages, Message("assistant", exchange.answer), *render("correct_answer", error=problem)]
+        raise StepFailed(f"{template}: no usable answer after {self._max_corrections + 1} tries ({problem})")
+
+    def _exchange(self, purpose: str, messages: list[Message], answer_type: type[Answer], task_id: str, attempt: int) -> LLMExchanged:
+        probe = LLMExchanged(purpose=purpose, model="", messages=messages, task_id=task_id, attempt=attempt)
+        recorded = self.journal.recorded_exchange(probe)
+        if recorded is not None:
+            return recorded
+        exchange = self._llm.exchange(
+            run_id=self._run_id, purpose=purpose, messages=messages, schema=json_schema(answer_type),
+            task_id=task_id, attempt=attempt,
+        )
+        self.journal.emit(exchange)
+        return exchange

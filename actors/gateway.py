@@ -1,0 +1,357 @@
+"""The only caller of the model: one logical request in, one `LLMExchanged` event out.
+
+Transport retries (429, 5xx, connection errors, timeouts) happen here, with our own backoff,
+so every outcome is observable; the openai client's own retries are off. Model and transport
+failures never raise: they end as an event whose `error` starts with a category
+("timeout:", "http 500:", "http 429:", "connection:", "empty:", ...). Only a token budget
+that cannot allow a request raises (`BudgetExceeded`).
+
+A plain class, usable in-process; the lead wraps it in a Ray async actor.
+"""
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import math
+import os
+import random
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Mapping
+
+import msgspec
+import openai
+import structlog
+
+from magis_ray.events.schema import LLMExchanged, Message
+
+log = structlog.get_logger()
+
+PRICES_PATH = Path(__file__).with_name("prices.json")
+LOCAL_API_KEY = "not-needed"  # local servers (llama.cpp, vLLM, the scripted server) ignore the key
+DEFAULT_MODEL = "gpt-4o-mini"
+RETRYABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+ERROR_CHARS = 200  # an event's error stays one short line
+
+
+from .asking import BudgetExceeded  # noqa: E402 - defined beside the roles that catch it
+
+
+class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
+    base_url: str | None = None  # None: env OPENAI_BASE_URL, else the openai default
+    api_key: str | None = None  # None: env OPENAI_API_KEY, else LOCAL_API_KEY; never logged or stored
+    model: str = ""  # "": env MAGIS_MODEL, else DEFAULT_MODEL
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    backoff_base_s: float = 0.5  # first retry waits about this long, doubling each time
+    backoff_cap_s: float = 30.0  # also caps a server's Retry-After
+    concurrency: int = 8
+    response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
+    temperature: float = 0.0
+    max_tokens: int = 4096
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"  # newer OpenAI models want the latter
+    min_answer_tokens: int = 256  # a budget may shrink max_tokens, but not below this (or the request's own)
+    prices_path: str | None = None  # None: actors/prices.json
+
+    def __repr__(self) -> str:  # the key must not leak through a logged config
+        key = "None" if self.api_key is None else "'***'"
+        return f"GatewayConfig(base_url={self.base_url!r}, model={self.model!r}, api_key={key})"
+
+    __str__ = __repr__
+
+
+@dataclass
+class _Budget:
+    limit: int | None = None  # None: unlimited, usage still counted
+    used: int = 0
+    reserved: int = 0
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig | None = None) -> None:
+        self.config = config or GatewayConfig()
+        self.model = self.config.model or os.environ.get("MAGIS_MODEL") or DEFAULT_MODEL
+        self._base_url = self.config.base_url or os.environ.get("OPENAI_BASE_URL") or None
+        self._prices = load_prices(self.config.prices_path or PRICES_PATH)
+        self._budgets: dict[str, _Budget] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: openai.AsyncOpenAI | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._settled: asyncio.Condition | None = None  # notified when a reservation turns into usage
+
+    # --- budgets -----------------------------------------------------------------------------
+
+    def set_budget(self, key: str, max_tokens_total: int | None) -> None:
+        """Limit the tokens (prompt + completion) spent under `key`; 0 or None lifts the limit."""
+        self._budgets.setdefault(key, _Budget()).limit = max_tokens_total or None
+
+    def usage_of(self, key: str) -> int:
+        budget = self._budgets.get(key)
+        return budget.used if budget else 0
+
+    def _reserve_now(self, keys: tuple[str, ...], prompt_estimate: int, max_tokens: int) -> int | None:
+        """Reserve for one request if every limited key allows it; the max_tokens it may ask, or None to wait.
+
+        A key near its limit shrinks max_tokens to what remains, but only when nothing else is in
+        flight under it (the in-flight requests may leave more room once their real usage is known).
+        """
+        budgets = [self._budgets.setdefault(k, _Budget()) for k in keys]
+        limited = [b for b in budgets if b.limit is not None]
+        allowed = max_tokens
+        for b in limited:
+            room = b.limit - b.used - b.reserved - prompt_estimate
+            if room >= max_tokens:
+                continue
+            floor = min(max_tokens, self.config.min_answer_tokens)
+            if b.limit - b.used - prompt_estimate < floor:
+                raise BudgetExceeded(
+                    f"token budget exhausted: {b.used} of {b.limit} used, the request needs about "
+                    f"{prompt_estimate + floor}"
+                )
+            if b.reserved > 0:
+                return None
+            allowed = min(allowed, room)  # nothing in flight here, so room already passed the floor
+        for b in budgets:
+            b.reserved += prompt_estimate + allowed
+        return allowed
+
+    async def _reserve(self, keys: tuple[str, ...], prompt_estimate: int, max_tokens: int) -> int:
+        assert self._settled is not None
+        async with self._settled:
+            while (allowed := self._reserve_now(keys, prompt_estimate, max_tokens)) is None:
+                await self._settled.wait()
+            return allowed
+
+    async def _settle(self, keys: tuple[str, ...], reserved: int, used: int) -> None:
+        assert self._settled is not None
+        async with self._settled:
+            for k in keys:
+                b = self._budgets[k]
+                b.reserved -= reserved
+                b.used += used
+            self._settled.notify_all()
+
+    # --- the exchange ------------------------------------------------------------------------
+
+    async def exchange(
+        self,
+        *,
+        run_id: str,
+        purpose: str,
+        messages: list[Message],
+        schema: dict | None = None,
+        task_id: str = "",
+        attempt: int = 1,
+        max_tokens: int | None = None,
+        budget_keys: tuple[str, ...] | None = None,
+    ) -> LLMExchanged:
+        """Send one logical request (transport retries inside) and describe how it ended."""
+        self._bind_to_loop()
+        assert self._slots is not None
+        keys = tuple(dict.fromkeys(budget_keys if budget_keys is not None else (run_id,)))  # a key counts once
+        wanted = max_tokens or self.config.max_tokens
+        # chars/3 overestimates tokens for prose and code alike, so a reservation covers the real prompt
+        prompt_estimate = math.ceil(sum(len(m.content) for m in messages) / 3) + 4 * len(messages)
+        async with self._slots:
+            allowed = await self._reserve(keys, prompt_estimate, wanted)
+            outcome = _Outcome()
+            try:
+                outcome = await self._send_with_retries(run_id, purpose, task_id, messages, schema, allowed)
+            finally:
+                await self._settle(keys, prompt_estimate + allowed, outcome.prompt_tokens + outcome.completion_tokens)
+        event = LLMExchanged(
+            purpose=purpose,
+            model=self.model,
+            messages=list(messages),
+            answer=outcome.answer,
+            error=outcome.error,
+            prompt_tokens=outcome.prompt_tokens,
+            completion_tokens=outcome.completion_tokens,
+            latency_s=round(outcome.latency_s, 4),
+            cost_usd=self.cost_of(outcome.prompt_tokens, outcome.completion_tokens),
+            attempt=attempt,
+            task_id=task_id,
+        )
+        log.debug(
+            "llm.exchange",
+            run_id=run_id,
+            purpose=purpose,
+            task_id=task_id,
+            prompt_tokens=event.prompt_tokens,
+            completion_tokens=event.completion_tokens,
+            latency_s=event.latency_s,
+            tries=outcome.tries,
+            error=event.error or None,
+        )
+        return event
+
+    async def _send_with_retries(
+        self,
+        run_id: str,
+        purpose: str,
+        task_id: str,
+        messages: list[Message],
+        schema: dict | None,
+        max_tokens: int,
+    ) -> _Outcome:
+        assert self._client is not None
+        request = {
+            "model": self.model,
+            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "temperature": self.config.temperature,
+            self.config.max_tokens_field: max_tokens,
+            "extra_headers": {"X-Magis-Purpose": purpose, "X-Magis-Task": task_id, "X-Magis-Run": run_id},
+        }
+        response_format = self._response_format(purpose, schema)
+        if response_format is not None:
+            request["response_format"] = response_format
+        started = time.monotonic()
+        tries = 0
+        while True:
+            tries += 1
+            sent = time.monotonic()
+            try:
+                completion = await self._client.chat.completions.create(**request)
+            except openai.OpenAIError as exc:
+                error, retry_after = _describe_failure(exc, self.config.timeout_s)
+                if retry_after is None or tries > self.config.max_retries:
+                    suffix = f" (after {tries} tries)" if tries > 1 else ""
+                    return _Outcome(error=error + suffix, latency_s=time.monotonic() - started, tries=tries)
+                delay = self._backoff(tries, retry_after)
+                log.debug("llm.retry", run_id=run_id, purpose=purpose, task_id=task_id, error=error, delay_s=round(delay, 3))
+                await asyncio.sleep(delay)
+                continue
+            latency = time.monotonic() - sent
+            usage = completion.usage
+            prompt_tokens = usage.prompt_tokens if usage else 0
+            completion_tokens = usage.completion_tokens if usage else 0
+            answer = completion.choices[0].message.content if completion.choices else None
+            if not (answer and answer.strip()):
+                return _Outcome(
+                    error="empty: the model returned no content",
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=completion_tokens,
+                    latency_s=latency,
+                    tries=tries,
+                )
+            return _Outcome(answer, "", prompt_tokens, completion_tokens, latency, tries)
+
+    def _response_format(self, purpose: str, schema: dict | None) -> dict | None:
+        if schema is None or self.config.response_format == "none":
+            return None
+        if self.config.response_format == "json_object":
+            return {"type": "json_object", "schema": schema}  # llama.cpp's server reads "schema" here
+        name = re.sub(r"[^A-Za-z0-9_-]", "_", purpose)[:64] or "answer"
+        return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": False}}
+
+    def _backoff(self, tries: int, retry_after: float) -> float:
+        """Exponential with jitter; a server's Retry-After (retry_after > 0) is honored, capped."""
+        cap = self.config.backoff_cap_s
+        if retry_after > 0:
+            return min(retry_after, cap)
+        delay = min(cap, self.config.backoff_base_s * 2 ** (tries - 1))
+        return delay * (0.5 + random.random() / 2)  # jitter spreads retries of concurrent requests
+
+    def cost_of(self, prompt_tokens: int, completion_tokens: int) -> float:
+        price = price_for(self._prices, self.model)
+        if price is None:
+            return 0.0
+        return round((prompt_tokens * price[0] + completion_tokens * price[1]) / 1_000_000, 8)
+
+    # --- the client --------------------------------------------------------------------------
+
+    def _bind_to_loop(self) -> None:
+        """Make the client and the asyncio primitives on the running loop.
+
+        They bind to the loop that first uses them; a new loop (e.g. asyncio.run per call,
+        in-process) gets fresh ones. Budgets, plain data, carry over.
+        """
+        loop = asyncio.get_running_loop()
+        if loop is self._loop:
+            return
+        self._loop = loop
+        self._client = openai.AsyncOpenAI(
+            base_url=self._base_url,
+            api_key=self.config.api_key or os.environ.get("OPENAI_API_KEY") or LOCAL_API_KEY,
+            max_retries=0,
+            timeout=self.config.timeout_s,
+        )
+        self._slots = asyncio.Semaphore(self.config.concurrency)
+        self._settled = asyncio.Condition()
+        for b in self._budgets.values():
+            b.reserved = 0  # requests of a finished loop are gone
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client, self._loop = None, None
+
+
+class _Outcome(msgspec.Struct):
+    answer: str = ""
+    error: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    tries: int = 0
+
+
+def _describe_failure(exc: openai.OpenAIError, timeout_s: float) -> tuple[str, float | None]:
+    """One-line "category: reason", and the wait a retry needs (0: our backoff) or None (don't retry)."""
+    if isinstance(exc, openai.APITimeoutError):
+        return f"timeout: no answer within {timeout_s:g} s", 0.0
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__ or exc.__context__
+        reason = f"{type(cause).__name__}: {cause}" if cause else exc.message
+        return _one_line(f"connection: {reason}"), 0.0
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        body = exc.body
+        message = body.get("message") if isinstance(body, dict) else None
+        if isinstance(body, dict) and isinstance(body.get("error"), dict):
+            message = body["error"].get("message")
+        reason = _one_line(f"http {status}: {message or exc.message}")
+        if status not in RETRYABLE_STATUS:
+            return reason, None
+        return reason, _retry_after(exc.response.headers)
+    return _one_line(f"api: {type(exc).__name__}: {exc}"), None
+
+
+def _retry_after(headers: Mapping[str, str]) -> float:
+    """Seconds a server asked us to wait (retry-after-ms, or Retry-After as seconds or a date); 0 if none."""
+    try:
+        if (ms := headers.get("retry-after-ms")) is not None:
+            return max(0.0, float(ms) / 1000)
+        value = headers.get("retry-after")
+        if value is None:
+            return 0.0
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value)
+            return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= ERROR_CHARS else line[: ERROR_CHARS - 3] + "..."
+
+
+def load_prices(path: str | Path) -> dict[str, tuple[float, float]]:
+    """USD per 1M (input, output) tokens by model name."""
+    data = json.loads(Path(path).read_text())
+    return {name: (float(p["input"]), float(p["output"])) for name, p in data.get("models", {}).items()}
+
+
+def price_for(prices: dict[str, tuple[float, float]], model: str) -> tuple[float, float] | None:
+    """The listed price of `model`, of its dated variant (gpt-4o-2024-08-06), minus a provider prefix (openai/gpt-4o)."""
+    name = model.rsplit("/", 1)[-1]
+    if name in prices:
+        return prices[name]
+    dated = [m for m in prices if re.fullmatch(re.escape(m) + r"-\d[\d-]*", name)]
+    return prices[max(dated, key=len)] if dated else None

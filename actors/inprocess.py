@@ -1,0 +1,59 @@
+"""The team without Ray: every role in this process, a stage's tasks on threads. Used by unit
+tests, and the reference the Ray deployment must match."""
+from __future__ import annotations
+
+from magis_ray.events.schema import TaskFinished
+
+from .lanes import Lanes
+from .roles.developer import Assignment, Developer
+from .roles.manager import parallel
+from .roles.qa import QAEngineer
+
+
+def run_task(lanes: Lanes, work: Assignment, reviewer=None) -> TaskFinished:
+    tid = work.task.task_id
+    if reviewer is None:
+        reviewer = QAEngineer(lanes(f"qa:{tid}"), work.issue_text, work.task.description)
+    return Developer(work, lanes(f"developer:{tid}"), reviewer).run()
+
+
+class ThreadWorkforce:
+    def __init__(self, lanes: Lanes):
+        self._lanes = lanes
+
+    def run_stage(self, assignments: list[Assignment]) -> list[TaskFinished]:
+        return parallel(assignments, lambda work: run_task(self._lanes, work))
+
+
+class LocalLLM:
+    """The async Gateway behind a synchronous port, on an event loop of its own thread."""
+
+    def __init__(self, gateway):
+        import asyncio
+        import threading
+
+        self._gateway = gateway
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="gateway-loop", daemon=True).start()
+
+    def exchange(self, **request):
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(self._gateway.exchange(**request), self._loop).result()
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+def run_in_process(*, store, issue, settings, repo_path: str, llm, run_id: str, recorded=None, memory_before=None):
+    """One run with every role in this process; returns the terminal event."""
+    from .journal import RunWriter, lanes_of
+    from .repository import RepoSnapshot
+    from .roles.custodian import Custodian
+    from .team import Team
+
+    snapshot = RepoSnapshot.open(repo_path, issue.base_commit)
+    lanes = Lanes(run_id, RunWriter(store, run_id), llm, lanes_of(recorded or []))
+    custodian = Custodian(snapshot, store, lanes, issue.repo, settings, memory_before)
+    team = Team(issue=issue, settings=settings, snapshot=snapshot, asker_for=lanes, custodian=custodian, workforce=ThreadWorkforce(lanes))
+    return team.run()

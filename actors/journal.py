@@ -1,0 +1,104 @@
+"""Each lane of a run (an actor, or one line of an actor's parallel work) emits its events in a
+fixed order. A journal writes them to the run's log, or, when the log already holds the lane's
+events (resume, replay), matches them against it instead: nothing is written twice, and a
+recorded LLM answer is reused rather than paid for again."""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Iterable, Protocol, Sequence
+
+from magis_ray.events.codec import new_event
+from magis_ray.events.schema import AnyEvent, LLMExchanged, NewEvent, Recorded
+
+
+class Divergence(Exception):
+    """Re-execution produced an event other than the one the log holds for that lane."""
+
+    def __init__(self, lane: str, expected: Recorded | None, got: AnyEvent | None):
+        self.lane, self.expected, self.got = lane, expected, got
+        want = type(expected.event).__name__ if expected else "nothing"
+        have = type(got).__name__ if got is not None else "nothing"
+        at = f" at version {expected.version}" if expected else ""
+        super().__init__(f"lane {lane}{at}: the log holds {want}, re-execution gave {have}")
+
+
+class EventSink(Protocol):
+    def write(self, events: Sequence[NewEvent]) -> None: ...
+
+
+def comparable(event: AnyEvent) -> object:
+    """What must be equal on re-execution: an exchange's request (its answer, tokens and
+    timing come from the record); any other event whole."""
+    if isinstance(event, LLMExchanged):
+        return (event.purpose, event.task_id, event.attempt, event.messages)
+    return event
+
+
+class Journal:
+    def __init__(self, lane: str, sink: EventSink | None, recorded: Iterable[Recorded] = ()):
+        """`sink` None verifies only: every event must match the record (replay)."""
+        self.lane = lane
+        self._sink = sink
+        self._recorded = deque(recorded)
+
+    @property
+    def pending(self) -> int:
+        """Recorded events of this lane not yet matched by re-execution."""
+        return len(self._recorded)
+
+    def emit(self, event: AnyEvent, caused_by: str = "") -> str:
+        """Record `event` (or match it with the log); returns its event id."""
+        if self._recorded:
+            rec = self._recorded.popleft()
+            if comparable(rec.event) != comparable(event):
+                raise Divergence(self.lane, rec, event)
+            return rec.event_id
+        if self._sink is None:
+            raise Divergence(self.lane, None, event)
+        fresh = new_event(event, self.lane, caused_by)
+        self._sink.write([fresh])
+        return fresh.event_id
+
+    def recorded_exchange(self, probe: LLMExchanged) -> LLMExchanged | None:
+        """The logged answer to the request `probe` describes, if this lane's log is there."""
+        if not self._recorded:
+            return None
+        head = self._recorded[0]
+        if not isinstance(head.event, LLMExchanged) or comparable(head.event) != comparable(probe):
+            raise Divergence(self.lane, head, probe)
+        self._recorded.popleft()
+        return head.event
+
+
+class RunWriter:
+    """Appends a run's events in arrival order; the one writer of a run's stream in a process."""
+
+    def __init__(self, store, run_id: str):
+        self._store = store
+        self._run_id = run_id
+        self._lock = threading.Lock()
+
+    def write(self, events: Sequence[NewEvent]) -> list[Recorded]:
+        with self._lock:
+            return self._store.append(self._run_id, self._store.version(self._run_id), events)
+
+
+class CollectingSink:
+    """Keeps what a verifying re-execution would have written (replay reports it)."""
+
+    def __init__(self) -> None:
+        self.events: list[NewEvent] = []
+        self._lock = threading.Lock()
+
+    def write(self, events: Sequence[NewEvent]) -> None:
+        with self._lock:
+            self.events.extend(events)
+
+
+def lanes_of(recorded: Iterable[Recorded]) -> dict[str, list[Recorded]]:
+    """The log split by lane, each in version order."""
+    lanes: dict[str, list[Recorded]] = {}
+    for rec in recorded:
+        lanes.setdefault(rec.actor, []).append(rec)
+    return lanes

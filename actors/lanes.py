@@ -1,0 +1,36 @@
+"""One Asker per lane of a run, created on first use, each with that lane's logged events."""
+from __future__ import annotations
+
+import threading
+
+from magis_ray.events.schema import Recorded
+
+from .asking import Asker, LLMPort
+from .journal import EventSink, Journal
+
+
+class Lanes:
+    def __init__(self, run_id: str, sink: EventSink | None, llm: LLMPort, recorded: dict[str, list[Recorded]] | None = None):
+        self.run_id = run_id
+        self._sink = sink
+        self._llm = llm
+        self._recorded = recorded or {}
+        self._askers: dict[str, Asker] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, lane: str) -> Asker:
+        with self._lock:
+            asker = self._askers.get(lane)
+            if asker is None:
+                journal = Journal(lane, self._sink, self._recorded.get(lane, ()))
+                asker = self._askers[lane] = Asker(journal, self._llm, self.run_id)
+            return asker
+
+    def unmatched(self) -> list[Recorded]:
+        """Logged events that re-execution has not reached (replay reports the first one)."""
+        reached = {lane: asker.journal.pending for lane, asker in self._askers.items()}
+        left = []
+        for lane, events in self._recorded.items():
+            pending = reached.get(lane, len(events))
+            left.extend(events[len(events) - pending :])
+        return sorted(left, key=lambda r: r.version)

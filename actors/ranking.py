@@ -1,0 +1,334 @@
+"""BM25 file localization: which files of a repository an issue is most likely about.
+
+Two schemes share one index:
+- code (default): identifiers split on snake_case / camelCase, the file's path weighted
+  into its document, and files the issue names explicitly ranked first;
+- plain: the SWE-bench paper's baseline (lowercase word split of "path\\ncontents",
+  no identifier splitting, no boost), kept so a benchmark can compare the two.
+"""
+from __future__ import annotations
+
+import functools
+import posixpath
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+from rank_bm25 import BM25Okapi
+
+if TYPE_CHECKING:
+    from .repository import RepoSnapshot
+
+# --- tokens ----------------------------------------------------------------------------------
+
+_WORD = re.compile(r"\w+")
+# "HTTPServerError2" -> HTTP, Server, Error, 2
+_CAMEL_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+
+# Words in nearly every Python file or issue: they only add work and noise. Kept small on
+# purpose; BM25's idf already discounts what is common.
+STOPWORDS = frozenset(
+    """
+    def class self cls return if else elif import from in is not and or for while with as
+    none true false pass the an to of it this that be on are was we can but have has at by
+    """.split()
+)
+
+
+@functools.lru_cache(maxsize=1 << 18)
+def _word_tokens(word: str) -> tuple[str, ...]:
+    """The tokens of one identifier: itself (lowercased) and, if compound, its parts.
+
+    "getUserName" -> getusername, get, user, name; "L031" -> l031 (the parts "l" and
+    "031" are dropped: 1-character and all-digit tokens match everything or nothing).
+    """
+    full = word.strip("_").lower()
+    parts = [
+        part.lower()
+        for chunk in word.split("_")
+        if chunk
+        for part in (_CAMEL_PART.findall(chunk) if chunk.isascii() else [chunk])
+    ]
+    candidates = [full, *parts] if len(parts) > 1 else [full]
+    return tuple(t for t in candidates if len(t) > 1 and not t.isdigit() and t not in STOPWORDS)
+
+
+def code_tokens(text: str) -> list[str]:
+    """Code-aware tokens of `text`, in order (identifiers and their parts)."""
+    return [token for word in _WORD.findall(text) for token in _word_tokens(word)]
+
+
+def _code_token_counts(text: str) -> Counter[str]:
+    # Count words first (in C), then expand each distinct word once: several times
+    # faster than code_tokens on real files, where words repeat a lot.
+    counts: Counter[str] = Counter()
+    for word, n in Counter(_WORD.findall(text)).items():
+        for token in _word_tokens(word):
+            counts[token] += n
+    return counts
+
+
+def plain_bm25_tokens(text: str) -> list[str]:
+    """The plain baseline: lowercase, split on whitespace and punctuation, nothing more."""
+    return _WORD.findall(text.lower())
+
+
+def issue_query(problem_statement: str, hints_text: str = "") -> list[str]:
+    """The code-aware query of an issue (and its hints, when used)."""
+    return code_tokens(problem_statement) + code_tokens(hints_text)
+
+
+# The path is the best short description of a file ("rules/L031.py"), but only a handful
+# of tokens among thousands; counting it several times keeps it from drowning.
+PATH_WEIGHT = 3
+
+
+def document_token_counts(path: str, text: str, *, plain: bool = False) -> Counter[str]:
+    """The bag of tokens BM25 indexes for one file."""
+    if plain:
+        return Counter(plain_bm25_tokens(f"{path}\n{text}"))
+    counts = _code_token_counts(text)
+    for token in code_tokens(path):
+        counts[token] += PATH_WEIGHT
+    return counts
+
+
+# --- the index -------------------------------------------------------------------------------
+
+
+class _CountedBM25(BM25Okapi):
+    """rank-bm25's Okapi BM25 (its idf floor, k1, b), built from token Counters.
+
+    The stock constructor counts every token in a Python loop; given counts, building
+    an index of a few thousand files takes a fraction of the time.
+    """
+
+    def _initialize(self, corpus: list[Counter[str]]) -> dict[str, int]:
+        document_frequency: Counter[str] = Counter()
+        total = 0
+        for counts in corpus:
+            length = sum(counts.values())
+            self.doc_len.append(length)
+            self.doc_freqs.append(counts)
+            document_frequency.update(counts.keys())
+            total += length
+        self.corpus_size = len(corpus)
+        self.avgdl = total / self.corpus_size
+        return dict(document_frequency)
+
+
+class BM25Index:
+    """BM25 over a set of files; build once, then rank for any number of queries."""
+
+    def __init__(self, documents: Sequence[tuple[str, str]], *, plain: bool = False) -> None:
+        self.paths = [path for path, _ in documents]
+        self.plain = plain
+        counts = [document_token_counts(path, text, plain=plain) for path, text in documents]
+        # rank-bm25 cannot index nothing (it divides by the corpus and vocabulary sizes).
+        self._bm25 = _CountedBM25(counts) if any(counts) else None
+
+    def scores(self, query_tokens: Iterable[str]) -> np.ndarray:
+        """One BM25 score per path, as rank-bm25's get_scores(query_tokens) computes it."""
+        scores = np.zeros(len(self.paths))
+        bm25 = self._bm25
+        if bm25 is None:
+            return scores
+        doc_len = np.asarray(bm25.doc_len, dtype=float)
+        length_norm = bm25.k1 * (1 - bm25.b + bm25.b * doc_len / bm25.avgdl)
+        # A repeated query token counts once per occurrence, as in get_scores, but its
+        # term frequencies are gathered only once.
+        for token, repeats in Counter(query_tokens).items():
+            idf = bm25.idf.get(token)
+            if not idf:
+                continue
+            tf = np.fromiter((d.get(token, 0) for d in bm25.doc_freqs), dtype=float, count=len(self.paths))
+            scores += repeats * idf * (tf * (bm25.k1 + 1) / (tf + length_norm))
+        return scores
+
+    def top(
+        self, query_tokens: Iterable[str], k: int, *, boosted: Iterable[str] = ()
+    ) -> list[tuple[str, float]]:
+        """The k best (path, score), best first, ties by path.
+
+        Files with no matching token are left out. `boosted` files (e.g. named in the
+        issue) outrank all others: their score is raised by the best plain score + 1.
+        """
+        if k < 0:
+            raise ValueError(f"k must be at least 0, got {k}")
+        scores = self.scores(query_tokens)
+        lift = (float(scores.max()) if len(scores) else 0.0) + 1.0
+        position = {path: i for i, path in enumerate(self.paths)}
+        for path in set(boosted):
+            if path in position:
+                scores[position[path]] += lift
+        ranked = sorted(
+            ((path, float(score)) for path, score in zip(self.paths, scores) if score > 0),
+            key=lambda item: (-item[1], item[0]),
+        )
+        return ranked[:k]
+
+
+def rank_files(
+    documents: Sequence[tuple[str, str]],
+    query_tokens: Iterable[str],
+    k: int,
+    *,
+    plain: bool = False,
+    boosted: Iterable[str] = (),
+) -> list[tuple[str, float]]:
+    """The k files of `documents` ((path, text) pairs) that best match the query."""
+    return BM25Index(documents, plain=plain).top(query_tokens, k, boosted=boosted)
+
+
+def localize_files(
+    documents: Sequence[tuple[str, str]],
+    problem_statement: str,
+    hints_text: str = "",
+    k: int = 10,
+    *,
+    plain: bool = False,
+) -> list[tuple[str, float]]:
+    """Rank files for an issue: the code scheme with its mention boost, or the plain baseline."""
+    if plain:
+        return rank_files(documents, plain_bm25_tokens(f"{problem_statement}\n{hints_text}"), k, plain=True)
+    issue = f"{problem_statement}\n{hints_text}"
+    mentioned = mentioned_paths(issue, [path for path, _ in documents])
+    return rank_files(documents, issue_query(problem_statement, hints_text), k, boosted=mentioned)
+
+
+# --- files the issue names -------------------------------------------------------------------
+
+# Runs of path characters; quotes, colons, commas and spaces end a mention, which cuts
+# a stack-trace line `File "/x/pkg/mod.py", line 12` down to /x/pkg/mod.py.
+_PATH_RUN = re.compile(r"[\w./\\-]+")
+_FILE_NAME = re.compile(r"^[\w-]+(\.\w+)*\.[A-Za-z]\w*$")
+# A mention that fits more files than this ("__init__.py", "utils.py") names none of them.
+MAX_FILES_PER_MENTION = 3
+
+
+def mentioned_paths(text: str, all_paths: Iterable[str]) -> list[str]:
+    """The repository paths `text` names, in order of first mention.
+
+    Recognizes paths ("pkg/mod.py", "mod.py", absolute or URL paths ending in a repo
+    path, Windows "\\" paths), stack-trace lines (`File ".../pkg/mod.py", line 3`) and
+    dotted modules ("pkg.mod.Class" -> pkg/mod.py). A mention
+    matches a repository path by whole trailing path components; the longest matching
+    tail wins, and a mention fitting more than MAX_FILES_PER_MENTION files is dropped.
+    """
+    by_tail = _paths_by_tail(all_paths)
+    found: dict[str, None] = {}  # ordered set
+    for run in _PATH_RUN.findall(text):
+        mention = run.replace("\\", "/").rstrip(".-")
+        for path in _match_file_mention(mention, by_tail) or _match_module_mention(mention, by_tail):
+            found.setdefault(path, None)
+    return list(found)
+
+
+def _paths_by_tail(all_paths: Iterable[str]) -> dict[str, list[str]]:
+    """Every trailing run of components ("c.py", "b/c.py", "a/b/c.py") -> the paths ending so."""
+    by_tail: dict[str, list[str]] = {}
+    for path in all_paths:
+        parts = path.split("/")
+        for i in range(len(parts)):
+            by_tail.setdefault("/".join(parts[i:]), []).append(path)
+    return by_tail
+
+
+def _match_file_mention(mention: str, by_tail: dict[str, list[str]]) -> list[str]:
+    parts = [part for part in mention.split("/") if part not in ("", ".")]
+    if ".." in parts:  # only what follows the last ".." can be a repository path
+        parts = parts[len(parts) - parts[::-1].index("..") :]
+    if not parts or not _FILE_NAME.match(parts[-1]):
+        return []
+    for i in range(len(parts)):
+        matches = by_tail.get("/".join(parts[i:]))
+        if matches:
+            return matches if len(matches) <= MAX_FILES_PER_MENTION else []
+    return []
+
+
+def _match_module_mention(mention: str, by_tail: dict[str, list[str]]) -> list[str]:
+    """A dotted name naming a module file. A package's __init__.py is not taken: "ray.data"
+    or "django.db" set the scene in an issue far more often than they point at a fix."""
+    names = mention.split(".")
+    if len(names) < 2 or not all(name.isidentifier() for name in names):
+        return []
+    # "pkg.mod.Class.method": try the longest module path first, down to two names.
+    for n in range(len(names), 1, -1):
+        matches = by_tail.get("/".join(names[:n]) + ".py")
+        if matches:
+            return matches if len(matches) <= MAX_FILES_PER_MENTION else []
+    return []
+
+
+# --- what gets indexed -----------------------------------------------------------------------
+
+MAX_DOCUMENT_BYTES = 512 * 1024
+
+# Source code only: docs, data and configuration mention every identifier without
+# being where a fix goes (SWE-bench's own BM25 retrieval indexes .py files only).
+SOURCE_EXTENSIONS = frozenset(
+    """
+    .py .pyi .pyx .pxd .c .h .cc .cpp .cxx .hpp .hh .java .kt .scala .go .rs .rb .php
+    .js .jsx .mjs .ts .tsx .cs .swift .m .mm .sh .pl .lua .r .jl
+    """.split()
+)
+
+# Folders of copied-in third-party code and tooling caches.
+VENDORED_DIRS = frozenset(
+    """
+    node_modules vendor vendored _vendor third_party thirdparty extern externals
+    site-packages __pycache__ .tox .nox .venv venv .eggs
+    """.split()
+)
+
+GENERATED_SUFFIXES = ("_pb2.py", "_pb2_grpc.py", "_pb2.pyi", ".min.js", ".bundle.js")
+
+
+def is_test_path(path: str) -> bool:
+    """Test code, which a fix for an issue does not change (SWE-bench keeps test changes
+    apart). A folder named "tests", or a test-looking file name; deliberately not any
+    folder named "test" or "testing": django/test/ and sympy/testing/ are library code."""
+    folder, name = posixpath.split(path)
+    stem = posixpath.splitext(name)[0]
+    return (
+        "tests" in folder.split("/")
+        or stem.startswith("test_")
+        or stem.endswith("_test")
+        or stem in ("tests", "conftest")
+    )
+
+
+def is_indexed_path(path: str, *, include_tests: bool = False) -> bool:
+    """Whether select_documents considers a file, judging by its path alone."""
+    lowered = path.lower()
+    if posixpath.splitext(lowered)[1] not in SOURCE_EXTENSIONS:
+        return False
+    if lowered.endswith(GENERATED_SUFFIXES):
+        return False
+    if any(part in VENDORED_DIRS for part in lowered.split("/")[:-1]):
+        return False
+    return include_tests or not is_test_path(path)
+
+
+def select_documents(
+    snapshot: RepoSnapshot,
+    *,
+    include_tests: bool = False,
+    max_bytes: int = MAX_DOCUMENT_BYTES,
+) -> list[tuple[str, str]]:
+    """The (path, text) of every file worth indexing at the snapshot's commit.
+
+    Source files (SOURCE_EXTENSIONS) of at most `max_bytes`, not binary, not vendored
+    (VENDORED_DIRS) or generated (GENERATED_SUFFIXES), and not tests unless asked.
+    """
+    documents = []
+    for entry in snapshot.files():
+        if entry.size > max_bytes or not is_indexed_path(entry.path, include_tests=include_tests):
+            continue
+        if snapshot.is_binary(entry.path):
+            continue
+        documents.append((entry.path, snapshot.read_text(entry.path)))
+    return documents

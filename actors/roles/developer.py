@@ -1,0 +1,131 @@
+"""Developer (Algorithm 3): designs its QA Engineer, then loops: locate the lines, write the new
+code, make the diff, get it reviewed; the QA's comment feeds the next attempt."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from magis_ray.events.schema import (
+    DeveloperRecruited, Edit, LinesLocated, LineRange, PatchProposed, QAAssigned, ReviewIssued, TaskDefined, TaskFinished,
+)
+
+from ..answers import CodeAnswer, LinesAnswer, PersonaAnswer
+from ..asking import Asker, StepFailed
+from ..diffs import file_diff
+from ..edits import apply_edits, check_ranges, numbered
+
+
+class Reviewer(Protocol):
+    def review(self, qa: QAAssigned, patch: PatchProposed) -> ReviewIssued | None:
+        """None when the QA Engineer could not give a usable review."""
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Everything a Developer needs, so it can run on any node: the file travels with the task."""
+
+    issue_text: str
+    task: TaskDefined
+    developer: DeveloperRecruited
+    base_text: str
+    max_review_rounds: int
+    use_qa: bool
+
+
+def line_count(text: str) -> int:
+    return len(text.splitlines())
+
+
+def old_parts(text: str, ranges: list[LineRange]) -> str:
+    lines = text.splitlines(keepends=True)
+    parts = []
+    for r in ranges:
+        body = "".join(lines[r.start - 1 : r.end]) if r.end >= r.start else "(nothing: new lines are inserted here)\n"
+        parts.append(f"Lines {r.start}-{r.end}:\n```\n{body}```")
+    return "\n".join(parts)
+
+
+class Developer:
+    def __init__(self, work: Assignment, asker: Asker, reviewer: Reviewer | None):
+        self._work = work
+        self._asker = asker
+        self._reviewer = reviewer if work.use_qa else None
+        self._persona = dict(name=work.developer.name, profile=work.developer.profile)
+
+    def run(self) -> TaskFinished:
+        work, emit = self._work, self._asker.journal.emit
+        task = work.task
+        qa = self._design_qa() if self._reviewer is not None else None
+        feedback = ""
+        patch: PatchProposed | None = None
+        for attempt in range(1, work.max_review_rounds + 1):
+            try:
+                patch = self._attempt(attempt, feedback)
+            except StepFailed as exc:
+                status = "unapproved" if patch is not None else "failed"
+                return self._finish(status, attempt - 1, f"attempt {attempt}: {exc}")
+            if qa is None:
+                return self._finish("unreviewed", attempt)
+            review = self._reviewer.review(qa, patch)
+            if review is None:
+                return self._finish("unapproved", attempt, "the QA engineer gave no usable review")
+            if review.approved:
+                return self._finish("approved", attempt)
+            feedback = (
+                f"\nYour previous attempt was reviewed and sent back:\n```diff\n{patch.diff}```\n"
+                f"The QA engineer said: {review.comment.strip()}\nTake this into account.\n"
+            )
+        return self._finish("unapproved", work.max_review_rounds, f"not approved after {work.max_review_rounds} rounds")
+
+    def _finish(self, status: str, attempts: int, reason: str = "") -> TaskFinished:
+        finished = TaskFinished(task_id=self._work.task.task_id, status=status, attempts=attempts, reason=reason)
+        self._asker.journal.emit(finished)
+        return finished
+
+    def _design_qa(self) -> QAAssigned:
+        task = self._work.task
+        try:
+            persona = self._asker.ask(
+                "design_qa", PersonaAnswer, task_id=task.task_id, path=task.path, task=task.description, **self._persona
+            )
+            qa = QAAssigned(task_id=task.task_id, name=persona.name.strip() or f"QA {task.task_id}", profile=persona.profile)
+        except StepFailed:
+            qa = QAAssigned(task_id=task.task_id, name=f"QA {task.task_id}", profile="A meticulous reviewer of Python changes.")
+        self._asker.journal.emit(qa)
+        return qa
+
+    def _attempt(self, attempt: int, feedback: str) -> PatchProposed:
+        work, task = self._work, self._work.task
+        text = work.base_text
+        count = line_count(text)
+        context = dict(issue=work.issue_text, task=task.description, path=task.path, feedback=feedback, **self._persona)
+
+        def ranges_fit(answer: LinesAnswer) -> None:
+            if not answer.ranges:
+                raise ValueError("no line range was given")
+            check_ranges([LineRange(r.start, r.end) for r in answer.ranges], count)
+
+        located = self._asker.ask(
+            "locate_lines", LinesAnswer, task_id=task.task_id, check=ranges_fit,
+            line_count=count, after_last=count + 1, numbered=numbered(text), **context,
+        )
+        ranges = [LineRange(r.start, r.end) for r in located.ranges]
+        self._asker.journal.emit(LinesLocated(task_id=task.task_id, attempt=attempt, ranges=ranges))
+
+        def edits_apply(answer: CodeAnswer) -> None:
+            edits = [Edit(LineRange(e.start, e.end), e.new_code) for e in answer.edits]
+            check_ranges([e.range for e in edits], count)
+            if apply_edits(text, edits) == text:
+                raise ValueError("the edits change nothing in the file")
+
+        code = self._asker.ask(
+            "write_code", CodeAnswer, task_id=task.task_id, check=edits_apply, old_parts=old_parts(text, ranges), **context,
+        )
+        edits = [Edit(LineRange(e.start, e.end), e.new_code) for e in code.edits]
+        new_text = apply_edits(text, edits)
+        patch = PatchProposed(
+            task_id=task.task_id, attempt=attempt, path=task.path, base_blob_id=task.base_blob_id,
+            edits=edits, new_text=new_text, diff=file_diff(task.path, text, new_text),
+        )
+        self._asker.journal.emit(patch)
+        return patch

@@ -1,0 +1,140 @@
+"""The roles as the services that Ray runs: plain classes, made remote only in remote.py.
+Each talks to the shared store and gateway through handles, and rebuilds its lanes from the log."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import ray
+
+from magis_ray.events.schema import LLMExchanged, Message, NewEvent, PatchProposed, QAAssigned, Recorded, RunSettings, TaskFinished
+
+from .issue import IssueRecord
+from .lanes import Lanes
+from .repository import RepoSnapshot
+from .roles.custodian import Custodian, LocatedFile
+from .roles.developer import Assignment, Developer
+from .roles.qa import QAEngineer
+
+
+class StoreService:
+    """The one owner of the store on a cluster; every actor appends through it, in arrival order."""
+
+    def __init__(self, path: str):
+        from magis_ray.store import open_store
+
+        self._store = open_store(path, create=True)
+
+    def append_next(self, run_id: str, events: Sequence[NewEvent]) -> int:
+        return self._store.append(run_id, self._store.version(run_id), events)[-1].version if events else 0
+
+    def read(self, run_id: str, after_version: int = 0) -> list[Recorded]:
+        return self._store.read(run_id, after_version)
+
+    def version(self, run_id: str) -> int:
+        return self._store.version(run_id)
+
+    def get_summary(self, repo, path, blob_id, before_position=None):
+        return self._store.get_summary(repo, path, blob_id, before_position)
+
+    def latest_summary(self, repo, path, before_position=None):
+        return self._store.latest_summary(repo, path, before_position)
+
+    def put_summary(self, repo, path, blob_id, summary) -> None:
+        self._store.put_summary(repo, path, blob_id, summary)
+
+
+class GatewayService:
+    """The LLM gateway as an async actor: many requests in flight, one concurrency limit and budget."""
+
+    def __init__(self, config):
+        from .gateway import Gateway
+
+        self._gateway = Gateway(config)
+
+    async def exchange(self, **request) -> LLMExchanged:
+        return await self._gateway.exchange(**request)
+
+    def set_budget(self, key: str, tokens: int) -> None:
+        self._gateway.set_budget(key, tokens)
+
+
+# --- ports: what the plain roles see, backed by actor handles ---------------------------------
+
+
+class StoreSink:
+    def __init__(self, store, run_id: str):
+        self._store, self._run_id = store, run_id
+
+    def write(self, events: Sequence[NewEvent]) -> None:
+        ray.get(self._store.append_next.remote(self._run_id, list(events)))
+
+
+class StoreMemory:
+    def __init__(self, store):
+        self._store = store
+
+    def get_summary(self, repo, path, blob_id, before_position=None):
+        return ray.get(self._store.get_summary.remote(repo, path, blob_id, before_position))
+
+    def latest_summary(self, repo, path, before_position=None):
+        return ray.get(self._store.latest_summary.remote(repo, path, before_position))
+
+    def put_summary(self, repo, path, blob_id, summary) -> None:
+        ray.get(self._store.put_summary.remote(repo, path, blob_id, summary))
+
+
+class GatewayLLM:
+    def __init__(self, gateway):
+        self._gateway = gateway
+
+    def exchange(self, *, run_id: str, purpose: str, messages: list[Message], schema: dict | None, task_id: str, attempt: int) -> LLMExchanged:
+        return ray.get(self._gateway.exchange.remote(
+            run_id=run_id, purpose=purpose, messages=messages, schema=schema, task_id=task_id, attempt=attempt,
+        ))
+
+
+def lanes_for(run_id: str, store, gateway, recorded: dict[str, list[Recorded]] | None) -> Lanes:
+    return Lanes(run_id, StoreSink(store, run_id), GatewayLLM(gateway), recorded)
+
+
+# --- the roles -------------------------------------------------------------------------------
+
+
+class CustodianService:
+    """Runs where the repository is: it reads every file at the base commit."""
+
+    def __init__(self, run_id, repo_path, commit, repo, settings: RunSettings, memory_before, store, gateway, recorded):
+        self._custodian = Custodian(
+            RepoSnapshot.open(repo_path, commit), StoreMemory(store), lanes_for(run_id, store, gateway, recorded),
+            repo, settings, memory_before,
+        )
+
+    def locate(self, issue_text: str) -> list[LocatedFile]:
+        return self._custodian.locate(issue_text)
+
+
+class QAService:
+    def __init__(self, run_id, issue_text: str, task_description: str, store, gateway, recorded):
+        lanes = lanes_for(run_id, store, gateway, recorded)
+        self._qa = lambda task_id: QAEngineer(lanes(f"qa:{task_id}"), issue_text, task_description)
+
+    def review(self, qa: QAAssigned, patch: PatchProposed):
+        return self._qa(patch.task_id).review(qa, patch)
+
+
+class RemoteReviewer:
+    def __init__(self, qa_actor):
+        self._qa = qa_actor
+
+    def review(self, qa: QAAssigned, patch: PatchProposed):
+        return ray.get(self._qa.review.remote(qa, patch))
+
+
+class DeveloperService:
+    """Needs only its task: the file content travels in the Assignment, so it can run on any node."""
+
+    def __init__(self, run_id, store, gateway, recorded):
+        self._lanes = lanes_for(run_id, store, gateway, recorded)
+
+    def run(self, work: Assignment, qa_actor) -> TaskFinished:
+        return Developer(work, self._lanes(f"developer:{work.task.task_id}"), RemoteReviewer(qa_actor)).run()

@@ -1,0 +1,103 @@
+"""The run of one issue, as the supervisor drives it: Custodian, Manager, then the plan's stages
+(tasks of a stage in parallel, stages in order). Independent of Ray: a Workforce runs the tasks."""
+from __future__ import annotations
+
+import traceback
+from typing import Callable, Protocol
+
+import structlog
+
+from magis_ray.events.schema import RunFailed, RunFinished, RunSettings, RunStarted, TaskFinished
+
+from .asking import Asker, BudgetExceeded, ModelUnavailable
+from .issue import IssueRecord
+from .journal import Divergence
+from .repository import RepoSnapshot
+from .roles.custodian import LocatedFile
+from .roles.developer import Assignment
+from .roles.manager import Manager
+
+log = structlog.get_logger()
+
+
+class Workforce(Protocol):
+    def run_stage(self, assignments: list[Assignment]) -> list[TaskFinished]:
+        """Run the tasks of one stage in parallel, each by its own Developer and QA Engineer."""
+
+
+class Locator(Protocol):
+    def locate(self, issue_text: str) -> list[LocatedFile]:
+        """The Repository Custodian's answer: the relevant files, described."""
+
+
+class Team:
+    def __init__(
+        self,
+        *,
+        issue: IssueRecord,
+        settings: RunSettings,
+        snapshot: RepoSnapshot,
+        asker_for: Callable[[str], Asker],
+        custodian: Locator,
+        workforce: Workforce,
+    ):
+        self.issue = issue
+        self.settings = settings
+        self._snapshot = snapshot
+        self._asker_for = asker_for
+        self._custodian = custodian
+        self._workforce = workforce
+
+    def started_event(self) -> RunStarted:
+        i = self.issue
+        return RunStarted(
+            instance_id=i.instance_id, repo=i.repo, base_commit=self._snapshot.commit_id,
+            problem_statement=i.problem_statement, hints_text=i.hints_text, settings=self.settings,
+        )
+
+    def run(self) -> RunFinished | RunFailed:
+        """Always ends the log with RunFinished or RunFailed (a Divergence propagates: the log
+        holds a different history, so nothing may be written)."""
+        journal = self._asker_for("supervisor").journal
+        journal.emit(self.started_event())
+        try:
+            end: RunFinished | RunFailed = self._collaborate()
+        except Divergence:
+            raise
+        except ModelUnavailable as exc:
+            end = RunFailed(reason=f"no reachable model ({exc})", error_type="ModelUnavailable", resumable=True)
+        except BudgetExceeded as exc:
+            end = RunFailed(reason=f"token budget exhausted ({exc})", error_type="BudgetExceeded", resumable=False)
+        except Exception as exc:  # noqa: BLE001 - the log must end consistently whatever broke
+            log.error("run failed", error=repr(exc), traceback=traceback.format_exc())
+            end = RunFailed(reason=f"internal error: {type(exc).__name__}: {exc}", error_type=type(exc).__name__)
+        journal.emit(end)
+        return end
+
+    def _collaborate(self) -> RunFinished:
+        issue_text = self.issue.brief(self.settings.use_hints)
+        located = self._custodian.locate(issue_text)
+        manager = Manager(self._asker_for, issue_text, self._snapshot.read_text)
+        tasks = manager.define_tasks(located)
+        if not tasks:
+            return RunFinished(outcome="no_patch", summary="no file needs a change")
+        team = manager.recruit(tasks)
+        transcript = manager.hold_meeting(tasks, team)
+        plan = manager.make_plan(tasks, transcript)
+        by_id = {t.task_id: (t, d) for t, d in zip(tasks, team)}
+        finished: list[TaskFinished] = []
+        for stage in plan.stages:
+            assignments = [
+                Assignment(
+                    issue_text=issue_text, task=by_id[tid][0], developer=by_id[tid][1],
+                    base_text=self._snapshot.read_text(by_id[tid][0].path),
+                    max_review_rounds=self.settings.max_review_rounds, use_qa=self.settings.use_qa,
+                )
+                for tid in stage
+            ]
+            finished.extend(self._workforce.run_stage(assignments))
+        patched = sorted(by_id[f.task_id][0].path for f in finished if f.status != "failed")
+        summary = ", ".join(f"{f.task_id} {f.status}" for f in finished)
+        if not patched:
+            return RunFinished(outcome="no_patch", summary=summary)
+        return RunFinished(outcome="patched", files_changed=patched, summary=summary)

@@ -1,0 +1,50 @@
+"""Where a read command finds a run's events: a store (by run id or unique prefix) or a JSON-lines file."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from magis_ray.events.codec import DecodeError, decode_recorded
+from magis_ray.events.schema import Recorded
+from magis_ray.store import EventStore, UnknownRun, open_store
+
+
+class BadInput(Exception):
+    """Input the user gave that we cannot use; shown as one line, exit code 2."""
+
+
+def resolve_run_id(store: EventStore, run: str) -> str:
+    runs = [r.run_id for r in store.list_runs()]
+    if run in runs:
+        return run
+    matches = [r for r in runs if r.startswith(run)]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise BadInput(f"run id prefix {run!r} is ambiguous ({len(matches)} runs)")
+    raise UnknownRun(f"unknown run: {run}")
+
+
+def read_events_file(path: Path) -> list[Recorded]:
+    events = []
+    with path.open("rb") as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    events.append(decode_recorded(line))
+                except DecodeError as exc:
+                    raise BadInput(f"{path}:{number}: {exc}") from None
+    if not events:
+        raise BadInput(f"{path}: no events")
+    return events
+
+
+def load_run(store_path: str, run: str) -> list[Recorded]:
+    """The events of RUN: a run id (or prefix) in the store, or a .jsonl file of `magis-ray events`."""
+    as_file = Path(run)
+    if run.endswith(".jsonl") and as_file.is_file():
+        return read_events_file(as_file)
+    store = open_store(store_path)
+    try:
+        return store.read(resolve_run_id(store, run))
+    finally:
+        store.close()

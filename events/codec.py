@@ -1,0 +1,43 @@
+"""JSON codec for events, built once (msgspec encoders and decoders are reusable and fast)."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import msgspec
+
+from .schema import AnyEvent, NewEvent, Recorded
+
+_encoder = msgspec.json.Encoder()
+_recorded_decoder = msgspec.json.Decoder(Recorded)
+_event_decoder = msgspec.json.Decoder(AnyEvent)
+
+
+class DecodeError(ValueError):
+    """A stored or given line is not a valid event."""
+
+
+def encode(obj: object) -> bytes:
+    return _encoder.encode(obj)
+
+
+def decode_recorded(data: bytes | str) -> Recorded:
+    try:
+        return _recorded_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise DecodeError(f"undecodable event: {exc}") from None
+
+
+def decode_event(data: bytes | str) -> AnyEvent:
+    try:
+        return _event_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise DecodeError(f"undecodable event: {exc}") from None
+
+
+def new_event(event: AnyEvent, actor: str, caused_by: str = "") -> NewEvent:
+    return NewEvent(event=event, actor=actor, event_id=uuid.uuid4().hex, time=time.time(), caused_by=caused_by)
+
+
+def to_builtins(obj: object) -> object:
+    return msgspec.to_builtins(obj)

@@ -1,0 +1,8 @@
+"""Pure folds over a run's events: its state, final diff, metrics, audit trail and prediction."""
+from .audit import audit_json, audit_markdown
+from .diff import final_diff
+from .metrics import metrics
+from .prediction import prediction
+from .state import RunView, fold
+
+__all__ = ["RunView", "audit_json", "audit_markdown", "final_diff", "fold", "metrics", "prediction"]

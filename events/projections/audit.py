@@ -1,0 +1,155 @@
+"""The audit trail: who decided what, when, why and at what cost (Markdown and JSON)."""
+from __future__ import annotations
+
+from magis_ray.events import schema as ev
+from magis_ray.events.codec import to_builtins
+
+from .diff import changed_files, final_diff
+from .metrics import metrics
+from .state import RunView
+
+
+def describe(e: ev.AnyEvent) -> str:
+    """One line saying what an event decided, for timelines."""
+    match e:
+        case ev.RunStarted():
+            return f"run started for {e.instance_id} ({e.repo} @ {e.base_commit[:10]})"
+        case ev.FilesRanked():
+            return f"BM25 ranked {e.files_total} files; top {len(e.candidates)} kept as candidates"
+        case ev.FileSummarized():
+            return f"described {e.path} ({e.source})"
+        case ev.FileJudged():
+            return f"{e.path}: {'relevant' if e.relevant else 'not relevant'}" + (f" ({e.reason})" if e.reason else "")
+        case ev.FilesLocated():
+            return f"located {len(e.paths)} file(s): {', '.join(e.paths) or '-'}"
+        case ev.TaskDefined():
+            return f"task {e.task_id} on {e.path}"
+        case ev.DeveloperRecruited():
+            return f"recruited {e.name} for {e.task_id}"
+        case ev.MeetingUtterance():
+            return f"{e.speaker} spoke (turn {e.turn})"
+        case ev.PlanMade():
+            return "plan: " + " then ".join("[" + ", ".join(s) + "]" for s in e.stages)
+        case ev.QAAssigned():
+            return f"QA engineer {e.name} assigned to {e.task_id}"
+        case ev.LinesLocated():
+            spans = ", ".join(f"{r.start}-{r.end}" for r in e.ranges)
+            return f"{e.task_id} attempt {e.attempt}: lines {spans or 'none'}"
+        case ev.PatchProposed():
+            return f"{e.task_id} attempt {e.attempt}: patch for {e.path} ({e.diff.count(chr(10))} diff lines)"
+        case ev.ReviewIssued():
+            return f"{e.task_id} attempt {e.attempt}: {'approved' if e.approved else 'sent back'}"
+        case ev.TaskFinished():
+            return f"{e.task_id} finished: {e.status}" + (f" ({e.reason})" if e.reason else "")
+        case ev.LLMExchanged():
+            status = f"error {e.error}" if e.error else f"{e.prompt_tokens}+{e.completion_tokens} tokens"
+            return f"LLM {e.purpose}: {status}, {e.latency_s:.2f}s"
+        case ev.RunFinished():
+            return f"run finished: {e.outcome}"
+        case ev.RunFailed():
+            return f"run failed: {e.reason}"
+    return type(e).__name__
+
+
+def audit_json(view: RunView) -> dict:
+    started = view.started
+    return {
+        "run_id": view.run_id,
+        "status": view.status,
+        "instance": to_builtins(started) if started else None,
+        "outcome": view.finished.outcome if view.finished else None,
+        "failure": view.failed.reason if view.failed else None,
+        "located_files": view.located.paths if view.located else [],
+        "summaries": [to_builtins(s) for s in view.summaries],
+        "judgements": [to_builtins(j) for j in view.judgements],
+        "meeting": [to_builtins(u) for u in view.meeting],
+        "plan": to_builtins(view.plan) if view.plan else None,
+        "tasks": [
+            {
+                "task_id": t.task_id,
+                "path": t.path,
+                "description": t.description,
+                "developer": to_builtins(t.developer) if t.developer else None,
+                "qa": to_builtins(t.qa) if t.qa else None,
+                "attempts": [
+                    {
+                        "attempt": p.attempt,
+                        "diff": p.diff,
+                        "review": next((to_builtins(r) for r in t.reviews if r.attempt == p.attempt), None),
+                    }
+                    for p in t.patches
+                ],
+                "status": t.finished.status if t.finished else "unfinished",
+                "reason": t.finished.reason if t.finished else "",
+            }
+            for t in view.tasks.values()
+        ],
+        "timeline": [
+            {"version": r.version, "time": r.time, "actor": r.actor, "type": type(r.event).__name__, "what": describe(r.event)}
+            for r in view.timeline
+        ],
+        "metrics": metrics(view),
+        "files_changed": changed_files(view),
+        "diff": final_diff(view),
+    }
+
+
+def _fence(text: str, lang: str = "") -> str:
+    fence = "````" if "```" in text else "```"
+    return f"{fence}{lang}\n{text.rstrip()}\n{fence}\n"
+
+
+def audit_markdown(view: RunView) -> str:
+    started = view.started
+    out: list[str] = []
+    title = started.instance_id if started else view.run_id
+    out.append(f"# Audit of run {view.run_id}: {title}\n")
+    if started:
+        out.append(f"- repository: {started.repo} @ `{started.base_commit}`")
+        out.append(f"- model: {started.settings.model or '-'}; QA: {started.settings.use_qa}; hints: {started.settings.use_hints}; memory: {started.settings.use_memory}")
+    out.append(f"- status: {view.status}" + (f" ({view.finished.outcome})" if view.finished else ""))
+    if view.failed:
+        out.append(f"- failure: {view.failed.reason}")
+    out.append("")
+    if started:
+        out += ["## Issue", "", _fence(started.problem_statement)]
+    out += ["## Repository Custodian", ""]
+    if view.ranked:
+        out.append("BM25 candidates: " + ", ".join(f"`{c.path}` ({c.score:.2f})" for c in view.ranked.candidates))
+        out.append("")
+    for s in view.summaries:
+        out.append(f"- `{s.path}` ({s.source}): {s.summary.strip()}")
+    for j in view.judgements:
+        out.append(f"- `{j.path}` judged {'relevant' if j.relevant else 'not relevant'}: {j.reason.strip()}")
+    if view.located:
+        out.append(f"\nLocated: {', '.join(f'`{p}`' for p in view.located.paths) or 'none'}\n")
+    out += ["## Manager", ""]
+    for t in view.tasks.values():
+        dev = f" — {t.developer.name}" if t.developer else ""
+        out.append(f"- **{t.task_id}** `{t.path}`{dev}: {t.description.strip()}")
+    if view.meeting:
+        out += ["", "### Kick-off meeting", ""]
+        out += [f"**{u.speaker}:** {u.text.strip()}\n" for u in view.meeting]
+    if view.plan:
+        out.append("Plan: " + " → ".join("[" + ", ".join(s) + "]" for s in view.plan.stages) + "\n")
+    for t in view.tasks.values():
+        out += [f"## Task {t.task_id}: `{t.path}`", ""]
+        if t.qa:
+            out.append(f"QA engineer: {t.qa.name}\n")
+        for p in t.patches:
+            out.append(f"### Attempt {p.attempt}\n")
+            out.append(_fence(p.diff or "(no change)", "diff"))
+            review = next((r for r in t.reviews if r.attempt == p.attempt), None)
+            if review:
+                out.append(f"Review: **{'approved' if review.approved else 'sent back'}** — {review.comment.strip()}\n")
+        if t.finished:
+            out.append(f"Result: {t.finished.status}" + (f" ({t.finished.reason})" if t.finished.reason else "") + "\n")
+    out += ["## Final diff", "", _fence(final_diff(view) or "(empty)", "diff")]
+    m = metrics(view)
+    out += ["## Cost", "", "| role | calls | prompt tokens | completion tokens | cost (USD) | LLM seconds |", "|---|---:|---:|---:|---:|---:|"]
+    for role, b in [*m["by_role"].items(), ("total", m["total"])]:
+        out.append(f"| {role} | {b['calls']} | {b['prompt_tokens']} | {b['completion_tokens']} | {b['cost_usd']:.4f} | {b['llm_seconds']:.2f} |")
+    out.append(f"\nWall time: {m['total']['wall_seconds']:.1f} s over {m['total']['events']} events.\n")
+    out += ["## Timeline", ""]
+    out += [f"{r.version}. `{r.actor}` {describe(r.event)}" for r in view.timeline]
+    return "\n".join(out) + "\n"

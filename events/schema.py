@@ -1,0 +1,260 @@
+"""Every event of a MAGIS collaboration, as frozen msgspec Structs in one tagged union.
+
+Evolution rules: add fields with defaults at the end; never change a field's meaning or a tag.
+Bump SCHEMA_VERSION when fields are added; old logs must keep decoding (tests/golden/).
+"""
+from __future__ import annotations
+
+from typing import Literal, Union
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+
+class Event(msgspec.Struct, frozen=True, tag_field="type", forbid_unknown_fields=False):
+    """Base of every event payload; the tag is the class name, stated explicitly per class."""
+
+
+# --- small value types ---------------------------------------------------------------------
+
+
+class RankedFile(msgspec.Struct, frozen=True):
+    path: str
+    score: float
+    blob_id: str
+
+
+class LineRange(msgspec.Struct, frozen=True):
+    """Lines start..end of the base file, 1-based and inclusive.
+
+    An empty range (end == start - 1) is an insertion before line `start`;
+    start == line_count + 1 inserts at the end of the file.
+    """
+
+    start: int
+    end: int
+
+
+class Edit(msgspec.Struct, frozen=True):
+    """Replace the lines of `range` with `new_code` ("" deletes them)."""
+
+    range: LineRange
+    new_code: str
+
+
+class Message(msgspec.Struct, frozen=True):
+    role: str
+    content: str
+
+
+class RunSettings(msgspec.Struct, frozen=True):
+    top_k: int = 10
+    max_review_rounds: int = 3
+    use_qa: bool = True
+    use_hints: bool = True
+    use_memory: bool = True
+    token_budget: int = 0  # 0: no budget
+    model: str = ""
+    max_files: int = 3  # the Custodian keeps at most this many relevant files
+
+
+# --- the run's life -------------------------------------------------------------------------
+
+
+class RunStarted(Event, frozen=True, tag="RunStarted"):
+    instance_id: str
+    repo: str
+    base_commit: str
+    problem_statement: str
+    hints_text: str = ""
+    settings: RunSettings = RunSettings()
+    schema_version: int = SCHEMA_VERSION
+
+
+class RunFinished(Event, frozen=True, tag="RunFinished"):
+    outcome: Literal["patched", "no_patch"]
+    files_changed: list[str] = []
+    summary: str = ""
+
+
+class RunFailed(Event, frozen=True, tag="RunFailed"):
+    reason: str
+    error_type: str = ""
+    resumable: bool = True
+
+
+class RunResumed(Event, frozen=True, tag="RunResumed"):
+    """The run goes on from its log. Events after `kept_version` and before this one are
+    superseded (they followed a failure that the resumed run retries); none is deleted."""
+
+    kept_version: int
+    superseded: int = 0
+
+
+# --- Repository Custodian (Algorithm 1) ------------------------------------------------------
+
+
+class FilesRanked(Event, frozen=True, tag="FilesRanked"):
+    candidates: list[RankedFile]
+    files_total: int = 0
+
+
+class FileSummarized(Event, frozen=True, tag="FileSummarized"):
+    """A candidate's description: fresh (P2), or a remembered summary plus a commit message (P1)."""
+
+    path: str
+    blob_id: str
+    summary: str
+    source: Literal["fresh", "memory", "diff"] = "fresh"
+    earlier_blob_id: str = ""
+    commit_message: str = ""
+
+
+class FileJudged(Event, frozen=True, tag="FileJudged"):
+    path: str
+    relevant: bool
+    reason: str = ""
+
+
+class FilesLocated(Event, frozen=True, tag="FilesLocated"):
+    paths: list[str]
+
+
+# --- Manager (Algorithm 2) --------------------------------------------------------------------
+
+
+class TaskDefined(Event, frozen=True, tag="TaskDefined"):
+    task_id: str
+    path: str
+    description: str
+    base_blob_id: str = ""  # "" when the task creates the file
+
+
+class DeveloperRecruited(Event, frozen=True, tag="DeveloperRecruited"):
+    task_id: str
+    name: str
+    profile: str
+
+
+class MeetingUtterance(Event, frozen=True, tag="MeetingUtterance"):
+    turn: int
+    speaker: str
+    text: str
+
+
+class PlanMade(Event, frozen=True, tag="PlanMade"):
+    stages: list[list[str]]  # task ids; a stage runs in parallel, stages in order
+    rationale: str = ""
+
+
+# --- Developer and QA Engineer (Algorithm 3) --------------------------------------------------
+
+
+class QAAssigned(Event, frozen=True, tag="QAAssigned"):
+    task_id: str
+    name: str
+    profile: str
+
+
+class LinesLocated(Event, frozen=True, tag="LinesLocated"):
+    task_id: str
+    attempt: int
+    ranges: list[LineRange]
+
+
+class PatchProposed(Event, frozen=True, tag="PatchProposed"):
+    """One attempt's result for one file: the edits, the new content and its diff to the base."""
+
+    task_id: str
+    attempt: int
+    path: str
+    base_blob_id: str
+    edits: list[Edit]
+    new_text: str
+    diff: str
+
+
+class ReviewIssued(Event, frozen=True, tag="ReviewIssued"):
+    task_id: str
+    attempt: int
+    approved: bool
+    comment: str = ""
+
+
+class TaskFinished(Event, frozen=True, tag="TaskFinished"):
+    """status: approved; unreviewed (no QA); unapproved (review limit reached or review failed,
+    last patch kept); failed (no patch)."""
+
+    task_id: str
+    status: Literal["approved", "unreviewed", "unapproved", "failed"]
+    attempts: int = 0
+    reason: str = ""
+
+
+# --- the model -------------------------------------------------------------------------------
+
+
+class LLMExchanged(Event, frozen=True, tag="LLMExchanged"):
+    """One request to the model and its raw answer (or the error it ended in)."""
+
+    purpose: str  # the prompt template's name, e.g. "locate_lines"
+    model: str
+    messages: list[Message]
+    answer: str = ""
+    error: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    cost_usd: float = 0.0
+    attempt: int = 1  # 1 + the number of corrective retries before it
+    task_id: str = ""
+    truncated_chars: int = 0  # prompt text cut to fit the model's context
+
+
+AnyEvent = Union[
+    RunStarted,
+    RunFinished,
+    RunFailed,
+    RunResumed,
+    FilesRanked,
+    FileSummarized,
+    FileJudged,
+    FilesLocated,
+    TaskDefined,
+    DeveloperRecruited,
+    MeetingUtterance,
+    PlanMade,
+    QAAssigned,
+    LinesLocated,
+    PatchProposed,
+    ReviewIssued,
+    TaskFinished,
+    LLMExchanged,
+]
+
+TERMINAL_EVENTS = (RunFinished, RunFailed)
+
+
+class NewEvent(msgspec.Struct, frozen=True):
+    """An event on its way to the log: the store gives it a version and a global position."""
+
+    event: AnyEvent
+    actor: str
+    event_id: str
+    time: float
+    caused_by: str = ""
+
+
+class Recorded(msgspec.Struct, frozen=True):
+    """An event as the log holds it: the envelope around the payload."""
+
+    run_id: str
+    version: int  # position in the run's stream, gap-free from 1
+    position: int  # global position in the store, strictly increasing
+    time: float  # unix seconds
+    actor: str  # e.g. "custodian", "manager", "developer:T1", "qa:T1"
+    event_id: str
+    event: AnyEvent
+    caused_by: str = ""
+    schema_version: int = SCHEMA_VERSION

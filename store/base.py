@@ -1,0 +1,80 @@
+"""The store's one interface: an append-only log of runs' event streams plus the summary memory."""
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import msgspec
+
+from magis_ray.events.schema import NewEvent, Recorded
+
+
+class StoreError(Exception):
+    """Any failure of the store that the user should see as one line."""
+
+
+class ConcurrencyConflict(StoreError):
+    """The run's stream is not at the version the writer expected; nothing was written."""
+
+
+class UnknownRun(StoreError):
+    pass
+
+
+class NotAStore(StoreError):
+    """The path exists but holds no magis store."""
+
+
+class CorruptStore(StoreError):
+    """The database file or one of its events cannot be read."""
+
+
+class RunInfo(msgspec.Struct, frozen=True):
+    run_id: str
+    version: int  # number of events in the stream
+    first_time: float
+    last_time: float
+
+
+class MemoryEntry(msgspec.Struct, frozen=True):
+    """A file summary remembered for (repo, path, blob_id); `position` orders entries in time."""
+
+    repo: str
+    path: str
+    blob_id: str
+    summary: str
+    position: int
+
+
+class EventStore(Protocol):
+    def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent]) -> list[Recorded]:
+        """Append a batch atomically after `expected_version` (0 for a new run).
+
+        Raises ConcurrencyConflict, writing nothing, when the stream is at another version.
+        """
+
+    def read(self, run_id: str, after_version: int = 0) -> list[Recorded]:
+        """The run's events in version order; UnknownRun when the run has none."""
+
+    def read_all(self, after_position: int = 0, limit: int | None = None) -> list[Recorded]:
+        """Every run's events after a global position, in position order."""
+
+    def version(self, run_id: str) -> int:
+        """The run's current version (0 when it has no events)."""
+
+    def list_runs(self) -> list[RunInfo]:
+        """All runs, oldest first."""
+
+    def put_summary(self, repo: str, path: str, blob_id: str, summary: str) -> None:
+        """Remember a file summary (the last one written for a key wins)."""
+
+    def get_summary(self, repo: str, path: str, blob_id: str, before_position: int | None = None) -> MemoryEntry | None:
+        """The summary of exactly this version of the file."""
+
+    def latest_summary(self, repo: str, path: str, before_position: int | None = None) -> MemoryEntry | None:
+        """The most recent summary of any version of the file.
+
+        `before_position` limits the answer to entries written before that global event
+        position, so a replay sees the memory as it was when the run started.
+        """
+
+    def close(self) -> None: ...

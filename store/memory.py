@@ -1,0 +1,97 @@
+"""An in-memory EventStore for tests and throwaway runs; same contract as the SQLite store."""
+from __future__ import annotations
+
+import threading
+from typing import Sequence
+
+import msgspec
+
+from magis_ray.events.codec import encode
+from magis_ray.events.schema import NewEvent, Recorded
+
+from .base import ConcurrencyConflict, MemoryEntry, RunInfo, UnknownRun
+
+_decoder = msgspec.json.Decoder(Recorded)
+
+
+class InMemoryStore:
+    """Keeps every event as its encoded JSON, like the SQLite store.
+
+    Encoding on append rejects what the SQLite store would reject, and decoding on read
+    hands every caller fresh objects, so nobody can change the log through a returned list.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._log: list[tuple[str, int, bytes]] = []  # (run_id, version, data); position = index + 1
+        self._runs: dict[str, list[int]] = {}  # run_id -> indexes into _log, in version order
+        self._times: dict[str, tuple[float, float]] = {}  # run_id -> (first_time, last_time)
+        self._summaries: dict[tuple[str, str, str], tuple[MemoryEntry, int]] = {}  # key -> (entry, write seq)
+        self._seq = 0
+
+    def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent]) -> list[Recorded]:
+        if not events:
+            return []
+        with self._lock:
+            current = len(self._runs.get(run_id, ()))
+            if current != expected_version:
+                raise ConcurrencyConflict(f"run {run_id} is at version {current}, not {expected_version}")
+            base = len(self._log)
+            recorded = [
+                Recorded(run_id, current + i, base + i, e.time, e.actor, e.event_id, e.event, e.caused_by)
+                for i, e in enumerate(events, 1)
+            ]
+            rows = [(run_id, r.version, encode(r)) for r in recorded]  # may raise: then nothing is kept
+            self._log.extend(rows)
+            self._runs.setdefault(run_id, []).extend(range(base, base + len(rows)))
+            first = self._times.get(run_id, (recorded[0].time, 0.0))[0]
+            self._times[run_id] = (first, recorded[-1].time)
+            return recorded
+
+    def read(self, run_id: str, after_version: int = 0) -> list[Recorded]:
+        with self._lock:
+            indexes = self._runs.get(run_id)
+            if not indexes:
+                raise UnknownRun(f"no run {run_id} in the store")
+            rows = [self._log[i][2] for i in indexes[max(after_version, 0):]]
+        return [_decoder.decode(data) for data in rows]
+
+    def read_all(self, after_position: int = 0, limit: int | None = None) -> list[Recorded]:
+        start = max(after_position, 0)
+        with self._lock:
+            rows = self._log[start:] if limit is None else self._log[start : start + max(limit, 0)]
+        return [_decoder.decode(data) for _, _, data in rows]
+
+    def version(self, run_id: str) -> int:
+        with self._lock:
+            return len(self._runs.get(run_id, ()))
+
+    def list_runs(self) -> list[RunInfo]:
+        with self._lock:  # dicts keep insertion order: the order of each run's first append
+            return [RunInfo(r, len(ix), *self._times[r]) for r, ix in self._runs.items()]
+
+    def put_summary(self, repo: str, path: str, blob_id: str, summary: str) -> None:
+        with self._lock:
+            self._seq += 1
+            entry = MemoryEntry(repo, path, blob_id, summary, len(self._log))
+            self._summaries[(repo, path, blob_id)] = (entry, self._seq)
+
+    def get_summary(self, repo: str, path: str, blob_id: str, before_position: int | None = None) -> MemoryEntry | None:
+        with self._lock:
+            found = self._summaries.get((repo, path, blob_id))
+        if found is None or (before_position is not None and found[0].position >= before_position):
+            return None
+        return found[0]
+
+    def latest_summary(self, repo: str, path: str, before_position: int | None = None) -> MemoryEntry | None:
+        with self._lock:
+            candidates = [
+                (entry.position, seq, entry)
+                for (r, p, _), (entry, seq) in self._summaries.items()
+                if r == repo and p == path and (before_position is None or entry.position < before_position)
+            ]
+        # Ties on position (no event between two writes) go to the later write, as in SQLite.
+        return max(candidates, key=lambda c: c[:2])[2] if candidates else None
+
+    def close(self) -> None:
+        pass

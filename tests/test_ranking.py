@@ -1,0 +1,310 @@
+"""BM25 file localization (actors/ranking.py)."""
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from gitfixtures import make_repo
+from rank_bm25 import BM25Okapi
+
+from magis_ray.actors.ranking import (
+    BM25Index,
+    code_tokens,
+    document_token_counts,
+    is_test_path,
+    issue_query,
+    localize_files,
+    mentioned_paths,
+    plain_bm25_tokens,
+    rank_files,
+    select_documents,
+)
+from magis_ray.actors.repository import RepoSnapshot
+
+# --- tokens ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("getUserName", ["getusername", "get", "user", "name"]),
+        ("get_user_name", ["get_user_name", "get", "user", "name"]),
+        ("HTTPServerError", ["httpservererror", "http", "server", "error"]),
+        ("parse_URL2Path", ["parse_url2path", "parse", "url", "path"]),
+        ("L031", ["l031"]),
+        ("__init__", ["init"]),
+        ("value", ["value"]),
+        ("self.x = None  # 42", []),
+        ("def f(self): return True", []),
+        ("café_au_lait", ["café_au_lait", "café", "au", "lait"]),
+        ("src/sqlfluff/rules/L031.py", ["src", "sqlfluff", "rules", "l031", "py"]),
+        ("foo.bar(baz-qux)", ["foo", "bar", "baz", "qux"]),
+    ],
+)
+def test_code_tokens(text, tokens):
+    assert code_tokens(text) == tokens
+
+
+def test_plain_tokens_do_not_split_identifiers():
+    assert plain_bm25_tokens("getUserName(self, x_y) -> L031!") == ["getusername", "self", "x_y", "l031"]
+
+
+def test_issue_query_adds_hints():
+    assert issue_query("Crash in getUser", "see userCache") == [
+        "crash", "getuser", "get", "user", "see", "usercache", "user", "cache"
+    ]
+
+
+def test_document_counts_weigh_the_path():
+    counts = document_token_counts("pkg/rules/L031.py", "alias = 1\nalias = 2\n")
+    assert counts["alias"] == 2 and counts["l031"] == 3 and counts["rules"] == 3
+    plain = document_token_counts("pkg/rules/L031.py", "alias = 1", plain=True)
+    assert plain == Counter({"pkg": 1, "rules": 1, "l031": 1, "py": 1, "alias": 1, "1": 1})
+
+
+# --- a small, realistic corpus ----------------------------------------------------------------
+
+CORPUS = {
+    "src/shop/__init__.py": "from .cart import ShoppingCart\nfrom .users import UserProfile\n",
+    "src/shop/cart.py": '''
+class ShoppingCart:
+    """Items a customer is about to buy."""
+
+    def __init__(self, discount=None):
+        self.items = {}
+        self.discount = discount
+
+    def add_item(self, sku, quantity=1, unit_price=0):
+        self.items[sku] = (quantity, unit_price)
+
+    def remove_item(self, sku):
+        del self.items[sku]
+
+    def total_price(self):
+        subtotal = sum(q * p for q, p in self.items.values())
+        if self.discount:
+            subtotal = self.discount.apply(subtotal)
+        return subtotal
+''',
+    "src/shop/payment.py": '''
+class PaymentGateway:
+    def charge(self, card_number, amount, currency="EUR"):
+        if amount <= 0:
+            raise ValueError("amount must be positive")
+        return self._post("/charge", card_number=card_number, amount=amount)
+
+    def refund(self, charge_id):
+        return self._post("/refund", charge_id=charge_id)
+''',
+    "src/shop/users.py": '''
+import re
+
+EMAIL = re.compile(r"[^@]+@[^@]+")
+
+
+class UserProfile:
+    def __init__(self, first_name, last_name, email):
+        self.first_name = first_name
+        self.last_name = last_name
+        self.email = email
+
+    def get_user_name(self):
+        return f"{self.first_name} {self.last_name}"
+
+    def validate_email(self):
+        return bool(EMAIL.fullmatch(self.email))
+''',
+    "src/shop/rules/L031.py": '''
+"""Avoid table aliases in from clauses and join conditions."""
+
+
+class Rule_L031:
+    def _eval(self, segment):
+        for alias in segment.aliases():
+            yield self.violation(alias)
+''',
+    "src/shop/rules/L032.py": '''
+"""Prefer specifying join keys instead of using USING."""
+
+
+class Rule_L032:
+    def _eval(self, segment):
+        if segment.uses_using():
+            yield self.violation(segment)
+''',
+    "src/shop/utils.py": '''
+def format_currency(amount, currency="EUR"):
+    return f"{amount:.2f} {currency}"
+
+
+def slugify(text):
+    return "-".join(text.lower().split())
+''',
+    "src/shop/http/client.py": '''
+class HTTPClient:
+    def __init__(self, base_url, timeout=10, retries=3):
+        self.base_url = base_url
+        self.timeout = timeout
+        self.retries = retries
+
+    def post(self, path, **payload):
+        for attempt in range(self.retries):
+            ...
+''',
+}
+DOCUMENTS = sorted(CORPUS.items())
+
+
+def top_paths(ranked):
+    return [path for path, _ in ranked]
+
+
+@pytest.mark.parametrize(
+    ("issue", "expected"),
+    [
+        ("ShoppingCart.total_price ignores the discount after an item is removed", "src/shop/cart.py"),
+        ("Refunds fail: the gateway charges the card twice", "src/shop/payment.py"),
+        ("getUserName should include the middle name; validateEmail rejects valid emails", "src/shop/users.py"),
+        ("Rule L031 wrongly flags table aliases in a self join", "src/shop/rules/L031.py"),
+        ("HTTP client does not retry after a timeout", "src/shop/http/client.py"),
+    ],
+)
+def test_the_obviously_relevant_file_ranks_first(issue, expected):
+    ranked = localize_files(DOCUMENTS, issue, k=3)
+    assert ranked[0][0] == expected
+    assert [score for _, score in ranked] == sorted((score for _, score in ranked), reverse=True)
+
+
+def test_identifier_splitting_finds_what_the_plain_baseline_misses():
+    issue = "getUserName returns the wrong value"
+    assert localize_files(DOCUMENTS, issue, k=1)[0][0] == "src/shop/users.py"
+    assert "src/shop/users.py" not in top_paths(localize_files(DOCUMENTS, issue, k=10, plain=True))
+
+
+def test_scores_equal_rank_bm25s_own():
+    index = BM25Index(DOCUMENTS)
+    reference = BM25Okapi([list(document_token_counts(p, t).elements()) for p, t in DOCUMENTS])
+    query = issue_query("the cart total ignores the discount; cart total is wrong") + ["unknown"]
+    assert index.scores(query) == pytest.approx(reference.get_scores(query))
+
+
+def test_a_stack_trace_puts_the_named_file_first():
+    issue = '''Removing an item from a ShoppingCart with a discount crashes total_price:
+
+Traceback (most recent call last):
+  File "/home/me/venv/lib/python3.11/site-packages/shop/utils.py", line 7, in slugify
+KeyError: 'sku'
+'''
+    without_boost = rank_files(DOCUMENTS, issue_query(issue), k=3)
+    assert without_boost[0][0] != "src/shop/utils.py"
+    ranked = localize_files(DOCUMENTS, issue, k=3)
+    assert ranked[0][0] == "src/shop/utils.py"
+    assert ranked[0][1] > ranked[1][1]
+
+
+def test_explicit_paths_and_modules_are_boosted_in_order_of_score():
+    issue = "The cart discount is off. I think shop/utils.py or shop.rules.L032 is involved."
+    ranked = localize_files(DOCUMENTS, issue, k=4)
+    assert {path for path, _ in ranked[:2]} == {"src/shop/utils.py", "src/shop/rules/L032.py"}
+    assert ranked[2][0] == "src/shop/cart.py"
+    unboosted = dict(rank_files(DOCUMENTS, issue_query(issue), k=10))
+    # among the boosted files, their own BM25 scores decide
+    first, second = ranked[0][0], ranked[1][0]
+    assert unboosted.get(first, 0) >= unboosted.get(second, 0)
+
+
+def test_boost_ignores_paths_outside_the_index_and_files_without_any_match_stay_out():
+    ranked = rank_files(DOCUMENTS, ["discount"], k=10, boosted=["not/indexed.py"])
+    assert top_paths(ranked) == ["src/shop/cart.py"]
+    assert rank_files(DOCUMENTS, ["discount"], k=0) == []
+    assert rank_files([], ["discount"], k=5) == []
+    assert rank_files([("a.py", ""), ("b.py", "")], ["x"], k=5) == []
+    with pytest.raises(ValueError):
+        rank_files(DOCUMENTS, ["discount"], k=-1)
+
+
+def test_ranking_is_deterministic():
+    twins = [("b/same.py", "alpha beta\n"), ("a/same.py", "alpha beta\n"), *DOCUMENTS]
+    assert rank_files(twins, ["alpha"], k=5) == rank_files(list(reversed(twins)), ["alpha"], k=5)
+    ranked = rank_files(twins, ["alpha"], k=5)
+    assert top_paths(ranked) == ["a/same.py", "b/same.py"] and ranked[0][1] == ranked[1][1]
+    shuffled = DOCUMENTS[:]
+    random.Random(7).shuffle(shuffled)
+    issue = "cart total and discount, user email, payment refund"
+    assert localize_files(shuffled, issue, k=8) == localize_files(DOCUMENTS, issue, k=8)
+
+
+# --- mentions ----------------------------------------------------------------------------------
+
+PATHS = [
+    "src/shop/__init__.py",
+    "src/shop/cart.py",
+    "src/shop/rules/__init__.py",
+    "src/shop/rules/L031.py",
+    "src/shop/http/__init__.py",
+    "src/shop/http/client.py",
+    "src/shop/legacy/cart.py",
+    "docs/__init__.py",
+    "setup.py",
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("see src/shop/rules/L031.py.", ["src/shop/rules/L031.py"]),
+        ("in shop/http/client.py:12: in post", ["src/shop/http/client.py"]),
+        ("the file client.py", ["src/shop/http/client.py"]),
+        ("cart.py is ambiguous but legacy/cart.py is not", ["src/shop/cart.py", "src/shop/legacy/cart.py", ]),
+        ('File "/usr/lib/python3/site-packages/shop/cart.py", line 9, in total', ["src/shop/cart.py"]),
+        (r"File C:\work\shop\rules\L031.py, line 2", ["src/shop/rules/L031.py"]),
+        ("https://github.com/o/r/blob/main/src/shop/http/client.py#L10", ["src/shop/http/client.py"]),
+        ("import shop.rules.L031 then shop.cart.ShoppingCart.total()", ["src/shop/rules/L031.py", "src/shop/cart.py"]),
+        ("shop.http is a package", []),  # packages set the scene; their __init__ is no lead
+        ("__init__.py is in every folder", []),  # fits 4 files: names none
+        ("python setup.py install; ../../setup.py", ["setup.py"]),
+        ("foo/bar.py, self.cart, e.g. np.float64, version 1.2.3", []),
+        ("client.py then cart.py then client.py", ["src/shop/http/client.py", "src/shop/cart.py", "src/shop/legacy/cart.py"]),
+    ],
+)
+def test_mentioned_paths(text, expected):
+    assert mentioned_paths(text, PATHS) == expected
+
+
+# --- which files are indexed ---------------------------------------------------------------------
+
+
+def test_is_test_path():
+    assert is_test_path("tests/test_cart.py") and is_test_path("pkg/tests/helpers.py")
+    assert is_test_path("pkg/test_cart.py") and is_test_path("pkg/cart_test.py") and is_test_path("conftest.py")
+    assert not is_test_path("django/test/testcases.py") and not is_test_path("sympy/testing/runtests.py")
+    assert not is_test_path("src/_pytest/unittest.py") and not is_test_path("pkg/contest.py")
+
+
+def test_select_documents(tmp_path):
+    files = {
+        "pkg/core.py": "def f():\n    return 1\n",
+        "pkg/test/testcases.py": "class TestCase: ...\n",
+        "pkg/ext.pyx": "cdef int x\n",
+        "tests/test_core.py": "def test_f(): ...\n",
+        "pkg/conftest.py": "",
+        "pkg/_vendor/six.py": "# vendored\n",
+        "node_modules/x/index.js": "module.exports = 1\n",
+        "pkg/api_pb2.py": "# generated\n",
+        "README.md": "# docs\n",
+        "data.json": "{}\n",
+        "pkg/huge.py": "x = 1\n" * 100_000,
+        "pkg/weird.py": b"\x00\x01\x02binary",
+    }
+    repo, commit = make_repo(tmp_path / "repo", files)
+    snapshot = RepoSnapshot.open(tmp_path / "repo", commit)
+    documents = select_documents(snapshot)
+    assert documents == [
+        ("pkg/core.py", files["pkg/core.py"]),
+        ("pkg/ext.pyx", files["pkg/ext.pyx"]),
+        ("pkg/test/testcases.py", files["pkg/test/testcases.py"]),
+    ]
+    with_tests = [path for path, _ in select_documents(snapshot, include_tests=True)]
+    assert with_tests == ["pkg/conftest.py", "pkg/core.py", "pkg/ext.pyx", "pkg/test/testcases.py", "tests/test_core.py"]
+    assert "pkg/huge.py" in [path for path, _ in select_documents(snapshot, max_bytes=10**6)]

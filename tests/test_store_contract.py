@@ -1,0 +1,218 @@
+"""The EventStore contract, run on every backend: in-memory and SQLite on a real file."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from magis_ray.events.codec import new_event
+from magis_ray.events.schema import LLMExchanged, MeetingUtterance, Message, Recorded, RunStarted
+from magis_ray.store import ConcurrencyConflict, MemoryEntry, UnknownRun
+from magis_ray.store.memory import InMemoryStore
+from magis_ray.store.sqlite import SQLiteStore
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request, tmp_path):
+    s = InMemoryStore() if request.param == "memory" else SQLiteStore.open(tmp_path / ".magis", create=True)
+    yield s
+    s.close()
+
+
+def started(instance: str = "django__django-11099"):
+    return new_event(RunStarted(instance_id=instance, repo="django/django", base_commit="abc123", problem_statement="fix it"), "cli")
+
+
+def talk(n: int, speaker: str = "manager"):
+    return [new_event(MeetingUtterance(turn=i, speaker=speaker, text=f"turn {i}"), speaker) for i in range(n)]
+
+
+def exchange():
+    messages = [Message("system", "You are a developer."), Message("user", "def f():\n    return 1\n" * 50)]
+    return new_event(LLMExchanged(purpose="locate_lines", model="gpt-4o", messages=messages, answer="[1, 3]"), "developer:T1")
+
+
+def texts(recorded: list[Recorded]) -> list[str]:
+    return [r.event.text for r in recorded]
+
+
+def test_append_returns_the_recorded_batch_and_reads_it_back_whole(store):
+    batch = [started(), *talk(3), exchange()]
+    recorded = store.append("r1", 0, batch)
+    assert [r.version for r in recorded] == [1, 2, 3, 4, 5]
+    assert [r.event for r in recorded] == [e.event for e in batch]
+    assert [(r.event_id, r.actor, r.time) for r in recorded] == [(e.event_id, e.actor, e.time) for e in batch]
+    assert all(r.run_id == "r1" for r in recorded)
+    assert store.read("r1") == recorded
+    assert store.version("r1") == 5
+
+
+def test_versions_are_gap_free_from_one_across_batches(store):
+    store.append("r1", 0, [started()])
+    store.append("r1", 1, talk(2))
+    store.append("r1", 3, talk(4))
+    assert [r.version for r in store.read("r1")] == list(range(1, 8))
+
+
+def test_stale_expected_version_conflicts_and_writes_nothing(store):
+    store.append("r1", 0, [started(), *talk(2)])
+    before = store.read_all()
+    for stale in (0, 2, 4):
+        with pytest.raises(ConcurrencyConflict):
+            store.append("r1", stale, talk(3, speaker="late"))
+    with pytest.raises(ConcurrencyConflict):
+        store.append("new-run", 1, talk(2))
+    assert store.read_all() == before
+    assert store.version("r1") == 3 and store.version("new-run") == 0
+    assert [r.run_id for r in store.list_runs()] == ["r1"]
+    # The positions the failed batches did not take are still free: the next batch follows on.
+    assert [r.position for r in store.append("r1", 3, talk(1))] == [before[-1].position + 1]
+
+
+def test_a_failing_batch_writes_nothing(store):
+    store.append("r1", 0, [started()])
+
+    class NotAnEvent:  # cannot be encoded: the whole batch must fail, including the good events before it
+        pass
+
+    bad = [*talk(2), new_event(NotAnEvent(), "x")]  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        store.append("r1", 1, bad)
+    assert store.version("r1") == 1 and len(store.read_all()) == 1
+    assert [r.position for r in store.append("r1", 1, talk(2))] == [2, 3]
+
+
+def test_empty_batch_writes_nothing(store):
+    assert store.append("r1", 0, []) == []
+    assert store.list_runs() == [] and store.read_all() == []
+
+
+def test_global_positions_strictly_increase_across_runs(store):
+    store.append("a", 0, [started("a")])
+    store.append("b", 0, [started("b"), *talk(2)])
+    store.append("a", 1, talk(3))
+    store.append("b", 3, talk(1))
+    everything = store.read_all()
+    assert [r.position for r in everything] == list(range(1, 9))
+    assert [(r.run_id, r.version) for r in everything] == [
+        ("a", 1), ("b", 1), ("b", 2), ("b", 3), ("a", 2), ("a", 3), ("a", 4), ("b", 4),
+    ]
+    for run_id in ("a", "b"):
+        positions = [r.position for r in store.read(run_id)]
+        assert positions == sorted(positions)
+
+
+def test_read_after_version(store):
+    store.append("r1", 0, [started(), *talk(4)])
+    assert [r.version for r in store.read("r1", after_version=2)] == [3, 4, 5]
+    assert texts(store.read("r1", after_version=4)) == ["turn 3"]
+    assert store.read("r1", after_version=5) == []
+
+
+def test_read_all_after_a_position_and_with_a_limit(store):
+    store.append("a", 0, [started("a"), *talk(3)])
+    store.append("b", 0, [started("b"), *talk(3)])
+    assert [r.position for r in store.read_all(after_position=5)] == [6, 7, 8]
+    assert [r.position for r in store.read_all(after_position=2, limit=3)] == [3, 4, 5]
+    assert [r.position for r in store.read_all(limit=2)] == [1, 2]
+    assert store.read_all(after_position=8) == []
+    assert store.read_all(limit=0) == []
+
+
+def test_list_runs(store):
+    a = store.append("a", 0, [started("a"), *talk(1)])
+    b = store.append("b", 0, [started("b")])
+    a += store.append("a", 2, talk(2))
+    runs = {r.run_id: r for r in store.list_runs()}
+    assert [r.run_id for r in store.list_runs()] == ["a", "b"]  # oldest first
+    assert (runs["a"].version, runs["a"].first_time, runs["a"].last_time) == (4, a[0].time, a[-1].time)
+    assert (runs["b"].version, runs["b"].first_time, runs["b"].last_time) == (1, b[0].time, b[0].time)
+
+
+def test_unknown_run(store):
+    with pytest.raises(UnknownRun):
+        store.read("nope")
+    store.append("r1", 0, [started()])
+    with pytest.raises(UnknownRun):
+        store.read("r2")
+    assert store.version("nope") == 0
+
+
+def test_returned_events_cannot_change_the_log(store):
+    store.append("r1", 0, [exchange()])
+    store.read("r1")[0].event.messages.append(Message("user", "sneaky"))
+    assert len(store.read("r1")[0].event.messages) == 2
+
+
+def test_threads_appending_with_retry_lose_nothing(store):
+    def writer(name: str) -> None:
+        for i in range(20):
+            while True:
+                try:
+                    store.append("shared", store.version("shared"), talk(3, speaker=f"{name}-{i}"))
+                    break
+                except ConcurrencyConflict:
+                    pass
+
+    threads = [threading.Thread(target=writer, args=(f"w{n}",)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    events = store.read("shared")
+    assert [r.version for r in events] == list(range(1, 241))
+    speakers = [r.event.speaker for r in events]
+    assert all(len(set(speakers[i : i + 3])) == 1 for i in range(0, 240, 3))  # every batch whole, in one piece
+    assert len(set(speakers)) == 80
+
+
+# --- the summary memory ------------------------------------------------------------------
+
+
+def test_summary_put_and_get(store):
+    assert store.get_summary("repo", "a.py", "blob1") is None
+    store.append("r1", 0, talk(2))
+    store.put_summary("repo", "a.py", "blob1", "parses the config")
+    assert store.get_summary("repo", "a.py", "blob1") == MemoryEntry("repo", "a.py", "blob1", "parses the config", 2)
+    assert store.get_summary("repo", "a.py", "blob2") is None
+    assert store.get_summary("other", "a.py", "blob1") is None
+
+
+def test_summary_position_is_the_log_position_at_write_time(store):
+    store.put_summary("repo", "a.py", "v0", "before any event")
+    store.append("r1", 0, talk(3))
+    store.put_summary("repo", "a.py", "v1", "after three events")
+    assert store.get_summary("repo", "a.py", "v0").position == 0
+    assert store.get_summary("repo", "a.py", "v1").position == 3
+
+
+def test_latest_summary_and_before_position(store):
+    assert store.latest_summary("repo", "a.py") is None
+    store.append("r1", 0, talk(1))
+    store.put_summary("repo", "a.py", "v1", "first")  # position 1
+    store.append("r1", 1, talk(2))
+    store.put_summary("repo", "a.py", "v2", "second")  # position 3
+    store.put_summary("repo", "b.py", "v9", "another file")
+    assert store.latest_summary("repo", "a.py").summary == "second"
+    assert store.latest_summary("repo", "a.py", before_position=3).summary == "first"
+    assert store.latest_summary("repo", "a.py", before_position=1) is None
+    assert store.get_summary("repo", "a.py", "v2", before_position=3) is None
+    assert store.get_summary("repo", "a.py", "v2", before_position=4).summary == "second"
+    assert store.latest_summary("repo", "c.py") is None
+
+
+def test_latest_summary_prefers_the_later_write_at_the_same_position(store):
+    store.append("r1", 0, talk(1))
+    store.put_summary("repo", "a.py", "v1", "one")
+    store.put_summary("repo", "a.py", "v2", "two")
+    assert store.latest_summary("repo", "a.py").blob_id == "v2"
+    store.put_summary("repo", "a.py", "v1", "one again")
+    assert store.latest_summary("repo", "a.py").summary == "one again"
+
+
+def test_summary_overwrite_replaces_text_and_position(store):
+    store.put_summary("repo", "a.py", "v1", "old")
+    store.append("r1", 0, talk(2))
+    store.put_summary("repo", "a.py", "v1", "new")
+    assert store.get_summary("repo", "a.py", "v1") == MemoryEntry("repo", "a.py", "v1", "new", 2)
+    assert store.latest_summary("repo", "a.py", before_position=2) is None  # the old entry is gone

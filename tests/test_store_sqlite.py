@@ -1,0 +1,241 @@
+"""SQLite-only behaviour, on real files and with real OS processes (tests/store_writer.py)."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from magis_ray.events.codec import new_event
+from magis_ray.events.schema import MeetingUtterance, Recorded, RunStarted
+from magis_ray.store import CorruptStore, NotAStore, StoreError, open_store
+from magis_ray.store.sqlite import SQLiteStore
+
+WRITER = Path(__file__).with_name("store_writer.py")
+
+
+def writer(store: Path, name: str, batches: int, size: int, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(WRITER), str(store), name, str(batches), str(size), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def batches_of(events: list[Recorded]) -> dict[tuple[str, int], list[Recorded]]:
+    """Group a run's events by the batch that wrote them ("name/batch/index" in the text)."""
+    groups: dict[tuple[str, int], list[Recorded]] = defaultdict(list)
+    for r in events:
+        name, number, _ = r.event.text.split("/")
+        groups[(name, int(number))].append(r)
+    return groups
+
+
+def assert_whole_batches(events: list[Recorded], size: int) -> None:
+    assert [r.version for r in events] == list(range(1, len(events) + 1))  # gap-free from 1
+    for group in batches_of(events).values():
+        assert [r.event.turn for r in group] == list(range(size))  # exactly once, all of it
+        assert [r.version for r in group] == list(range(group[0].version, group[0].version + size))  # contiguous
+
+
+def test_two_processes_append_to_their_own_runs_and_to_a_shared_run(tmp_path):
+    path, go = tmp_path / ".magis", tmp_path / "go"
+    SQLiteStore.open(path, create=True).close()
+    procs = [writer(path, name, 40, 5, "--shared", "shared", "--go", str(go), "--think", "0.002") for name in ("w1", "w2")]
+    time.sleep(0.5)  # both have started Python and opened the store; then let them race
+    go.touch()
+    outputs = [p.communicate(timeout=120) for p in procs]
+    conflicts = 0
+    for p, (out, err) in zip(procs, outputs):
+        assert p.returncode == 0, err
+        conflicts += int(out.splitlines()[-1].removeprefix("done conflicts="))
+    assert conflicts > 0, "the writers never raced on the shared run"
+
+    with SQLiteStore.open(path) as store:
+        for name in ("w1", "w2"):
+            own = store.read(name)
+            assert len(own) == 200
+            assert_whole_batches(own, 5)
+        shared = store.read("shared")
+        assert len(shared) == 400
+        assert_whole_batches(shared, 5)
+        assert sorted(batches_of(shared)) == [(n, b) for n in ("w1", "w2") for b in range(40)]
+        positions = [r.position for r in store.read_all()]
+        assert positions == list(range(1, 801))  # strictly increasing, no position taken twice
+        assert {r.run_id: r.version for r in store.list_runs()} == {"w1": 200, "w2": 200, "shared": 400}
+
+
+def test_sigkill_keeps_every_committed_batch_and_no_partial_one(tmp_path):
+    path = tmp_path / ".magis"
+    SQLiteStore.open(path, create=True).close()
+    size = 50  # large batches, so the kill is likely to land inside a transaction
+    proc = writer(path, "victim", 0, size)
+    reported = 0
+    while reported < 5:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        reported = int(line.split()[1])
+    time.sleep(random.Random().uniform(0, 0.02))  # land the kill at some point of a later batch
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    for line in proc.stdout.read().splitlines():  # what it reported before it died
+        reported = int(line.split()[1])
+
+    with SQLiteStore.open(path) as store:
+        events = store.read("victim")
+        assert len(events) % size == 0
+        # Every reported batch is there; at most one more, committed but killed before it could say so.
+        assert reported * size <= len(events) <= (reported + 1) * size
+        assert_whole_batches(events, size)
+        assert store.version("victim") == len(events)
+        # The store takes new writes after the crash.
+        store.append("victim", len(events), [new_event(MeetingUtterance(0, "after", "after/0/0"), "t")])
+
+
+# --- what is and is not a store ---------------------------------------------------------------
+
+
+def test_create_makes_the_folder_and_the_database(tmp_path):
+    path = tmp_path / "deep" / ".magis"
+    with pytest.raises(NotAStore, match="no magis store at"):
+        open_store(str(path))
+    open_store(str(path), create=True).close()
+    assert (path / "events.sqlite3").is_file()
+    open_store(str(path)).close()  # and it opens again without create
+    open_store(str(path / "events.sqlite3")).close()  # also by the file's own path
+
+
+def test_create_with_a_file_path(tmp_path):
+    path = tmp_path / "store.sqlite3"
+    open_store(str(path), create=True).close()
+    assert path.is_file()
+    open_store(str(path)).close()
+
+
+def test_not_a_store(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    text = tmp_path / "notes.txt"
+    text.write_text("hello, this is not a database\n")
+    foreign = tmp_path / "other.sqlite3"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE things (x)")
+    conn.close()
+    for path in (empty, text, foreign, tmp_path / "missing"):
+        with pytest.raises(NotAStore) as info:
+            open_store(str(path))
+        assert "\n" not in str(info.value)
+    for path in (text, foreign):  # create=True never takes over someone else's file
+        with pytest.raises(NotAStore):
+            open_store(str(path), create=True)
+
+
+def fill(path: Path, runs: int = 20, per_run: int = 30) -> None:
+    with SQLiteStore.open(path, create=True) as store:
+        for n in range(runs):
+            events = [new_event(RunStarted(f"i{n}", "repo", "abc", "x" * 500), "cli")]
+            events += [new_event(MeetingUtterance(i, "m", f"m/{n}/{i} " + "y" * 300), "m") for i in range(per_run)]
+            store.append(f"run{n}", 0, events)
+
+
+def touch_everything(path: Path) -> None:
+    with SQLiteStore.open(path) as store:
+        for info in store.list_runs():
+            store.read(info.run_id)
+        store.read_all()
+        store.append("new", 0, [new_event(MeetingUtterance(0, "m", "z"), "m")])
+
+
+@pytest.mark.parametrize("start", [100, 4096 * 3, "middle"])
+def test_garbage_in_the_file_is_corrupt_store_never_a_sqlite_error(tmp_path, start):
+    path = tmp_path / ".magis"
+    fill(path)
+    db = path / "events.sqlite3"
+    assert not (path / "events.sqlite3-wal").exists() or (path / "events.sqlite3-wal").stat().st_size == 0
+    size = db.stat().st_size
+    offset = size // 2 if start == "middle" else start
+    data = bytearray(db.read_bytes())
+    rng = random.Random(7)
+    data[offset : offset + 3 * 4096] = rng.randbytes(len(data[offset : offset + 3 * 4096]))
+    db.write_bytes(bytes(data))
+    with pytest.raises(CorruptStore) as info:
+        touch_everything(path)
+    assert "\n" not in str(info.value)
+
+
+def test_garbage_over_the_whole_file(tmp_path):
+    path = tmp_path / ".magis"
+    fill(path, runs=2)
+    db = path / "events.sqlite3"
+    db.write_bytes(random.Random(3).randbytes(db.stat().st_size))
+    with pytest.raises((CorruptStore, NotAStore)):
+        touch_everything(path)
+
+
+def test_random_damage_anywhere_gives_only_store_errors(tmp_path):
+    """Small runs of random bytes at random places: every call succeeds or raises a StoreError."""
+    fill(tmp_path / "pristine")
+    pristine = (tmp_path / "pristine" / "events.sqlite3").read_bytes()
+    rng = random.Random(11)
+    outcomes = set()
+    for n in range(60):
+        data = bytearray(pristine)
+        length = rng.choice([1, 16, 300, 5000])
+        offset = rng.randrange(len(data) - length)
+        data[offset : offset + length] = rng.randbytes(length)
+        path = tmp_path / f"damaged{n}"
+        path.mkdir()
+        (path / "events.sqlite3").write_bytes(bytes(data))
+        try:
+            touch_everything(path)
+            outcomes.add("ok")  # the bytes fell on free space, or on text that still decodes
+        except (CorruptStore, NotAStore) as exc:
+            assert "\n" not in str(exc)
+            outcomes.add(type(exc).__name__)
+    assert "CorruptStore" in outcomes
+
+
+def test_undecodable_row_names_the_run_and_version(tmp_path):
+    path = tmp_path / ".magis"
+    fill(path, runs=2, per_run=3)
+    with sqlite3.connect(path / "events.sqlite3") as conn:
+        conn.execute("UPDATE events SET data = '{\"run_id\": 1}' WHERE run_id = 'run1' AND version = 3")
+    conn.close()
+    with SQLiteStore.open(path) as store:
+        assert len(store.read("run0")) == 4
+        with pytest.raises(CorruptStore, match="event 3 of run run1"):
+            store.read("run1")
+        with pytest.raises(CorruptStore, match="event 3 of run run1"):
+            store.read_all()
+
+
+def test_events_are_json_in_the_data_column(tmp_path):
+    path = tmp_path / ".magis"
+    fill(path, runs=2, per_run=2)
+    with sqlite3.connect(path / "events.sqlite3") as conn:
+        rows = conn.execute("SELECT type, data FROM events ORDER BY position").fetchall()
+        meta = dict(conn.execute("SELECT key, value FROM meta"))
+    conn.close()
+    assert meta["magis_store"] == "1"
+    assert len(rows) == 6
+    for column_type, data in rows:
+        assert isinstance(data, str)
+        envelope = json.loads(data)
+        assert envelope["event"]["type"] == column_type
+        assert {"run_id", "version", "position", "time", "actor", "event_id"} <= envelope.keys()
+    assert [json.loads(d)["event"]["type"] for _, d in rows[:3]] == ["RunStarted", "MeetingUtterance", "MeetingUtterance"]
+
+
+def test_a_closed_store_says_so(tmp_path):
+    store = SQLiteStore.open(tmp_path / ".magis", create=True)
+    store.close()
+    with pytest.raises(StoreError, match="closed"):
+        store.list_runs()
