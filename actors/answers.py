@@ -24,9 +24,15 @@ class RelevanceAnswer(Answer, frozen=True):
     reason: str = ""
 
 
+class NewFileAnswer(Answer, frozen=True):
+    path: str
+    task: str
+
+
 class TaskAnswer(Answer, frozen=True):
     needed: bool
     task: str = ""
+    new_files: list[NewFileAnswer] = []
 
 
 class PersonaAnswer(Answer, frozen=True):

@@ -153,7 +153,8 @@ class BM25Index:
         """The k best (path, score), best first, ties by path.
 
         Files with no matching token are left out. `boosted` files (e.g. named in the
-        issue) outrank all others: their score is raised by the best plain score + 1.
+        issue) outrank all others: their score is raised by the best unboosted score + 1,
+        so among themselves their own BM25 scores decide.
         """
         if k < 0:
             raise ValueError(f"k must be at least 0, got {k}")
@@ -191,9 +192,9 @@ def localize_files(
     plain: bool = False,
 ) -> list[tuple[str, float]]:
     """Rank files for an issue: the code scheme with its mention boost, or the plain baseline."""
-    if plain:
-        return rank_files(documents, plain_bm25_tokens(f"{problem_statement}\n{hints_text}"), k, plain=True)
     issue = f"{problem_statement}\n{hints_text}"
+    if plain:
+        return rank_files(documents, plain_bm25_tokens(issue), k, plain=True)
     mentioned = mentioned_paths(issue, [path for path, _ in documents])
     return rank_files(documents, issue_query(problem_statement, hints_text), k, boosted=mentioned)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,14 +103,15 @@ _SKIPPED_MODES = {FileMode.COMMIT, FileMode.LINK}  # submodules and symlinks
 class RepoSnapshot:
     """The files of one commit. Open with `RepoSnapshot.open(path, commit)`.
 
-    Pickles as (path, commit id) and reopens on the other side, so it can travel to
-    a Ray actor; the pygit2 handle itself never leaves this process.
+    Safe to share between threads (one lock around libgit2, whose objects are not
+    thread-safe). Pickles as (path, commit id) and reopens on the other side, so it
+    can travel to a Ray actor; the pygit2 handle itself never leaves this process.
     """
 
     def __init__(self, repo: pygit2.Repository, commit: pygit2.Commit, path: Path) -> None:
         self._repo = repo
-        self._commit = commit
         self._tree = commit.tree
+        self._lock = threading.Lock()
         self.path = path
         self.commit_id = str(commit.id)
         self._files: list[FileEntry] | None = None
@@ -130,12 +132,13 @@ class RepoSnapshot:
 
     def files(self) -> list[FileEntry]:
         """Every regular file of the commit, sorted by path (submodules and symlinks left out)."""
-        if self._files is None:
-            entries: list[FileEntry] = []
-            self._walk(self._tree, "", entries)
-            entries.sort(key=lambda e: e.path)
-            self._files = entries
-        return list(self._files)
+        with self._lock:
+            if self._files is None:
+                entries: list[FileEntry] = []
+                self._walk(self._tree, "", entries)
+                entries.sort(key=lambda e: e.path)
+                self._files = entries
+            return list(self._files)
 
     def _walk(self, tree: pygit2.Tree, prefix: str, out: list[FileEntry]) -> None:
         read_header = self._repo.odb.read_header  # the size without inflating the blob
@@ -146,27 +149,37 @@ class RepoSnapshot:
             elif entry.type_str == "blob" and entry.filemode not in _SKIPPED_MODES:
                 out.append(FileEntry(path, str(entry.id), read_header(entry.id)[1]))
 
-    # --- reading -------------------------------------------------------------------------
+    # --- reading files of the commit -----------------------------------------------------
 
     def blob_id(self, path: str) -> str | None:
         """The blob of `path` at this commit, or None when there is no such file."""
-        blob = self._blob_or_none(path)
-        return None if blob is None else str(blob.id)
+        with self._lock:
+            blob = self._blob_or_none(path)
+            return None if blob is None else str(blob.id)
 
     def read_bytes(self, path: str) -> bytes:
-        return self._blob(path).data
+        with self._lock:
+            return self._blob(path).data
 
     def read_text(self, path: str) -> str:
         """The file decoded as UTF-8 (undecodable bytes become U+FFFD)."""
-        return self._blob(path).data.decode("utf-8", errors="replace")
+        return self.read_bytes(path).decode("utf-8", errors="replace")
 
     def is_binary(self, path: str) -> bool:
         """git's own test: a NUL byte or mostly non-printable bytes near the start."""
-        return self._blob(path).is_binary
+        with self._lock:
+            return self._blob(path).is_binary
+
+    # --- any blob of the repository (e.g. an older version of a file) ---------------------
+
+    def has_blob(self, blob_id: str) -> bool:
+        with self._lock:
+            return self._blob_by_id_or_none(blob_id) is not None
 
     def text_of_blob(self, blob_id: str) -> str:
-        """Any blob of the repository (e.g. an older version of a file) as text."""
-        return self._lookup_blob(blob_id).data.decode("utf-8", errors="replace")
+        with self._lock:
+            data = self._blob_by_id(blob_id).data
+        return data.decode("utf-8", errors="replace")
 
     def diff_blobs(self, old_blob_id: str | None, new_blob_id: str | None, path: str) -> str:
         """The git diff from one version of `path` to another; "" when they are the same.
@@ -174,14 +187,15 @@ class RepoSnapshot:
         None (or "") on either side stands for an absent file, giving a
         new-file or deleted-file diff.
         """
-        old = self._lookup_blob(old_blob_id) if old_blob_id else None
-        new = self._lookup_blob(new_blob_id) if new_blob_id else None
-        if old is None and new is None:
-            return ""
-        patch = pygit2.Patch.create_from(old, new, old_as_path=path, new_as_path=path)
-        return patch.text or ""
+        with self._lock:
+            old = self._blob_by_id(old_blob_id) if old_blob_id else None
+            new = self._blob_by_id(new_blob_id) if new_blob_id else None
+            if old is None and new is None:
+                return ""
+            patch = pygit2.Patch.create_from(old, new, old_as_path=path, new_as_path=path)
+            return patch.text or ""
 
-    # --- lookups -------------------------------------------------------------------------
+    # --- lookups, called holding the lock -------------------------------------------------
 
     def _blob_or_none(self, path: str) -> pygit2.Blob | None:
         try:
@@ -198,11 +212,15 @@ class RepoSnapshot:
             raise RepoError(f"no file {path} at commit {self.commit_id[:12]}")
         return blob
 
-    def _lookup_blob(self, blob_id: str) -> pygit2.Blob:
+    def _blob_by_id_or_none(self, blob_id: str) -> pygit2.Blob | None:
         try:
             obj = self._repo[blob_id]
-        except (KeyError, ValueError):
-            obj = None
-        if not isinstance(obj, pygit2.Blob):
+        except (KeyError, ValueError):  # unknown, or not hex at all
+            return None
+        return obj if isinstance(obj, pygit2.Blob) else None
+
+    def _blob_by_id(self, blob_id: str) -> pygit2.Blob:
+        blob = self._blob_by_id_or_none(blob_id)
+        if blob is None:
             raise RepoError(f"blob {blob_id} not found in {self.path}")
-        return obj
+        return blob

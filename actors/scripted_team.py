@@ -28,7 +28,7 @@ _PATH_PATTERNS = {
 
 def path_in(request: ScriptedRequest) -> str:
     pattern = _PATH_PATTERNS.get(request.purpose)
-    match = re.search(pattern, request.messages[-1].content) if pattern else None
+    match = re.search(pattern, request.text) if pattern else None
     return match.group(1) if match else ""
 
 
@@ -79,7 +79,7 @@ class ScriptedTeam:
         return None
 
     def _stages(self, request: ScriptedRequest) -> list[list[str]]:
-        task_of = dict((path, tid) for tid, path in re.findall(r"- (T\d+) on `([^`]+)`", request.messages[-1].content))
+        task_of = dict((path, tid) for tid, path in re.findall(r"- (T\d+) on `([^`]+)`", request.text))
         if self.stages is None:
             return [list(task_of.values())]
         return [[task_of[p] for p in stage if p in task_of] for stage in self.stages]

@@ -74,10 +74,14 @@ class Team:
         journal.emit(end)
         return end
 
+    def _base_text(self, task) -> str:
+        """The file as the base commit has it; "" for a file the task creates."""
+        return self._snapshot.read_text(task.path) if task.base_blob_id else ""
+
     def _collaborate(self) -> RunFinished:
         issue_text = self.issue.brief(self.settings.use_hints)
         located = self._custodian.locate(issue_text)
-        manager = Manager(self._asker_for, issue_text, self._snapshot.read_text)
+        manager = Manager(self._asker_for, issue_text, self._snapshot.read_text, self._snapshot.blob_id)
         tasks = manager.define_tasks(located)
         if not tasks:
             return RunFinished(outcome="no_patch", summary="no file needs a change")
@@ -90,7 +94,7 @@ class Team:
             assignments = [
                 Assignment(
                     issue_text=issue_text, task=by_id[tid][0], developer=by_id[tid][1],
-                    base_text=self._snapshot.read_text(by_id[tid][0].path),
+                    base_text=self._base_text(by_id[tid][0]),
                     max_review_rounds=self.settings.max_review_rounds, use_qa=self.settings.use_qa,
                 )
                 for tid in stage

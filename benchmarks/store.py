@@ -146,7 +146,7 @@ def main() -> None:
     append_ratio = rate["store_append"] / rate["raw_append"]
     read_ratio = rate["store_read"] / rate["raw_decode"]
     print(f"{len(events)} LLMExchanged events, {mb:.1f} MB of JSON, batches of {args.batch}, "
-          f"runs of {args.run_length}, synchronous=FULL, best of {args.rounds} rounds")
+          f"runs of {args.run_length}, {'; '.join(PRAGMAS[1:3])}, best of {args.rounds} rounds")
     print(f"append: SQLiteStore {rate['store_append']:,.0f} events/s, raw sqlite3 executemany {rate['raw_append']:,.0f} events/s")
     print(f"read:   SQLiteStore.read {rate['store_read']:,.0f} events/s, raw msgspec decode {rate['raw_decode']:,.0f} events/s")
     print(f"append_ratio={append_ratio:.2f} (goal >= {GOAL})" + ("" if append_ratio >= GOAL else "  MISSED"))

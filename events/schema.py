@@ -192,6 +192,16 @@ class TaskFinished(Event, frozen=True, tag="TaskFinished"):
     reason: str = ""
 
 
+class StepFailed(Event, frozen=True, tag="StepFailed"):
+    """A step got no usable answer; the role went on without it (what it did instead is in `fallback`)."""
+
+    purpose: str
+    reason: str
+    task_id: str = ""
+    path: str = ""
+    fallback: str = ""
+
+
 # --- the model -------------------------------------------------------------------------------
 
 
@@ -230,6 +240,7 @@ AnyEvent = Union[
     PatchProposed,
     ReviewIssued,
     TaskFinished,
+    StepFailed,
     LLMExchanged,
 ]
 

@@ -93,5 +93,11 @@ class InMemoryStore:
         # Ties on position (no event between two writes) go to the later write, as in SQLite.
         return max(candidates, key=lambda c: c[:2])[2] if candidates else None
 
+    def __enter__(self) -> InMemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         pass

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pickle
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from gitfixtures import Submodule, Symlink, commit_files, git, make_repo
@@ -78,7 +79,8 @@ def test_reading_files(history):
     assert snapshot.read_bytes("data/blob.bin") == FILES["data/blob.bin"]
     assert snapshot.is_binary("data/blob.bin") and not snapshot.is_binary("pkg/core.py")
     blob = snapshot.blob_id("pkg/core.py")
-    assert snapshot.text_of_blob(blob) == FILES["pkg/core.py"]
+    assert snapshot.has_blob(blob) and snapshot.text_of_blob(blob) == FILES["pkg/core.py"]
+    assert not snapshot.has_blob("0" * 40) and not snapshot.has_blob("not hex") and not snapshot.has_blob(base)
     for missing in ["nope.py", "pkg", "link.py", "vendor/lib", "pkg//core.py", ""]:
         assert snapshot.blob_id(missing) is None
         with pytest.raises(RepoError, match=f"no file {missing} at commit {base[:12]}"):
@@ -128,6 +130,22 @@ def test_snapshot_pickles_by_path_and_commit(history):
     _, base, _, path = history
     copy = pickle.loads(pickle.dumps(RepoSnapshot.open(path, base)))
     assert copy.commit_id == base and copy.read_text("pkg/core.py") == FILES["pkg/core.py"]
+
+
+def test_a_later_commits_blob_is_readable_from_an_earlier_snapshot(history):
+    """Memory keeps blob ids of other commits; any blob of the repository can be read."""
+    _, base, later, path = history
+    newer_blob = RepoSnapshot.open(path, later).blob_id("pkg/new.py")
+    assert RepoSnapshot.open(path, base).text_of_blob(newer_blob) == "Y = 2\n"
+
+
+def test_concurrent_reads_from_threads(history):
+    _, base, _, path = history
+    snapshot = RepoSnapshot.open(path, base)
+    paths = [e.path for e in snapshot.files()] * 50
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        texts = list(pool.map(snapshot.read_bytes, paths))
+    assert texts == [snapshot.read_bytes(p) for p in paths]
 
 
 def test_diff_blobs_between_versions(history):

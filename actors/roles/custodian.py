@@ -10,7 +10,7 @@ from magis_ray.events.schema import FileJudged, FilesLocated, FilesRanked, FileS
 
 from ..answers import CommitMessageAnswer, RelevanceAnswer, SummaryAnswer
 from ..asking import Asker, StepFailed
-from ..ranking import issue_query, rank_files, select_documents
+from ..ranking import localize_files, select_documents
 from ..repository import RepoSnapshot
 
 # The model reads at most this much of a file to summarize it; the rest is cut with a marker.
@@ -54,7 +54,7 @@ class Custodian:
     def locate(self, issue_text: str) -> list[LocatedFile]:
         journal = self._asker_for("custodian").journal
         documents = select_documents(self._snapshot)
-        ranked = rank_files(documents, issue_query(issue_text), self._settings.top_k)
+        ranked = localize_files(documents, issue_text, k=self._settings.top_k)
         journal.emit(FilesRanked(
             candidates=[RankedFile(path, round(score, 4), self._snapshot.blob_id(path) or "") for path, score in ranked],
             files_total=len(documents),

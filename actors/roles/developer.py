@@ -8,6 +8,7 @@ from typing import Protocol
 from magis_ray.events.schema import (
     DeveloperRecruited, Edit, LinesLocated, LineRange, PatchProposed, QAAssigned, ReviewIssued, TaskDefined, TaskFinished,
 )
+from magis_ray.events.schema import StepFailed as StepFailedEvent
 
 from ..answers import CodeAnswer, LinesAnswer, PersonaAnswer
 from ..asking import Asker, StepFailed
@@ -89,8 +90,9 @@ class Developer:
                 "design_qa", PersonaAnswer, task_id=task.task_id, path=task.path, task=task.description, **self._persona
             )
             qa = QAAssigned(task_id=task.task_id, name=persona.name.strip() or f"QA {task.task_id}", profile=persona.profile)
-        except StepFailed:
+        except StepFailed as exc:
             qa = QAAssigned(task_id=task.task_id, name=f"QA {task.task_id}", profile="A meticulous reviewer of Python changes.")
+            self._asker.journal.emit(StepFailedEvent(purpose="design_qa", reason=str(exc), task_id=task.task_id, fallback="a generic QA engineer"))
         self._asker.journal.emit(qa)
         return qa
 
@@ -125,7 +127,7 @@ class Developer:
         new_text = apply_edits(text, edits)
         patch = PatchProposed(
             task_id=task.task_id, attempt=attempt, path=task.path, base_blob_id=task.base_blob_id,
-            edits=edits, new_text=new_text, diff=file_diff(task.path, text, new_text),
+            edits=edits, new_text=new_text, diff=file_diff(task.path, text if task.base_blob_id else None, new_text),
         )
         self._asker.journal.emit(patch)
         return patch

@@ -5,10 +5,11 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from magis_ray.events.schema import DeveloperRecruited, MeetingUtterance, PlanMade, TaskDefined
+from magis_ray.events.schema import DeveloperRecruited, MeetingUtterance, PlanMade, StepFailed as StepFailedEvent, TaskDefined
 
 from ..answers import PersonaAnswer, PlanAnswer, TaskAnswer, UtteranceAnswer
 from ..asking import Asker, StepFailed
+from ..repository import UnsafePath, safe_repo_path
 from .custodian import LocatedFile, clip
 
 EXCERPT_CHARS = 3_000
@@ -34,31 +35,51 @@ def normalize_stages(stages: list[list[str]], task_ids: list[str]) -> list[list[
     return clean + [missing] if missing else clean
 
 
+def _paths_stay_inside(answer: TaskAnswer) -> None:
+    for new in answer.new_files:
+        try:
+            safe_repo_path(new.path)
+        except UnsafePath as exc:
+            raise ValueError(f"new file path {new.path!r} is not allowed: {exc}") from None
+
+
 class Manager:
-    def __init__(self, asker_for: Callable[[str], Asker], issue_text: str, read_text: Callable[[str], str]):
+    def __init__(self, asker_for: Callable[[str], Asker], issue_text: str, read_text: Callable[[str], str],
+                 blob_id: Callable[[str], str | None]):
         self._asker_for = asker_for
         self._issue = issue_text
         self._read_text = read_text
+        self._blob_id = blob_id
         self._asker = asker_for("manager")
 
     def define_tasks(self, files: list[LocatedFile]) -> list[TaskDefined]:
-        def define(f: LocatedFile) -> str:
-            try:
-                answer = self._asker_for(f"manager:{f.path}").ask(
-                    "define_task", TaskAnswer, issue=self._issue, path=f.path, description=f.description,
-                    excerpt=clip(self._read_text(f.path), EXCERPT_CHARS),
-                )
-            except StepFailed:
-                return ""
-            return answer.task.strip() if answer.needed else ""
+        """One task per located file that needs a change, plus any file the fix must create."""
 
-        descriptions = parallel(files, define)
+        def define(f: LocatedFile) -> TaskAnswer | None:
+            asker = self._asker_for(f"manager:{f.path}")
+            try:
+                return asker.ask(
+                    "define_task", TaskAnswer, check=_paths_stay_inside, issue=self._issue, path=f.path,
+                    description=f.description, excerpt=clip(self._read_text(f.path), EXCERPT_CHARS),
+                )
+            except StepFailed as exc:
+                asker.journal.emit(StepFailedEvent(purpose="define_task", reason=str(exc), path=f.path, fallback="no task for this file"))
+                return None
+
+        wanted: dict[str, tuple[str, str]] = {}  # path -> (task, base blob id); first definition wins
+        for f, answer in zip(files, parallel(files, define)):
+            if answer is None:
+                continue
+            if answer.needed and answer.task.strip():
+                wanted.setdefault(f.path, (answer.task.strip(), f.blob_id))
+            for new in answer.new_files:
+                path = safe_repo_path(new.path)
+                wanted.setdefault(path, (new.task.strip() or f"Create {path}.", self._blob_id(path) or ""))
         tasks = []
-        for f, description in zip(files, descriptions):
-            if description:
-                task = TaskDefined(task_id=f"T{len(tasks) + 1}", path=f.path, description=description, base_blob_id=f.blob_id)
-                self._asker.journal.emit(task)
-                tasks.append(task)
+        for path, (description, blob_id) in wanted.items():
+            task = TaskDefined(task_id=f"T{len(tasks) + 1}", path=path, description=description, base_blob_id=blob_id)
+            self._asker.journal.emit(task)
+            tasks.append(task)
         return tasks
 
     def recruit(self, tasks: list[TaskDefined]) -> list[DeveloperRecruited]:
@@ -69,8 +90,9 @@ class Manager:
                     "design_developer", PersonaAnswer, issue=self._issue, task_id=task.task_id, path=task.path, task=task.description
                 )
                 recruit = DeveloperRecruited(task_id=task.task_id, name=persona.name.strip() or f"Developer {task.task_id}", profile=persona.profile)
-            except StepFailed:
+            except StepFailed as exc:
                 recruit = DeveloperRecruited(task_id=task.task_id, name=f"Developer {task.task_id}", profile="A careful Python developer.")
+                asker.journal.emit(StepFailedEvent(purpose="design_developer", reason=str(exc), task_id=task.task_id, fallback="a generic developer"))
             asker.journal.emit(recruit)
             return recruit
 
@@ -84,8 +106,9 @@ class Manager:
         def speak(asker: Asker, speaker: str, template: str, **values) -> None:
             try:
                 text = asker.ask(template, UtteranceAnswer, issue=self._issue, **values).text.strip()
-            except StepFailed:
-                return  # a silent participant does not stop the meeting
+            except StepFailed as exc:
+                asker.journal.emit(StepFailedEvent(purpose=template, reason=str(exc), task_id=values.get("task_id", ""), fallback="stayed silent"))
+                return
             utterance = MeetingUtterance(turn=len(transcript) + 1, speaker=speaker, text=text)
             asker.journal.emit(utterance)
             transcript.append(utterance)
@@ -111,6 +134,7 @@ class Manager:
             answer = self._asker.ask("make_plan", PlanAnswer, tasks=listing, transcript=self.transcript_text(transcript))
             plan = PlanMade(stages=normalize_stages(answer.stages, task_ids), rationale=answer.rationale)
         except StepFailed as exc:
-            plan = PlanMade(stages=[task_ids] if task_ids else [], rationale=f"no usable plan ({exc}); all tasks in parallel")
+            plan = PlanMade(stages=[task_ids], rationale="fallback: all tasks in parallel")
+            self._asker.journal.emit(StepFailedEvent(purpose="make_plan", reason=str(exc), fallback="all tasks in one stage"))
         self._asker.journal.emit(plan)
         return plan

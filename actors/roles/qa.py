@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from magis_ray.events.schema import PatchProposed, QAAssigned, ReviewIssued
+from magis_ray.events.schema import StepFailed as StepFailedEvent
 
 from ..answers import ReviewAnswer
 from ..asking import Asker, StepFailed
@@ -19,7 +20,8 @@ class QAEngineer:
                 "review_patch", ReviewAnswer, task_id=patch.task_id, name=qa.name, profile=qa.profile,
                 issue=self._issue, path=patch.path, task=self._task, diff=patch.diff,
             )
-        except StepFailed:
+        except StepFailed as exc:
+            self._asker.journal.emit(StepFailedEvent(purpose="review_patch", reason=str(exc), task_id=patch.task_id, fallback="no review"))
             return None
         review = ReviewIssued(task_id=patch.task_id, attempt=patch.attempt, approved=answer.approved, comment=answer.comment)
         self._asker.journal.emit(review)

@@ -1,0 +1,38 @@
+"""Shared fixtures: a real Ray session per module that needs it, a scripted model, the calc repo."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # the helpers beside the tests (gitfixtures, scenarios)
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, namespace="magis", log_to_driver=False)
+    yield
+    from magis_ray.actors import remote
+
+    remote._shared.clear()
+    ray.shutdown()
+
+
+@pytest.fixture
+def calc_repo(tmp_path):
+    from scenarios import make_calc_repo
+
+    path = tmp_path / "calc"
+    repo, base = make_calc_repo(path)
+    return path, base
+
+
+def run_pytest(checkout: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=checkout,
+        capture_output=True, text=True, timeout=120,
+    )

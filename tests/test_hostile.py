@@ -1,0 +1,99 @@
+"""Hostile answers from the model: retried with a correction, then the step fails with an event
+saying why; the run still ends with RunFinished or RunFailed, a consistent log and a diff that
+applies. The team runs in-process here (real store, real gateway, real HTTP), Ray elsewhere."""
+from __future__ import annotations
+
+import pytest
+from checks import assert_consistent_log, assert_diff_applies
+from scenarios import MEAN_FIX, calc_issue
+
+from magis_ray.actors.gateway import Gateway, GatewayConfig
+from magis_ray.actors.inprocess import LocalLLM, run_in_process
+from magis_ray.actors.scripted_server import Rule, ScriptedServer
+from magis_ray.actors.scripted_team import ScriptedTeam
+from magis_ray.events.projections import fold
+from magis_ray.events.schema import FileJudged, LLMExchanged, RunFailed, RunFinished, RunSettings, StepFailed, TaskFinished
+from magis_ray.store import open_store
+
+SETTINGS = RunSettings(top_k=3, max_review_rounds=2)
+
+
+def run_with(rules, calc_repo, tmp_path, timeout_s=5.0):
+    """Run the mean() issue with `rules` tried before the scripted team's answers."""
+    repo_path, base = calc_repo
+    team = ScriptedTeam({"calc/stats.py": [MEAN_FIX]})
+    store = open_store(str(tmp_path / "store"), create=True)
+    with ScriptedServer([*rules, team]) as server:
+        config = GatewayConfig(base_url=server.base_url, api_key="k", model="m", timeout_s=timeout_s, max_retries=1, backoff_base_s=0.01)
+        llm = LocalLLM(Gateway(config))
+        end = run_in_process(store=store, issue=calc_issue(repo_path, base), settings=SETTINGS, repo_path=str(repo_path), llm=llm, run_id="r")
+        llm.close()
+        requests = list(server.requests)
+    events = store.read("r")
+    assert_consistent_log(events)
+    assert_diff_applies(events, repo_path, base, tmp_path / "work")
+    return end, events, requests
+
+
+def of_type(events, kind):
+    return [e.event for e in events if isinstance(e.event, kind)]
+
+
+@pytest.mark.parametrize(
+    "rule, why",
+    [
+        (Rule(purpose="locate_lines", reply="I would change the division."), "not a JSON object"),
+        (Rule(purpose="locate_lines", json={"lines": "9"}), "does not match the schema"),
+        (Rule(purpose="locate_lines", json={"ranges": [{"start": 40, "end": 55}]}), "outside"),
+        (Rule(purpose="write_code", json={"edits": [{"start": 9, "end": 9}]}), "does not match the schema"),
+        (Rule(purpose="write_code", json={"edits": [{"start": 0, "end": 99, "new_code": "x"}]}), "range"),
+        (Rule(purpose="locate_lines", reply=""), "empty"),
+        (Rule(purpose="locate_lines", status=500, reply="boom"), "http 500"),
+    ],
+    ids=["not-json", "wrong-schema", "lines-outside-file", "missing-field", "edit-outside-file", "empty", "http-500"],
+)
+def test_a_developer_step_that_never_gets_a_usable_answer_fails_its_task(rule, why, calc_repo, tmp_path):
+    end, events, requests = run_with([rule], calc_repo, tmp_path)
+    assert isinstance(end, RunFinished) and end.outcome == "no_patch"
+    [finished] = of_type(events, TaskFinished)
+    assert finished.status == "failed" and why in finished.reason
+    assert fold(events).tasks["T1"].final_patch is None
+    if rule.status == 200 and rule.reply != "":
+        # a usable-looking answer that breaks the rules is sent back with the reason, twice
+        corrections = [r for r in requests if r.purpose == rule.purpose]
+        assert len(corrections) == 3
+        assert "could not be used" in corrections[1].messages[-1].content
+
+
+def test_a_bad_answer_followed_by_a_good_one_is_corrected(calc_repo, tmp_path):
+    bad = Rule(purpose="write_code", reply="```python\nreturn total / len(values)\n```", times=1)
+    end, events, requests = run_with([bad], calc_repo, tmp_path)
+    assert isinstance(end, RunFinished) and end.outcome == "patched"
+    attempts = [x.attempt for x in of_type(events, LLMExchanged) if x.purpose == "write_code"]
+    assert attempts == [1, 2]
+
+
+def test_a_new_file_outside_the_repository_is_refused(calc_repo, tmp_path):
+    escape = Rule(purpose="define_task", json={"needed": True, "task": "t", "new_files": [{"path": "../../etc/evil.py", "task": "x"}]})
+    end, events, _ = run_with([escape], calc_repo, tmp_path)
+    assert isinstance(end, RunFinished) and end.outcome == "no_patch"
+    failed = [e for e in of_type(events, StepFailed) if e.purpose == "define_task"]
+    assert failed and "not allowed" in failed[0].reason
+    assert not (tmp_path / "etc").exists()
+
+
+def test_a_model_that_times_out_fails_the_steps_not_the_run(calc_repo, tmp_path):
+    end, events, _ = run_with([Rule(purpose="judge_relevance", hang=True)], calc_repo, tmp_path, timeout_s=0.3)
+    assert isinstance(end, RunFinished) and end.outcome == "no_patch"
+    judged = of_type(events, FileJudged)
+    assert judged and all(not j.relevant and "timeout" in j.reason for j in judged)
+
+
+def test_an_unreachable_model_fails_the_run_resumably(calc_repo, tmp_path):
+    repo_path, base = calc_repo
+    store = open_store(str(tmp_path / "store"), create=True)
+    config = GatewayConfig(base_url="http://127.0.0.1:9/v1", api_key="k", model="m", max_retries=1, backoff_base_s=0.01)
+    llm = LocalLLM(Gateway(config))
+    end = run_in_process(store=store, issue=calc_issue(repo_path, base), settings=SETTINGS, repo_path=str(repo_path), llm=llm, run_id="r")
+    assert isinstance(end, RunFailed) and end.resumable and "no reachable model" in end.reason
+    assert_consistent_log(store.read("r"))
