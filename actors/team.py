@@ -20,6 +20,18 @@ from .roles.manager import Manager
 log = structlog.get_logger()
 
 
+def root_cause(exc: BaseException) -> BaseException:
+    """The exception a role raised, unwrapped from the RayTaskErrors that carried it across actors."""
+    while getattr(exc, "cause", None) is not None:
+        exc = exc.cause  # type: ignore[attr-defined]
+    return exc
+
+
+def one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300]
+
+
 class Workforce(Protocol):
     def run_stage(self, assignments: list[Assignment]) -> list[TaskFinished]:
         """Run the tasks of one stage in parallel, each by its own Developer and QA Engineer."""
@@ -62,15 +74,17 @@ class Team:
         journal.emit(self.started_event())
         try:
             end: RunFinished | RunFailed = self._collaborate()
-        except Divergence:
-            raise
-        except ModelUnavailable as exc:
-            end = RunFailed(reason=f"no reachable model ({exc})", error_type="ModelUnavailable", resumable=True)
-        except BudgetExceeded as exc:
-            end = RunFailed(reason=f"token budget exhausted ({exc})", error_type="BudgetExceeded", resumable=False)
-        except Exception as exc:  # noqa: BLE001 - the log must end consistently whatever broke
-            log.error("run failed", error=repr(exc), traceback=traceback.format_exc())
-            end = RunFailed(reason=f"internal error: {type(exc).__name__}: {exc}", error_type=type(exc).__name__)
+        except Exception as raised:  # noqa: BLE001 - the log must end consistently whatever broke
+            exc = root_cause(raised)
+            if isinstance(exc, Divergence):
+                raise exc from None
+            if isinstance(exc, ModelUnavailable):
+                end = RunFailed(reason=f"no reachable model ({one_line(exc)})", error_type="ModelUnavailable")
+            elif isinstance(exc, BudgetExceeded):
+                end = RunFailed(reason=one_line(exc), error_type="BudgetExceeded", resumable=False)
+            else:
+                log.error("run failed", error=repr(exc), traceback=traceback.format_exc())
+                end = RunFailed(reason=f"internal error: {type(exc).__name__}: {one_line(exc)}", error_type=type(exc).__name__)
         journal.emit(end)
         return end
 

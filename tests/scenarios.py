@@ -64,12 +64,12 @@ def test_whisper():
 '''
 
 FILES = {
-    "README.md": "# calc\\n\\nSmall helpers for statistics and text.\\n",
+    "README.md": "# calc\n\nSmall helpers for statistics and text.\n",
     "calc/__init__.py": "",
     "calc/stats.py": STATS,
     "calc/texts.py": TEXTS,
     "tests/test_calc.py": TESTS,
-    "setup.cfg": "[metadata]\\nname = calc\\n",
+    "setup.cfg": "[metadata]\nname = calc\n",
 }
 
 MEAN_FIX = Edit(LineRange(9, 9), "    return total / len(values)\n")

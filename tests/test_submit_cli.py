@@ -1,0 +1,92 @@
+"""`magis-ray submit` as a user runs it: a real process, a real repository with a real failing
+test, the scripted model on loopback; and every kind of bad input as one line and exit code 2."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pygit2
+import pytest
+from conftest import run_pytest
+from gitfixtures import checkout
+from scenarios import MEAN_FIX, calc_issue, write_issue
+
+from magis_ray.actors.scripted_server import ScriptedServer
+from magis_ray.actors.scripted_team import ScriptedTeam
+from magis_ray.events.schema import RunFailed
+from magis_ray.store import open_store
+
+MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
+
+
+def magis(*args, cwd, timeout=180):
+    env = {**os.environ, "OPENAI_API_KEY": "test-key-never-logged", "MAGIS_LOG_LEVEL": "warning"}
+    env.pop("OPENAI_BASE_URL", None)
+    return subprocess.run([*MAGIS, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def assert_one_line_error(result, *fragments):
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout
+    errors = [line for line in result.stderr.splitlines() if line.startswith("magis-ray: error:")]
+    assert len(errors) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in errors[0]
+
+
+def test_submit_fixes_the_bug_and_the_failing_test_passes(calc_repo, tmp_path):
+    repo_path, base = calc_repo
+    before = checkout(pygit2.Repository(str(repo_path)), base, tmp_path / "before")
+    # the bug is real (test_shout belongs to another issue, BOTH_ISSUE's second half)
+    assert "1 failed, 2 passed" in run_pytest(before, "-k", "not shout").stdout
+    issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base))
+    (repo_path / "notes.txt").write_text("the user's own work in progress\n")
+    status_before, head_before = pygit2.Repository(str(repo_path)).status(), pygit2.Repository(str(repo_path)).head.target
+    with ScriptedServer(ScriptedTeam({"calc/stats.py": [MEAN_FIX]})) as server:
+        result = magis("submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "scripted", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)
+    assert lines["outcome"].strip() == "patched"
+    diff_path = tmp_path / lines["diff"].strip()
+    assert (tmp_path / lines["audit"].strip()).read_text().startswith("# Audit of run")
+    after = checkout(pygit2.Repository(str(repo_path)), base, tmp_path / "after")
+    subprocess.run(["git", "apply", str(diff_path)], cwd=after, check=True)
+    assert "3 passed" in run_pytest(after, "-k", "not shout").stdout
+    # the user's repository and working tree are untouched, and the key is in no event
+    user_repo = pygit2.Repository(str(repo_path))
+    assert user_repo.status() == status_before and user_repo.head.target == head_before
+    assert (repo_path / "notes.txt").read_text() == "the user's own work in progress\n"
+    events = magis("events", lines["run"].strip(), "--store", "store", cwd=tmp_path).stdout
+    assert "test-key-never-logged" not in events and json.loads(events.splitlines()[0])["event"]["type"] == "RunStarted"
+
+
+def test_malformed_issue(tmp_path):
+    (tmp_path / "bad.json").write_text('{"instance_id": "x", "repo": "a/b"')
+    assert_one_line_error(magis("submit", "bad.json", cwd=tmp_path), "bad.json", "not valid JSON")
+    (tmp_path / "partial.json").write_text('{"instance_id": "x", "repo": "a/b", "problem_statement": "p"}')
+    assert_one_line_error(magis("submit", "partial.json", cwd=tmp_path), "base_commit")
+    assert_one_line_error(magis("submit", "missing.json", cwd=tmp_path), "missing.json")
+
+
+def test_a_path_that_is_no_git_repository(tmp_path):
+    issue = write_issue(tmp_path / "issue.json", calc_issue(tmp_path / "nowhere", "abc123"))
+    (tmp_path / "nowhere").mkdir()
+    assert_one_line_error(magis("submit", str(issue), cwd=tmp_path), "not a git repository")
+
+
+def test_a_base_commit_that_is_not_in_the_repository(calc_repo, tmp_path):
+    repo_path, _ = calc_repo
+    issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, "0" * 40))
+    assert_one_line_error(magis("submit", str(issue), cwd=tmp_path), "not found")
+
+
+def test_no_reachable_model_fails_the_run_and_says_how_to_resume(calc_repo, tmp_path):
+    repo_path, base = calc_repo
+    issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base))
+    result = magis("submit", str(issue), "--store", "store", "--base-url", "http://127.0.0.1:9/v1", "--timeout", "2", cwd=tmp_path)
+    assert_one_line_error(result, "no reachable model", "magis-ray resume")
+    with open_store(str(tmp_path / "store")) as store:
+        [run] = store.list_runs()
+        assert isinstance(store.read(run.run_id)[-1].event, RunFailed)
