@@ -1,6 +1,7 @@
 """The driver's side: start Ray, the shared store and gateway actors, and one supervisor per run."""
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 
@@ -14,6 +15,8 @@ from .remote import NAMESPACE, actor_classes, gateway_actor, store_actor
 
 def ensure_ray(address: str | None = None) -> None:
     if not ray.is_initialized():
+        # Ray announces its (kept) default of token authentication on every start; not news to our users.
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         ray.init(
             address=address or os.environ.get("RAY_ADDRESS") or None, namespace=NAMESPACE,
             include_dashboard=False, log_to_driver=False, configure_logging=False,

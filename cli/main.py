@@ -7,7 +7,9 @@ from pathlib import Path
 
 import click
 
-from .submit import gateway_config, load_issue, locate_repo, model_options, report, run_settings, settings_options, write_outputs
+from .submit import (
+    gateway_config, load_issue, locate_repo, model_endpoint, model_options, report, run_settings, settings_options, write_outputs,
+)
 
 DEFAULT_STORE = ".magis"
 store_option = click.option(
@@ -108,7 +110,7 @@ def audit_command(run: str, fmt: str, store_path: str) -> None:
 @store_option
 @model_options
 @settings_options
-def submit_command(issue_file: Path, repo, repos_dir, store_path, base_url, model, timeout, concurrency,
+def submit_command(issue_file: Path, repo, repos_dir, store_path, llm, base_url, model, timeout, concurrency,
                    response_format, **settings) -> None:
     """Resolve the issue in ISSUE_FILE (a SWE-bench instance record) with the MAGIS team."""
     from magis_ray.actors.deployment import new_run_id, run_issue
@@ -117,14 +119,17 @@ def submit_command(issue_file: Path, repo, repos_dir, store_path, base_url, mode
 
     issue = load_issue(issue_file)
     repo_path = locate_repo(issue, repo, repos_dir)
+    if not model and llm.startswith("scripted:"):
+        model = "scripted"
     run_config = run_settings(model or DEFAULT_MODEL, **settings)
-    _ensure_store(store_path)
-    run_id = new_run_id()
-    click.echo(f"run {run_id}: {issue.instance_id} ({issue.repo} @ {issue.base_commit[:10]})", err=True)
-    end = run_issue(
-        store_path=store_path, issue=issue, settings=run_config, repo_path=repo_path,
-        gateway_config=gateway_config(base_url, model, timeout, concurrency, response_format), run_id=run_id,
-    )
+    with model_endpoint(llm, base_url) as endpoint:
+        _ensure_store(store_path)
+        run_id = new_run_id()
+        click.echo(f"run {run_id}: {issue.instance_id} ({issue.repo} @ {issue.base_commit[:10]})", err=True)
+        end = run_issue(
+            store_path=store_path, issue=issue, settings=run_config, repo_path=repo_path,
+            gateway_config=gateway_config(endpoint, model, timeout, concurrency, response_format), run_id=run_id,
+        )
     report(run_id, end, *write_outputs(store_path, run_id))
     if isinstance(end, RunFailed):
         raise UserError(f"run {run_id} failed: {end.reason}" + (f"; resume it with `magis-ray resume {run_id}`" if end.resumable else ""))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -73,9 +74,32 @@ def gateway_config(base_url, model, timeout, concurrency, response_format):
     )
 
 
+@contextmanager
+def model_endpoint(llm: str, base_url: str | None):
+    """The base URL of the model to talk to; `scripted:FILE` serves a script on loopback meanwhile."""
+    if llm.startswith("scripted:"):
+        from magis_ray.actors.scripted_server import Script, ScriptedServer
+
+        path = llm.removeprefix("scripted:")
+        try:
+            script = Script.load(path)
+        except (OSError, ValueError) as exc:
+            raise BadInput(f"cannot load the script {path}: {exc}") from None
+        with ScriptedServer(script) as server:
+            yield server.base_url
+        return
+    if llm not in ("auto", "openai"):
+        raise BadInput(f"unknown --llm {llm!r}: use openai or scripted:FILE")
+    if not base_url and not os.environ.get("OPENAI_API_KEY"):
+        raise BadInput("no model configured: give --base-url URL (any OpenAI-compatible server) or set OPENAI_API_KEY, or --llm scripted:FILE")
+    yield base_url
+
+
 def model_options(f):
     """The options that say which model to use and how to talk to it."""
     for option in reversed([
+        click.option("--llm", default="auto", show_default=True,
+                     help="openai (any OpenAI-compatible endpoint), or scripted:FILE (a scripted model on loopback)."),
         click.option("--base-url", envvar="OPENAI_BASE_URL", help="Any OpenAI-compatible endpoint (env OPENAI_BASE_URL)."),
         click.option("--model", envvar="MAGIS_MODEL", default="", help="Model name (env MAGIS_MODEL)."),
         click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds per model request."),

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Everything magis-ray needs, from scratch: a virtual environment with the package and its tests' deps.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e '.[test]'

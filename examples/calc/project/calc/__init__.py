@@ -1,0 +1,1 @@
+"""calc: small helpers for statistics and text."""
