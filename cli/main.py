@@ -151,10 +151,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("magis-ray: interrupted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        if not isinstance(exc, UserError) and exc.exit_code != 2:
-            exc.exit_code = 2
-        exc.show()
-        sys.exit(exc.exit_code)
+        click.echo(f"magis-ray: error: {exc.format_message()}", err=True)
+        sys.exit(2)
     except Exception as exc:  # noqa: BLE001 - every known user-facing failure becomes one line
         user_error = _as_user_error(exc)
         if user_error is None:

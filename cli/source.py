@@ -40,9 +40,10 @@ def read_events_file(path: Path) -> list[Recorded]:
 
 def load_run(store_path: str, run: str) -> list[Recorded]:
     """The events of RUN: a run id (or prefix) in the store, or a .jsonl file of `magis-ray events`."""
-    as_file = Path(run)
-    if run.endswith(".jsonl") and as_file.is_file():
-        return read_events_file(as_file)
+    if run.endswith(".jsonl"):
+        if not Path(run).is_file():
+            raise BadInput(f"no such events file: {run}")
+        return read_events_file(Path(run))
     store = open_store(store_path)
     try:
         return store.read(resolve_run_id(store, run))

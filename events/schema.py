@@ -70,6 +70,7 @@ class RunStarted(Event, frozen=True, tag="RunStarted"):
     hints_text: str = ""
     settings: RunSettings = RunSettings()
     schema_version: int = SCHEMA_VERSION
+    repo_path: str = ""  # where the checkout was, so resume and replay find it again
 
 
 class RunFinished(Event, frozen=True, tag="RunFinished"):

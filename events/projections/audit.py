@@ -44,6 +44,10 @@ def describe(e: ev.AnyEvent) -> str:
         case ev.LLMExchanged():
             status = f"error {e.error}" if e.error else f"{e.prompt_tokens}+{e.completion_tokens} tokens"
             return f"LLM {e.purpose}: {status}, {e.latency_s:.2f}s"
+        case ev.StepFailed():
+            return f"{e.purpose} failed: {e.reason}" + (f"; {e.fallback}" if e.fallback else "")
+        case ev.RunResumed():
+            return f"run resumed from version {e.kept_version} ({e.superseded} events superseded)"
         case ev.RunFinished():
             return f"run finished: {e.outcome}"
         case ev.RunFailed():
@@ -63,6 +67,7 @@ def audit_json(view: RunView) -> dict:
         "summaries": [to_builtins(s) for s in view.summaries],
         "judgements": [to_builtins(j) for j in view.judgements],
         "meeting": [to_builtins(u) for u in view.meeting],
+        "step_failures": [to_builtins(r.event) for r in view.timeline if isinstance(r.event, ev.StepFailed)],
         "plan": to_builtins(view.plan) if view.plan else None,
         "tasks": [
             {
@@ -144,6 +149,11 @@ def audit_markdown(view: RunView) -> str:
                 out.append(f"Review: **{'approved' if review.approved else 'sent back'}** — {review.comment.strip()}\n")
         if t.finished:
             out.append(f"Result: {t.finished.status}" + (f" ({t.finished.reason})" if t.finished.reason else "") + "\n")
+    failures = [r for r in view.timeline if isinstance(r.event, ev.StepFailed)]
+    if failures:
+        out += ["## Step failures", ""]
+        out += [f"- `{r.actor}` {describe(r.event)}" for r in failures]
+        out.append("")
     out += ["## Final diff", "", _fence(final_diff(view) or "(empty)", "diff")]
     m = metrics(view)
     out += ["## Cost", "", "| role | calls | prompt tokens | completion tokens | cost (USD) | LLM seconds |", "|---|---:|---:|---:|---:|---:|"]

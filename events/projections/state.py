@@ -97,11 +97,14 @@ class RunView:
                 self.failed = None
 
     def _supersede_after(self, kept_version: int) -> None:
-        """Forget what followed the failure a resumed run retries: re-fold the kept prefix."""
-        kept = [r for r in self.timeline if r.version <= kept_version]
+        """Forget the state that followed the failure a resumed run retries. The timeline and the
+        exchanges stay whole: what happened and what was paid for are still history."""
+        timeline, exchanges = self.timeline, self.exchanges
+        kept = [r for r in timeline if r.version <= kept_version and not isinstance(r.event, ev.RunResumed)]
         self.__init__()  # type: ignore[misc]
         for r in kept:
             self.apply(r)
+        self.timeline, self.exchanges = timeline, exchanges
 
 
 def fold(events: Iterable[ev.Recorded]) -> RunView:
