@@ -45,7 +45,7 @@ class LocalLLM:
         self._loop.call_soon_threadsafe(self._loop.stop)
 
 
-def run_in_process(*, store, issue, settings, repo_path: str, llm, run_id: str, recorded=None, memory_before=None):
+def run_in_process(*, store, issue, settings, repo_path: str, llm, run_id: str, recorded=None):
     """One run with every role in this process; returns the terminal event."""
     from .journal import RunWriter, lanes_of
     from .repository import RepoSnapshot
@@ -54,6 +54,6 @@ def run_in_process(*, store, issue, settings, repo_path: str, llm, run_id: str, 
 
     snapshot = RepoSnapshot.open(repo_path, issue.base_commit)
     lanes = Lanes(run_id, RunWriter(store, run_id), llm, lanes_of(recorded or []))
-    custodian = Custodian(snapshot, store, lanes, issue.repo, settings, memory_before)
+    custodian = Custodian(snapshot, store, lanes, issue.repo, settings)
     team = Team(issue=issue, settings=settings, snapshot=snapshot, asker_for=lanes, custodian=custodian, workforce=ThreadWorkforce(lanes))
     return team.run()

@@ -9,7 +9,7 @@ from collections import deque
 from typing import Iterable, Protocol, Sequence
 
 from magis_ray.events.codec import new_event
-from magis_ray.events.schema import AnyEvent, LLMExchanged, NewEvent, Recorded
+from magis_ray.events.schema import TERMINAL_EVENTS, AnyEvent, LLMExchanged, NewEvent, Recorded, RunResumed
 
 
 class Divergence(Exception):
@@ -23,8 +23,13 @@ class Divergence(Exception):
         super().__init__(f"lane {lane}{at}: the log holds {want}, re-execution gave {have}")
 
 
+class RunClosed(Exception):
+    """The run's log already ends with RunFinished or RunFailed; only a RunResumed may follow."""
+
+
 class EventSink(Protocol):
-    def write(self, events: Sequence[NewEvent]) -> None: ...
+    def write(self, events: Sequence[NewEvent]) -> list[int]:
+        """Append to the run's stream; the events' global positions."""
 
 
 def comparable(event: AnyEvent) -> object:
@@ -41,6 +46,7 @@ class Journal:
         self.lane = lane
         self._sink = sink
         self._recorded = deque(recorded)
+        self.last_position = 0  # global position of the last event emitted or matched
 
     @property
     def pending(self) -> int:
@@ -53,47 +59,52 @@ class Journal:
             rec = self._recorded.popleft()
             if comparable(rec.event) != comparable(event):
                 raise Divergence(self.lane, rec, event)
+            self.last_position = rec.position
             return rec.event_id
         if self._sink is None:
             raise Divergence(self.lane, None, event)
         fresh = new_event(event, self.lane, caused_by)
-        self._sink.write([fresh])
+        self.last_position = self._sink.write([fresh])[-1]
         return fresh.event_id
 
     def recorded_exchange(self, probe: LLMExchanged) -> LLMExchanged | None:
-        """The logged answer to the request `probe` describes, if this lane's log is there."""
+        """The logged answer to the request `probe` describes, if this lane's log is there.
+        When only verifying, a request the log does not hold is a divergence, never a model call."""
         if not self._recorded:
+            if self._sink is None:
+                raise Divergence(self.lane, None, probe)
             return None
         head = self._recorded[0]
         if not isinstance(head.event, LLMExchanged) or comparable(head.event) != comparable(probe):
             raise Divergence(self.lane, head, probe)
         self._recorded.popleft()
+        self.last_position = head.position
         return head.event
 
 
 class RunWriter:
-    """Appends a run's events in arrival order; the one writer of a run's stream in a process."""
+    """Appends a run's events in arrival order; the one writer of a run's stream in a process.
+    A log that ended (RunFinished or RunFailed) takes nothing more until a RunResumed reopens it,
+    so a straggling role actor can never write past its run's end."""
 
     def __init__(self, store, run_id: str):
         self._store = store
         self._run_id = run_id
         self._lock = threading.Lock()
+        self._closed: bool | None = None  # unknown until the first write
 
-    def write(self, events: Sequence[NewEvent]) -> list[Recorded]:
+    def write(self, events: Sequence[NewEvent]) -> list[int]:
+        if not events:
+            return []
         with self._lock:
-            return self._store.append(self._run_id, self._store.version(self._run_id), events)
-
-
-class CollectingSink:
-    """Keeps what a verifying re-execution would have written (replay reports it)."""
-
-    def __init__(self) -> None:
-        self.events: list[NewEvent] = []
-        self._lock = threading.Lock()
-
-    def write(self, events: Sequence[NewEvent]) -> None:
-        with self._lock:
-            self.events.extend(events)
+            version = self._store.version(self._run_id)
+            if self._closed is None:
+                self._closed = version > 0 and isinstance(self._store.read(self._run_id, version - 1)[-1].event, TERMINAL_EVENTS)
+            if self._closed and not isinstance(events[0].event, RunResumed):
+                raise RunClosed(f"run {self._run_id} has ended; refusing {type(events[0].event).__name__}")
+            recorded = self._store.append(self._run_id, version, events)
+            self._closed = isinstance(recorded[-1].event, TERMINAL_EVENTS)
+            return [r.position for r in recorded]
 
 
 def lanes_of(recorded: Iterable[Recorded]) -> dict[str, list[Recorded]]:

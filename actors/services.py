@@ -9,6 +9,7 @@ import ray
 from magis_ray.events.schema import LLMExchanged, Message, NewEvent, PatchProposed, QAAssigned, Recorded, RunSettings, TaskFinished
 
 from .issue import IssueRecord
+from .journal import RunWriter
 from .lanes import Lanes
 from .repository import RepoSnapshot
 from .roles.custodian import Custodian, LocatedFile
@@ -23,9 +24,14 @@ class StoreService:
         from magis_ray.store import open_store
 
         self._store = open_store(path, create=True)
+        self._writers: dict[str, RunWriter] = {}
 
-    def append_next(self, run_id: str, events: Sequence[NewEvent]) -> int:
-        return self._store.append(run_id, self._store.version(run_id), events)[-1].version if events else 0
+    def append_next(self, run_id: str, events: Sequence[NewEvent]) -> list[int]:
+        """Append after whatever the run holds now; the events' global positions."""
+        writer = self._writers.get(run_id)
+        if writer is None:
+            writer = self._writers[run_id] = RunWriter(self._store, run_id)
+        return writer.write(events)
 
     def read(self, run_id: str, after_version: int = 0) -> list[Recorded]:
         return self._store.read(run_id, after_version)
@@ -65,8 +71,8 @@ class StoreSink:
     def __init__(self, store, run_id: str):
         self._store, self._run_id = store, run_id
 
-    def write(self, events: Sequence[NewEvent]) -> None:
-        ray.get(self._store.append_next.remote(self._run_id, list(events)))
+    def write(self, events: Sequence[NewEvent]) -> list[int]:
+        return ray.get(self._store.append_next.remote(self._run_id, list(events)))
 
 
 class StoreMemory:
@@ -103,14 +109,13 @@ def lanes_for(run_id: str, store, gateway, recorded: dict[str, list[Recorded]] |
 class CustodianService:
     """Runs where the repository is: it reads every file at the base commit."""
 
-    def __init__(self, run_id, repo_path, commit, repo, settings: RunSettings, memory_before, store, gateway, recorded):
+    def __init__(self, run_id, repo_path, commit, repo, settings: RunSettings, store, gateway, recorded):
         self._custodian = Custodian(
-            RepoSnapshot.open(repo_path, commit), StoreMemory(store), lanes_for(run_id, store, gateway, recorded),
-            repo, settings, memory_before,
+            RepoSnapshot.open(repo_path, commit), StoreMemory(store), lanes_for(run_id, store, gateway, recorded), repo, settings,
         )
 
-    def locate(self, issue_text: str) -> list[LocatedFile]:
-        return self._custodian.locate(issue_text)
+    def locate(self, issue_text: str, memory_before: int | None = None) -> list[LocatedFile]:
+        return self._custodian.locate(issue_text, memory_before)
 
 
 class QAService:

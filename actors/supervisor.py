@@ -1,6 +1,9 @@
 """The supervisor of one run (the Manager's run): creates the Custodian, the Developers and their
-QA Engineers as actors, runs the plan's stages, and recreates a role actor that dies."""
+QA Engineers as actors, runs the plan's stages, and recreates a role actor that dies, its lanes
+rebuilt from the log so that nothing it recorded is redone or paid for again."""
 from __future__ import annotations
+
+from typing import Callable
 
 import ray
 import structlog
@@ -15,17 +18,47 @@ from .services import lanes_for
 from .team import Team
 
 log = structlog.get_logger()
-# How often a role actor that died is recreated (its lanes rebuilt from the log) before the task fails.
+# How often a role actor that died is recreated before its work counts as failed.
 ACTOR_RETRIES = 2
 
 
-def _lanes_with_prefix(recorded: dict[str, list[Recorded]], *prefixes: str) -> dict[str, list[Recorded]]:
-    return {lane: events for lane, events in recorded.items() if lane.startswith(prefixes)}
+def lanes_named(recorded: dict[str, list[Recorded]], *names: str) -> dict[str, list[Recorded]]:
+    """The recorded lanes an actor needs: exactly these names, or below one ("custodian:...")."""
+    return {lane: events for lane, events in recorded.items() if lane in names or lane.startswith(tuple(n + ":" for n in names))}
+
+
+class Recreating:
+    """Runs a call on a role actor; if the actor dies, makes a new one from the log and calls again."""
+
+    def __init__(self, run_id: str, store, make: Callable[[dict[str, list[Recorded]]], tuple]):
+        self._run_id = run_id
+        self._store = store
+        self._make = make  # recorded lanes -> (object ref of the call, actors to end afterwards)
+
+    def start(self, recorded: dict[str, list[Recorded]]) -> None:
+        self._ref, self._actors = self._make(recorded)
+
+    def result(self):
+        for retry in range(ACTOR_RETRIES + 1):
+            try:
+                return ray.get(self._ref)
+            except ray.exceptions.ActorDiedError as exc:
+                if retry == ACTOR_RETRIES:
+                    raise
+                log.warning("role actor died; recreating it from the log", run=self._run_id, error=str(exc).splitlines()[0])
+                self.end()
+                self.start(lanes_of(ray.get(self._store.read.remote(self._run_id))))
+        raise AssertionError("unreachable")
+
+    def end(self) -> None:
+        for actor in self._actors:
+            ray.kill(actor)
+        self._actors = ()
 
 
 class SupervisorService:
     def __init__(self, run_id: str, issue: IssueRecord, settings: RunSettings, repo_path: str,
-                 store, gateway, recorded: list[Recorded] | None = None, memory_before: int | None = None):
+                 store, gateway, recorded: list[Recorded] | None = None):
         self._run_id = run_id
         self._issue = issue
         self._settings = settings
@@ -33,76 +66,73 @@ class SupervisorService:
         self._store = store
         self._gateway = gateway
         self._recorded = lanes_of(recorded or [])
-        self._memory_before = memory_before
 
     def run(self):
-        from .remote import actor_classes
-
         snapshot = RepoSnapshot.open(self._repo_path, self._issue.base_commit)
-        lanes = lanes_for(self._run_id, self._store, self._gateway, self._recorded)
-        custodian = actor_classes()["custodian"].remote(
-            self._run_id, self._repo_path, snapshot.commit_id, self._issue.repo, self._settings, self._memory_before,
-            self._store, self._gateway, _lanes_with_prefix(self._recorded, "custodian"),
+        team = Team(
+            issue=self._issue, settings=self._settings, snapshot=snapshot,
+            asker_for=lanes_for(self._run_id, self._store, self._gateway, self._recorded),
+            custodian=RemoteLocator(self, snapshot.commit_id), workforce=RayWorkforce(self),
         )
-        try:
-            team = Team(
-                issue=self._issue, settings=self._settings, snapshot=snapshot, asker_for=lanes,
-                custodian=RemoteLocator(custodian), workforce=RayWorkforce(self._run_id, self._store, self._gateway, self._recorded),
-            )
-            return team.run()
-        finally:
-            ray.kill(custodian)
+        return team.run()
 
 
 class RemoteLocator:
-    def __init__(self, custodian):
-        self._custodian = custodian
+    """The Custodian as an actor beside the repository; one call per run."""
 
-    def locate(self, issue_text: str):
-        return ray.get(self._custodian.locate.remote(issue_text))
+    def __init__(self, supervisor: SupervisorService, commit_id: str):
+        self._s = supervisor
+        self._commit_id = commit_id
+
+    def locate(self, issue_text: str, memory_before: int | None = None):
+        from .remote import actor_classes
+
+        s = self._s
+
+        def make(recorded):
+            custodian = actor_classes()["custodian"].remote(
+                s._run_id, s._repo_path, self._commit_id, s._issue.repo, s._settings, s._store, s._gateway,
+                lanes_named(recorded, "custodian"),
+            )
+            return custodian.locate.remote(issue_text, memory_before), (custodian,)
+
+        call = Recreating(s._run_id, s._store, make)
+        call.start(s._recorded)
+        try:
+            return call.result()
+        finally:
+            call.end()
 
 
 class RayWorkforce:
     """Each task gets a Developer actor and a QA actor that live as long as the task."""
 
-    def __init__(self, run_id: str, store, gateway, recorded: dict[str, list[Recorded]]):
-        self._run_id = run_id
-        self._store = store
-        self._gateway = gateway
-        self._recorded = recorded
+    def __init__(self, supervisor: SupervisorService):
+        self._s = supervisor
 
     def run_stage(self, assignments: list[Assignment]) -> list[TaskFinished]:
-        pending = {work.task.task_id: self._start(work, self._recorded) for work in assignments}
-        results: dict[str, TaskFinished] = {}
-        for work in assignments:
-            tid = work.task.task_id
-            for retry in range(ACTOR_RETRIES + 1):
-                ref, actors = pending[tid]
-                try:
-                    results[tid] = ray.get(ref)
-                    break
-                except ray.exceptions.ActorDiedError as exc:
-                    if retry == ACTOR_RETRIES:
-                        raise
-                    log.warning("role actor died; recreating it from the log", task=tid, error=str(exc).splitlines()[0])
-                    # What the dead actor already recorded is matched, not redone or paid again.
-                    fresh = lanes_of(ray.get(self._store.read.remote(self._run_id)))
-                    pending[tid] = self._start(work, fresh)
-                finally:
-                    for actor in actors:
-                        ray.kill(actor)
-        return [results[w.task.task_id] for w in assignments]
+        calls = [Recreating(self._s._run_id, self._s._store, self._maker(work)) for work in assignments]
+        for call in calls:
+            call.start(self._s._recorded)
+        try:
+            return [call.result() for call in calls]
+        finally:
+            for call in calls:
+                call.end()
 
-    def _start(self, work: Assignment, recorded: dict[str, list[Recorded]]):
+    def _maker(self, work: Assignment):
         from .remote import actor_classes
 
-        tid = work.task.task_id
-        classes = actor_classes()
-        qa = classes["qa"].remote(
-            self._run_id, work.issue_text, work.task.description, self._store, self._gateway,
-            {k: v for k, v in recorded.items() if k == f"qa:{tid}"},
-        )
-        developer = classes["developer"].remote(
-            self._run_id, self._store, self._gateway, {k: v for k, v in recorded.items() if k == f"developer:{tid}"},
-        )
-        return developer.run.remote(work, qa), (developer, qa)
+        s, tid = self._s, work.task.task_id
+
+        def make(recorded):
+            classes = actor_classes()
+            qa = classes["qa"].remote(
+                s._run_id, work.issue_text, work.task.description, s._store, s._gateway, lanes_named(recorded, f"qa:{tid}")
+            )
+            developer = classes["developer"].remote(
+                s._run_id, s._store, s._gateway, {k: v for k, v in recorded.items() if k == f"developer:{tid}"}
+            )
+            return developer.run.remote(work, qa), (developer, qa)
+
+        return make

@@ -38,7 +38,7 @@ class Workforce(Protocol):
 
 
 class Locator(Protocol):
-    def locate(self, issue_text: str) -> list[LocatedFile]:
+    def locate(self, issue_text: str, memory_before: int | None = None) -> list[LocatedFile]:
         """The Repository Custodian's answer: the relevant files, described."""
 
 
@@ -65,6 +65,7 @@ class Team:
         return RunStarted(
             instance_id=i.instance_id, repo=i.repo, base_commit=self._snapshot.commit_id,
             problem_statement=i.problem_statement, hints_text=i.hints_text, settings=self.settings,
+            repo_path=i.repo_path or "",
         )
 
     def run(self) -> RunFinished | RunFailed:
@@ -73,7 +74,7 @@ class Team:
         journal = self._asker_for("supervisor").journal
         journal.emit(self.started_event())
         try:
-            end: RunFinished | RunFailed = self._collaborate()
+            end: RunFinished | RunFailed = self._collaborate(memory_before=journal.last_position)
         except Exception as raised:  # noqa: BLE001 - the log must end consistently whatever broke
             exc = root_cause(raised)
             if isinstance(exc, Divergence):
@@ -92,9 +93,9 @@ class Team:
         """The file as the base commit has it; "" for a file the task creates."""
         return self._snapshot.read_text(task.path) if task.base_blob_id else ""
 
-    def _collaborate(self) -> RunFinished:
+    def _collaborate(self, memory_before: int) -> RunFinished:
         issue_text = self.issue.brief(self.settings.use_hints)
-        located = self._custodian.locate(issue_text)
+        located = self._custodian.locate(issue_text, memory_before)
         manager = Manager(self._asker_for, issue_text, self._snapshot.read_text, self._snapshot.blob_id)
         tasks = manager.define_tasks(located)
         if not tasks:

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import click
+import msgspec
 
 from .submit import (
     gateway_config, load_issue, locate_repo, model_endpoint, model_options, report, run_settings, settings_options, write_outputs,
@@ -88,17 +89,20 @@ def diff_command(run: str, store_path: str) -> None:
 
 @cli.command("audit")
 @click.argument("run")
-@click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["md", "json", "html"]), default="md", show_default=True,
+              help="Markdown, JSON, or one self-contained HTML page.")
 @store_option
 def audit_command(run: str, fmt: str, store_path: str) -> None:
     """Print the run's audit trail: every decision, who made it, why and at what cost."""
-    from magis_ray.events.projections import audit_json, audit_markdown, fold
+    from magis_ray.events.projections import audit_html, audit_json, audit_markdown, fold
 
     from .source import load_run
 
     view = fold(load_run(store_path, run))
     if fmt == "json":
         click.echo(json.dumps(audit_json(view), indent=2))
+    elif fmt == "html":
+        click.echo(audit_html(view), nl=False)
     else:
         click.echo(audit_markdown(view), nl=False)
 
@@ -115,7 +119,6 @@ def submit_command(issue_file: Path, repo, repos_dir, store_path, llm, base_url,
     """Resolve the issue in ISSUE_FILE (a SWE-bench instance record) with the MAGIS team."""
     from magis_ray.actors.deployment import new_run_id, run_issue
     from magis_ray.actors.gateway import DEFAULT_MODEL
-    from magis_ray.events.schema import RunFailed
 
     issue = load_issue(issue_file)
     repo_path = locate_repo(issue, repo, repos_dir)
@@ -127,12 +130,146 @@ def submit_command(issue_file: Path, repo, repos_dir, store_path, llm, base_url,
         run_id = new_run_id()
         click.echo(f"run {run_id}: {issue.instance_id} ({issue.repo} @ {issue.base_commit[:10]})", err=True)
         end = run_issue(
-            store_path=store_path, issue=issue, settings=run_config, repo_path=repo_path,
-            gateway_config=gateway_config(endpoint, model, timeout, concurrency, response_format), run_id=run_id,
+            store_path=store_path, issue=msgspec.structs.replace(issue, repo_path=repo_path), settings=run_config,
+            repo_path=repo_path, gateway_config=gateway_config(endpoint, model, timeout, concurrency, response_format),
+            run_id=run_id,
         )
+    conclude(store_path, run_id, end)
+
+
+@cli.command("resume")
+@click.argument("run")
+@click.option("--repo", "repo", type=click.Path(), help="Where the repository is now, if it moved.")
+@store_option
+@model_options
+def resume_command(run, repo, store_path, llm, base_url, model, timeout, concurrency, response_format) -> None:
+    """Go on with a run cut off by a crash, kill -9, Ctrl-C or a lost model: recorded answers
+    are reused, never paid for again, and nothing is written twice."""
+    from magis_ray.actors.continuation import CannotResume, resume_point
+    from magis_ray.actors.deployment import resume_issue
+    from magis_ray.store import open_store
+
+    from .source import BadInput, resolve_run_id
+
+    with open_store(store_path) as store:
+        run_id = resolve_run_id(store, run)
+        try:
+            point = resume_point(store.read(run_id))
+        except CannotResume as exc:
+            raise BadInput(str(exc)) from None
+    repo_path = repo_of(point.started, repo)
+    if not model and llm.startswith("scripted:"):
+        model = "scripted"
+    with model_endpoint(llm, base_url) as endpoint:
+        click.echo(f"resuming run {run_id} from event {point.kept_version} ({point.superseded} superseded)", err=True)
+        end = resume_issue(
+            store_path=store_path, run_id=run_id, point=point, repo_path=repo_path,
+            gateway_config=gateway_config(endpoint, model or point.started.settings.model, timeout, concurrency, response_format),
+        )
+    conclude(store_path, run_id, end)
+
+
+@cli.command("replay")
+@click.argument("run")
+@click.option("--repo", "repo", type=click.Path(), help="Where the repository is now, if it moved.")
+@store_option
+def replay_command(run, repo, store_path) -> None:
+    """Rebuild every projection from the log, and re-execute the team with the recorded answers
+    (no model call): exit 1 and show both sides of the first event that differs."""
+    from magis_ray.actors.replay import CannotReplay, replay_run
+    from magis_ray.events.projections import audit_json, final_diff, fold, metrics
+    from magis_ray.store import open_store
+
+    from .source import BadInput, resolve_run_id
+
+    with open_store(store_path) as store:
+        run_id = resolve_run_id(store, run)
+        events = store.read(run_id)
+        view = fold(events)
+        audit_json(view)
+        total = metrics(view)["total"]
+        click.echo(
+            f"projections rebuilt from {len(events)} events: {len(final_diff(view).splitlines())} diff lines, "
+            f"{total['calls']} model calls, {total['prompt_tokens'] + total['completion_tokens']} tokens"
+        )
+        try:
+            report_ = replay_run(events, store, repo_of(view.started, repo) if view.started else repo)
+        except CannotReplay as exc:
+            raise BadInput(str(exc)) from None
+    if report_.divergence is None:
+        click.echo(f"replayed {report_.events} events: no divergence")
+        return
+    d = report_.divergence
+    click.echo(f"divergence in lane {d.lane} after {report_.events} matching events:")
+    click.echo(f"  log:    {describe_side(d.expected.event if d.expected else None)}")
+    click.echo(f"  replay: {describe_side(d.got)}")
+    where = first_difference(d.expected.event if d.expected else None, d.got)
+    if where:
+        click.echo(f"  first difference: {where}")
+    sys.exit(1)
+
+
+def describe_side(event) -> str:
+    """An event as one JSON line, long texts cut so both sides fit on a screen."""
+    if event is None:
+        return "(nothing)"
+    from magis_ray.events.codec import to_builtins
+
+    def cut(value):
+        if isinstance(value, str):
+            return value if len(value) <= 300 else value[:300] + f"... ({len(value) - 300} more characters)"
+        if isinstance(value, list):
+            return [cut(v) for v in value]
+        if isinstance(value, dict):
+            return {k: cut(v) for k, v in value.items()}
+        return value
+
+    return json.dumps(cut(to_builtins(event)))
+
+
+def first_difference(logged, replayed) -> str:
+    """Where two exchanges' prompts part: the message and the text around the first change."""
+    from magis_ray.events.schema import LLMExchanged
+
+    if not (isinstance(logged, LLMExchanged) and isinstance(replayed, LLMExchanged)):
+        return ""
+    for index, (a, b) in enumerate(zip(logged.messages, replayed.messages)):
+        if a.content != b.content:
+            at = next((i for i, (x, y) in enumerate(zip(a.content, b.content)) if x != y), min(len(a.content), len(b.content)))
+            return f"message {index + 1} ({a.role}) at character {at}: log {a.content[max(0, at - 30):at + 40]!r}, replay {b.content[max(0, at - 30):at + 40]!r}"
+    if len(logged.messages) != len(replayed.messages):
+        return f"{len(logged.messages)} messages in the log, {len(replayed.messages)} in the replay"
+    return ""
+
+
+def repo_of(started, repo: str | None) -> str:
+    """Where the run's repository is: the --repo given, else where the run found it."""
+    from magis_ray.actors.repository import RepoError, RepoSnapshot
+
+    from .source import BadInput
+
+    path = repo or (started.repo_path if started else "")
+    if not path:
+        raise BadInput("the log does not say where the repository is; give --repo")
+    try:
+        RepoSnapshot.open(path, started.base_commit)
+    except RepoError as exc:
+        raise BadInput(str(exc)) from None
+    return path
+
+
+def conclude(store_path: str, run_id: str, end) -> None:
+    """Write the diff and the audit, print the summary; a failed run exits non-zero."""
+    from magis_ray.actors.deployment import INTERRUPTED
+    from magis_ray.events.schema import RunFailed
+
     report(run_id, end, *write_outputs(store_path, run_id))
     if isinstance(end, RunFailed):
-        raise UserError(f"run {run_id} failed: {end.reason}" + (f"; resume it with `magis-ray resume {run_id}`" if end.resumable else ""))
+        hint = f"; resume it with `magis-ray resume {run_id}`" if end.resumable else ""
+        if end.reason == INTERRUPTED:
+            click.echo(f"magis-ray: interrupted{hint}", err=True)
+            sys.exit(130)
+        raise UserError(f"run {run_id} failed: {end.reason}{hint}")
 
 
 def _ensure_store(store_path: str) -> None:

@@ -35,7 +35,7 @@ def locate_repo(issue, repo: str | None, repos_dir: str | None) -> str:
 
 
 def write_outputs(store_path: str, run_id: str) -> tuple[Path, Path, dict]:
-    from magis_ray.events.projections import audit_markdown, final_diff, fold, metrics
+    from magis_ray.events.projections import audit_html, audit_markdown, final_diff, fold, metrics
     from magis_ray.store import open_store
 
     store = open_store(store_path)
@@ -48,6 +48,7 @@ def write_outputs(store_path: str, run_id: str) -> tuple[Path, Path, dict]:
     diff_path, audit_path = out / "diff.patch", out / "audit.md"
     diff_path.write_text(final_diff(view))
     audit_path.write_text(audit_markdown(view))
+    (out / "audit.html").write_text(audit_html(view))
     return diff_path, audit_path, metrics(view)["total"]
 
 
@@ -62,7 +63,7 @@ def report(run_id: str, end, diff_path: Path, audit_path: Path, total: dict) -> 
         f"completion tokens, ${total['cost_usd']:.4f}"
     )
     click.echo(f"diff:     {diff_path}")
-    click.echo(f"audit:    {audit_path}")
+    click.echo(f"audit:    {audit_path} (and {audit_path.with_suffix('.html').name} beside it)")
 
 
 def gateway_config(base_url, model, timeout, concurrency, response_format):

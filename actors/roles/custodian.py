@@ -42,16 +42,18 @@ class Custodian:
         asker_for: Callable[[str], Asker],
         repo: str,
         settings: RunSettings,
-        memory_before: int | None = None,
     ):
         self._snapshot = snapshot
         self._memory = memory
         self._asker_for = asker_for
         self._repo = repo
         self._settings = settings
-        self._memory_before = memory_before
+        self._memory_before: int | None = None
 
-    def locate(self, issue_text: str) -> list[LocatedFile]:
+    def locate(self, issue_text: str, memory_before: int | None = None) -> list[LocatedFile]:
+        """`memory_before`: the run's start position; the memory is read as it was then, so a
+        replay or a resume sees what the original run saw."""
+        self._memory_before = memory_before
         journal = self._asker_for("custodian").journal
         documents = select_documents(self._snapshot)
         ranked = localize_files(documents, issue_text, k=self._settings.top_k)

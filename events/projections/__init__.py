@@ -1,8 +1,9 @@
 """Pure folds over a run's events: its state, final diff, metrics, audit trail and prediction."""
 from .audit import audit_json, audit_markdown
 from .diff import final_diff
+from .html import audit_html
 from .metrics import metrics
 from .prediction import prediction
 from .state import RunView, fold
 
-__all__ = ["RunView", "audit_json", "audit_markdown", "final_diff", "fold", "metrics", "prediction"]
+__all__ = ["RunView", "audit_html", "audit_json", "audit_markdown", "final_diff", "fold", "metrics", "prediction"]

@@ -12,6 +12,7 @@ from importlib.resources import files
 from string import Template
 
 from magis_ray.events import schema as ev
+from magis_ray.events.history import effective
 
 from .audit import describe
 from .diff import changed_files, final_diff
@@ -53,16 +54,12 @@ def _offset(seconds: float) -> str:
     return f"+{int(minutes)}:{secs:05.2f}"
 
 
-def _what(e: ev.AnyEvent) -> str:
-    """describe(), with the detail it does not (yet) give for failures and resumptions."""
-    text = describe(e)
-    if text == type(e).__name__:
-        if isinstance(e, ev.StepFailed):
-            where = e.task_id or e.path
-            return f"step {e.purpose}{f' ({where})' if where else ''} failed: {e.reason}"
-        if isinstance(e, ev.RunResumed):
-            return f"run resumed after version {e.kept_version} ({e.superseded} superseded)"
-    return text
+def superseded(view: RunView) -> set[int]:
+    """Versions of the events a resumed run superseded (history, but not the run's state)."""
+    return {r.version for r in view.timeline} - {r.version for r in effective(view.timeline, keep_markers=True)}
+
+
+_OLD = '<span class="badge b-plain" title="superseded by a resumption">superseded</span>'
 
 
 def render_diff(diff: str) -> str:
@@ -121,6 +118,10 @@ def _header(view: RunView, m: dict) -> str:
         kind = f" ({esc(view.failed.error_type)})" if view.failed.error_type else ""
         resumable = " — resumable" if view.failed.resumable else " — not resumable"
         rows.append(("failure", f'<span class="err">{esc(view.failed.reason)}</span>{kind}{resumable}'))
+    resumptions = [r.event for r in view.timeline if isinstance(r.event, ev.RunResumed)]
+    if resumptions:
+        n_old = len(superseded(view))
+        rows.append(("resumed", f"{len(resumptions)} time(s); {n_old} event(s) superseded (kept in the timeline, faded)"))
     files_changed = changed_files(view)
     if files_changed:
         rows.append(("files changed", ", ".join(f"<code>{esc(p)}</code>" for p in files_changed)))
@@ -153,7 +154,6 @@ def _issue(view: RunView) -> str:
 
 def _custodian(view: RunView) -> str:
     out = ['<section id="custodian"><h2>Repository Custodian</h2>']
-    summaries = {s.path: s for s in view.summaries}
     judged = {j.path: j for j in view.judgements}
     located = set(view.located.paths) if view.located else set()
     if view.ranked:
@@ -286,7 +286,7 @@ def _tasks(view: RunView) -> str:
     return f'<section id="tasks"><h2>Developers and QA: attempts and reviews</h2>{body}</section>'
 
 
-def _failures(view: RunView, start: float) -> str:
+def _failures(view: RunView, start: float, old: set[int]) -> str:
     fails = [r for r in view.timeline if isinstance(r.event, (ev.StepFailed, ev.RunFailed))]
     fails += [r for r in view.exchanges if r.event.error]  # type: ignore[union-attr]
     fails.sort(key=lambda r: r.version)
@@ -301,8 +301,9 @@ def _failures(view: RunView, start: float) -> str:
             what, why, then = f"LLM call {esc(e.purpose)} (attempt {e.attempt})", e.error, ""
         else:
             what, why, then = f"run failed{' (' + esc(e.error_type) + ')' if e.error_type else ''}", e.reason, ""  # type: ignore[union-attr]
+        tr = '<tr class="superseded">' if r.version in old else "<tr>"
         rows.append(
-            f'<tr><td class="num">{_offset(r.time - start)}</td><td>{_lane(r.actor)}</td><td>{what}</td>'
+            f'{tr}<td class="num">{_offset(r.time - start)}</td><td>{_lane(r.actor)}</td><td>{what}{" " + _OLD if r.version in old else ""}</td>'
             f'<td class="err">{esc(why)}</td><td>{esc(then)}</td></tr>'
         )
     return (
@@ -340,7 +341,7 @@ def _costs(m: dict) -> str:
     )
 
 
-def _swimlanes(view: RunView, start: float, span: float) -> str:
+def _swimlanes(view: RunView, start: float, span: float, old: set[int]) -> str:
     """An inline SVG: one row per role, a tick per event and a bar per LLM call's latency."""
     roles = [r for r in ROLES if any(role_of(x.actor) == r for x in view.timeline)]
     roles += sorted({role_of(x.actor) for x in view.timeline} - set(roles))
@@ -360,14 +361,15 @@ def _swimlanes(view: RunView, start: float, span: float) -> str:
                 continue
             x = left + (r.time - start) * scale
             e = r.event
+            fade = ' opacity="0.3"' if r.version in old else ""
             if isinstance(e, ev.LLMExchanged) and e.latency_s > 0:
                 x0 = max(x - e.latency_s * scale, left)  # a call began at most at the run's start
                 w = max(x - x0, 2.0)
-                parts.append(f'<rect x="{x0:.1f}" y="{y + 8}" width="{w:.1f}" height="{row - 16}" fill="{color}" opacity="0.35"><title>{esc(_what(e))}</title></rect>')
+                parts.append(f'<rect x="{x0:.1f}" y="{y + 8}" width="{w:.1f}" height="{row - 16}" fill="{color}" opacity="{0.12 if fade else 0.35}"><title>{esc(describe(e))}</title></rect>')
             bad = isinstance(e, (ev.StepFailed, ev.RunFailed)) or (isinstance(e, ev.LLMExchanged) and e.error)
             parts.append(
-                f'<rect x="{x - 1:.1f}" y="{y + 5}" width="3" height="{row - 10}" fill="{"#cf222e" if bad else color}">'
-                f"<title>{esc(r.actor)}: {esc(_what(e))}</title></rect>"
+                f'<rect x="{x - 1:.1f}" y="{y + 5}" width="3" height="{row - 10}" fill="{"#cf222e" if bad else color}"{fade}>'
+                f"<title>{esc(r.actor)}: {esc(describe(e))}</title></rect>"
             )
     axis_y = row * len(roles) + 16
     for k in range(6):
@@ -378,33 +380,39 @@ def _swimlanes(view: RunView, start: float, span: float) -> str:
     return "".join(parts)
 
 
-def _timeline(view: RunView, start: float) -> str:
+def _timeline(view: RunView, start: float, old: set[int]) -> str:
     if not view.timeline:
         return '<section id="timeline"><h2>Timeline</h2><p class="empty">No events.</p></section>'
     span = max(r.time for r in view.timeline) - start
+    note = (
+        f'<p class="small muted">{len(old)} event(s) shown faded were superseded: they followed a failure that a '
+        "resumed run retried, so they are history but no part of the run's result.</p>"
+    ) if old else ""
     rows = []
     for r in view.timeline:
         e = r.event
         bad = isinstance(e, (ev.StepFailed, ev.RunFailed)) or (isinstance(e, ev.LLMExchanged) and bool(e.error))
-        tr = '<tr class="ev-fail">' if bad else "<tr>"
+        classes = " ".join(c for c, on in (("ev-fail", bad), ("superseded", r.version in old)) if on)
+        tr = f'<tr class="{classes}">' if classes else "<tr>"
         rows.append(
             f'{tr}<td class="num">{r.version}</td><td class="num">{_offset(r.time - start)}</td>'
-            f"<td>{_lane(r.actor)}</td><td class='small muted'>{esc(type(e).__name__)}</td><td>{esc(_what(e))}</td></tr>"
+            f"<td>{_lane(r.actor)}</td><td class='small muted'>{esc(type(e).__name__)}</td>"
+            f"<td>{esc(describe(e))}{' ' + _OLD if r.version in old else ''}</td></tr>"
         )
     return (
         '<section id="timeline"><h2>Timeline by role</h2>'
-        f"{_swimlanes(view, start, span)}"
+        f"{_swimlanes(view, start, span, old)}"
         '<table><thead><tr><th class="num">#</th><th class="num">time</th><th>lane</th><th>event</th><th>what happened</th></tr></thead>'
-        f'<tbody>{"".join(rows)}</tbody></table></section>'
+        f'<tbody>{"".join(rows)}</tbody></table>{note}</section>'
     )
 
 
-def _exchange(rec: ev.Recorded, start: float) -> str:
+def _exchange(rec: ev.Recorded, start: float, old: set[int]) -> str:
     x: ev.LLMExchanged = rec.event  # type: ignore[assignment]
     state = _badge("error", "b-bad") if x.error else _badge("ok", "b-ok")
     task = f" · {esc(x.task_id)}" if x.task_id else ""
     summary = (
-        f"<summary>{state} <span class='mono small'>{_offset(rec.time - start)}</span> {_lane(rec.actor)} "
+        f"<summary>{state}{' ' + _OLD if rec.version in old else ''} <span class='mono small'>{_offset(rec.time - start)}</span> {_lane(rec.actor)} "
         f"<b>{esc(x.purpose)}</b>{task} <span class='small muted'>· {x.prompt_tokens:,}+{x.completion_tokens:,} tokens · "
         f"{x.latency_s:.2f} s · ${x.cost_usd:.5f}{' · attempt ' + str(x.attempt) if x.attempt > 1 else ''}</span></summary>"
     )
@@ -419,8 +427,8 @@ def _exchange(rec: ev.Recorded, start: float) -> str:
     return f'<details>{summary}<div class="inner">{"".join(details)}{msgs}{answer}</div></details>'
 
 
-def _exchanges(view: RunView, start: float) -> str:
-    body = "".join(_exchange(r, start) for r in view.exchanges) or '<p class="empty">No model calls.</p>'
+def _exchanges(view: RunView, start: float, old: set[int]) -> str:
+    body = "".join(_exchange(r, start, old) for r in view.exchanges) or '<p class="empty">No model calls.</p>'
     return f'<section id="llm"><h2>LLM exchanges</h2><p class="sub">{len(view.exchanges)} call(s); open one to read its messages and raw answer.</p>{body}</section>'
 
 
@@ -434,10 +442,11 @@ def audit_html(view: RunView) -> str:
     """One self-contained HTML page that tells the story of a run."""
     m = metrics(view)
     start = min((r.time for r in view.timeline), default=0.0)
+    old = superseded(view)
     title = f"MAGIS audit: {view.started.instance_id}" if view.started else f"MAGIS audit: {view.run_id or 'empty run'}"
     nav = '<nav class="toc">' + "".join(f'<a href="#{a}">{t}</a>' for a, t in _NAV) + "</nav>"
     body = "".join([
-        _issue(view), _custodian(view), _manager(view), _tasks(view), _failures(view, start),
-        _final(view), _costs(m), _timeline(view, start), _exchanges(view, start),
+        _issue(view), _custodian(view), _manager(view), _tasks(view), _failures(view, start, old),
+        _final(view), _costs(m), _timeline(view, start, old), _exchanges(view, start, old),
     ])
     return _template().substitute(title=esc(title), header=_header(view, m), nav=nav, body=body, run_id=esc(view.run_id or "-"))

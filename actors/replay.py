@@ -1,0 +1,83 @@
+"""Replay: re-execute a finished run's team in this process with every answer taken from the
+log (no model is called, nothing is written) and report the first event that differs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from magis_ray.events.history import effective
+from magis_ray.events.schema import TERMINAL_EVENTS, Recorded, RunStarted
+
+from .inprocess import ThreadWorkforce
+from .issue import IssueRecord
+from .journal import Divergence, lanes_of
+from .lanes import Lanes
+from .repository import RepoSnapshot
+from .roles.custodian import Custodian
+from .team import Team
+
+
+class CannotReplay(Exception):
+    pass
+
+
+class NoModel:
+    """Replay never asks the model: a request the log cannot answer is a divergence first."""
+
+    def exchange(self, **request):
+        raise AssertionError("replay asked the model")
+
+
+class MemoryAsOf:
+    """The summary memory as the run saw it; replay writes nothing."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def get_summary(self, repo, path, blob_id, before_position=None):
+        return self._store.get_summary(repo, path, blob_id, before_position)
+
+    def latest_summary(self, repo, path, before_position=None):
+        return self._store.latest_summary(repo, path, before_position)
+
+    def put_summary(self, repo, path, blob_id, summary) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    events: int  # how many logged events re-execution reproduced
+    divergence: Divergence | None
+
+
+def issue_of(started: RunStarted) -> IssueRecord:
+    return IssueRecord(
+        instance_id=started.instance_id, repo=started.repo, base_commit=started.base_commit,
+        problem_statement=started.problem_statement, hints_text=started.hints_text, repo_path=started.repo_path or None,
+    )
+
+
+def replay_run(events: list[Recorded], store, repo_path: str | None = None) -> ReplayReport:
+    history = effective(events)
+    if not history or not isinstance(history[0].event, RunStarted):
+        raise CannotReplay("the run's log does not start with RunStarted")
+    if not isinstance(history[-1].event, TERMINAL_EVENTS) or history[-1].actor != "supervisor":
+        raise CannotReplay(f"run {history[0].run_id} has not finished; resume it first")
+    started: RunStarted = history[0].event
+    path = repo_path or started.repo_path
+    if not path:
+        raise CannotReplay("the log does not say where the repository is; give --repo")
+    snapshot = RepoSnapshot.open(path, started.base_commit)
+    lanes = Lanes(history[0].run_id, None, NoModel(), lanes_of(history))
+    team = Team(
+        issue=issue_of(started), settings=started.settings, snapshot=snapshot, asker_for=lanes,
+        custodian=Custodian(snapshot, MemoryAsOf(store), lanes, started.repo, started.settings),
+        workforce=ThreadWorkforce(lanes),
+    )
+    try:
+        team.run()
+    except Divergence as divergence:
+        return ReplayReport(events=len(history) - len(lanes.unmatched()), divergence=divergence)
+    left = lanes.unmatched()
+    if left:
+        return ReplayReport(events=len(history) - len(left), divergence=Divergence(left[0].actor, left[0], None))
+    return ReplayReport(events=len(history), divergence=None)

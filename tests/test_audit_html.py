@@ -1,0 +1,381 @@
+"""The HTML audit page (events/projections/html.py): one self-contained page that escapes every
+model-written text, parses cleanly, shows each part of a run, and, opened in a real headless
+Chromium, runs no injected script, logs no console error and renders a non-trivial screenshot."""
+from __future__ import annotations
+
+import difflib
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tomllib
+from html import escape
+from html.parser import HTMLParser
+from importlib.resources import files
+from pathlib import Path
+
+import pytest
+
+from magis_ray.events import schema as ev
+from magis_ray.events.codec import decode_recorded
+from magis_ray.events.projections import RunView, final_diff, fold
+from magis_ray.events.projections.audit import describe
+from magis_ray.events.projections.html import audit_html
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).parent / "golden" / "v1_run.jsonl"
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+NO_CHROMIUM = "chromium not installed: apt-get install chromium"
+
+# Hostile model output, spread over every kind of model-written text.
+SCRIPT = '<script>document.title="pwned"</script>'
+IMG = "<img src=x onerror=alert(1)>"
+BOLD = "<b>bold</b>"
+HOSTILE = (SCRIPT, IMG, BOLD)
+T0 = 1_700_000_000.0
+RUN_ID = "run-html-1"
+TITLE = "MAGIS audit: web__page-7"
+
+BASE_TEXT = '''def page(name):
+    """The greeting page."""
+    return "<p>Hello " + name + "</p>"
+
+
+def footer():
+    return "<footer>bye</footer>"
+'''
+WRONG_TEXT = BASE_TEXT.replace('"<p>Hello " + name + "</p>"', '"<p>Hello " + name.upper() + "</p>"')
+FIXED_TEXT = BASE_TEXT.replace('return "<p>Hello " + name + "</p>"', 'return "<p>Hello " + html.escape(name) + "</p>"')
+PATH = "web/page.py"
+
+
+def unified(before: str, after: str, path: str = PATH) -> str:
+    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{path}", f"b/{path}"))
+
+
+def exchange(purpose: str, prompt: str, answer: str, *, task_id: str = "", error: str = "", tokens=(100, 20), latency=0.5, cost=0.0001):
+    return ev.LLMExchanged(
+        purpose=purpose, model="gpt-4o-mini",
+        messages=[ev.Message("system", f"You are on a team ({purpose})."), ev.Message("user", prompt)],
+        answer=answer, error=error, prompt_tokens=tokens[0], completion_tokens=tokens[1],
+        latency_s=latency, cost_usd=cost, task_id=task_id,
+    )
+
+
+def hostile_events(finished: bool = True) -> list[ev.Recorded]:
+    settings = ev.RunSettings(top_k=2, use_memory=False, model="gpt-4o-mini")
+    pairs: list[tuple[str, ev.AnyEvent]] = [
+        ("supervisor", ev.RunStarted(
+            instance_id="web__page-7", repo="web/page", base_commit="0123456789abcdef0123456789abcdef01234567",
+            problem_statement=f"page() does not escape the name: a name like {SCRIPT} runs.",
+            hints_text=f"hint: see {IMG}", settings=settings)),
+        ("custodian", ev.FilesRanked(candidates=[ev.RankedFile(PATH, 3.25, "b" * 40), ev.RankedFile("README.md", 1.5, "c" * 40)], files_total=9)),
+        (f"custodian:{PATH}", exchange("summarize_file", f"Summarize {PATH}:\n{BASE_TEXT}", f'{{"summary": "renders {BOLD}"}}', tokens=(300, 40), latency=1.25, cost=0.0002)),
+        (f"custodian:{PATH}", ev.FileSummarized(path=PATH, blob_id="b" * 40, summary=f"Builds HTML pages {BOLD} {SCRIPT}")),
+        (f"custodian:{PATH}", ev.FileJudged(path=PATH, relevant=True, reason=f"it concatenates {IMG} unescaped")),
+        ("custodian:README.md", ev.FileJudged(path="README.md", relevant=False, reason="docs only")),
+        ("custodian", ev.FilesLocated(paths=[PATH])),
+        ("manager", ev.TaskDefined(task_id="T1", path=PATH, description=f"Escape the name in page(): {SCRIPT}", base_blob_id="b" * 40)),
+        ("manager:T1", ev.DeveloperRecruited(task_id="T1", name="Ada <i>Lovelace</i>", profile=f"Careful web developer {BOLD}")),
+        ("manager", ev.MeetingUtterance(turn=1, speaker="Manager", text="T1 escapes the name.")),
+        ("developer:T1:meeting", ev.MeetingUtterance(turn=2, speaker="Ada <i>Lovelace</i>", text=f"I will not write {SCRIPT} nor {IMG} raw.")),
+        ("manager", ev.PlanMade(stages=[["T1"]], rationale=f"one task {BOLD}")),
+        ("developer:T1", ev.QAAssigned(task_id="T1", name="Edsger", profile="A strict reviewer")),
+        ("developer:T1", exchange("locate_lines", f"Where? {SCRIPT}", '{"ranges": [[3, 3]]}', task_id="T1", tokens=(400, 10), latency=0.75, cost=0.0003)),
+        ("developer:T1", ev.LinesLocated(task_id="T1", attempt=1, ranges=[ev.LineRange(3, 3)])),
+        ("developer:T1", ev.PatchProposed(task_id="T1", attempt=1, path=PATH, base_blob_id="b" * 40,
+                                          edits=[ev.Edit(ev.LineRange(3, 3), '    return "<p>Hello " + name.upper() + "</p>"\n')],
+                                          new_text=WRONG_TEXT, diff=unified(BASE_TEXT, WRONG_TEXT))),
+        ("qa:T1", exchange("review_patch", f"Review:\n{unified(BASE_TEXT, WRONG_TEXT)}", f'{{"approved": false, "comment": "{BOLD}"}}', task_id="T1", tokens=(500, 30), latency=1.5, cost=0.0004)),
+        ("qa:T1", ev.ReviewIssued(task_id="T1", attempt=1, approved=False, comment=f"Upper-casing is no escaping: {BOLD} still renders bold.")),
+        ("developer:T1", ev.LinesLocated(task_id="T1", attempt=2, ranges=[ev.LineRange(3, 3)])),
+        ("developer:T1", exchange("write_code", f"Fix it {IMG}", "", task_id="T1", error=f"answer is not the JSON asked for: {SCRIPT}", tokens=(0, 0), latency=2.0, cost=0.0)),
+        ("developer:T1", ev.StepFailed(purpose="write_code", reason=f"no usable answer: {SCRIPT}", task_id="T1", path=PATH, fallback=f"retried {BOLD}")),
+        ("developer:T1", ev.PatchProposed(task_id="T1", attempt=2, path=PATH, base_blob_id="b" * 40,
+                                          edits=[ev.Edit(ev.LineRange(3, 3), '    return "<p>Hello " + html.escape(name) + "</p>"\n')],
+                                          new_text=FIXED_TEXT, diff=unified(BASE_TEXT, FIXED_TEXT))),
+        ("qa:T1", ev.ReviewIssued(task_id="T1", attempt=2, approved=True, comment="Escaped now.")),
+        ("developer:T1", ev.TaskFinished(task_id="T1", status="approved", attempts=2)),
+    ]
+    if finished:
+        pairs.append(("supervisor", ev.RunFinished(outcome="patched", files_changed=[PATH], summary=f"T1 approved {IMG}")))
+    else:
+        pairs.append(("supervisor", ev.RunFailed(reason=f"model unreachable {SCRIPT}", error_type="APIConnectionError")))
+    return [
+        ev.Recorded(run_id=RUN_ID, version=i, position=i, time=T0 + 0.75 * (i - 1), actor=actor, event_id=f"e{i:04d}", event=event)
+        for i, (actor, event) in enumerate(pairs, 1)
+    ]
+
+
+@pytest.fixture(scope="module")
+def view() -> RunView:
+    return fold(hostile_events())
+
+
+@pytest.fixture(scope="module")
+def page(view) -> str:
+    return audit_html(view)
+
+
+# --- a strict parse of the page ---------------------------------------------------------------
+
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+ALLOWED_TAGS = {
+    "html", "head", "meta", "title", "style", "body", "header", "nav", "section", "footer", "h1", "h2", "h3", "h4",
+    "p", "a", "b", "i", "small", "code", "pre", "span", "div", "dl", "dt", "dd", "table", "thead", "tbody", "tr",
+    "th", "td", "details", "summary", "svg", "rect", "text", "title",
+}
+
+
+class Strict(HTMLParser):
+    """Collects every tag and attribute and checks that elements nest and close properly."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[str] = []
+        self.attrs: list[tuple[str, str, str | None]] = []
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs += [(tag, k, v) for k, v in attrs]
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs += [(tag, k, v) for k, v in attrs]
+
+    def handle_endtag(self, tag):
+        if tag in VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1] if self.stack else 'nothing'} at {self.getpos()}")
+            return
+        self.stack.pop()
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def parse(page: str) -> Strict:
+    parser = Strict()
+    parser.feed(page)
+    parser.close()
+    return parser
+
+
+def test_the_page_parses_with_balanced_known_tags_and_no_script_or_handler(page):
+    p = parse(page)
+    assert p.errors == []
+    assert p.stack == [], f"unclosed elements: {p.stack}"
+    assert set(p.tags) <= ALLOWED_TAGS, f"unexpected tags: {set(p.tags) - ALLOWED_TAGS}"
+    assert "script" not in p.tags and "img" not in p.tags and "i" not in p.tags  # hostile markup stayed text
+    assert [a for a in p.attrs if a[1].startswith("on") or a[1] in ("src", "srcset")] == []
+    assert p.tags[:1] == ["html"] and page.startswith("<!DOCTYPE html>")
+    # The visible text holds the hostile strings verbatim, as text.
+    text = "".join(p.text)
+    for s in HOSTILE:
+        assert s in text
+
+
+def test_the_page_is_self_contained(page):
+    assert not re.search(r"""(src|href|action|xlink:href)\s*=\s*["']?\s*(https?:|//|ftp:)""", page, re.I)
+    assert "@import" not in page and not re.search(r"url\(\s*['\"]?\s*(https?:|//)", page, re.I)
+    assert "<link" not in page.lower() and "<script" not in page.lower()
+    hrefs = [v for tag, k, v in parse(page).attrs if k == "href"]
+    assert hrefs and all(v.startswith("#") for v in hrefs)  # only in-page anchors
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+
+
+def test_every_model_written_text_is_escaped(page):
+    for s in HOSTILE:
+        assert escape(s) in page
+    assert '<script>document.title' not in page and "<img src=x" not in page and "<b>bold</b>" not in page
+    assert "Ada &lt;i&gt;Lovelace&lt;/i&gt;" in page
+    # Escaped where it belongs: the issue, a summary, a judgement, the meeting, a review, a step
+    # failure, an LLM message and its error, the run's summary.
+    esc_script, esc_img, esc_bold = (escape(s) for s in HOSTILE)
+    assert page.count(esc_script) >= 8 and page.count(esc_img) >= 5 and page.count(esc_bold) >= 5
+    assert f'<div class="said">I will not write {esc_script} nor {esc_img} raw.</div>' in page
+    assert f"<div>Upper-casing is no escaping: {esc_bold} still renders bold.</div>" in page
+    assert f'<pre class="text">page() does not escape the name: a name like {esc_script} runs.</pre>' in page
+
+
+def test_the_page_shows_each_part_of_the_run(view, page):
+    title = re.search(r"<title>(.*?)</title>", page, re.S).group(1)
+    assert title == TITLE
+    # Header: repository @ base commit, model, outcome, ablation settings.
+    assert "web/page @ <code>0123456789abcdef0123456789abcdef01234567</code>" in page
+    assert "gpt-4o-mini" in page and "finished: patched" in page and "memory off" in page and "QA on" in page
+    # Custodian: candidates with scores, summary and judgements; located file.
+    assert "3.250" in page and "not relevant" in page and "docs only" in page and "located" in page
+    # Manager: task, team, meeting, plan stage.
+    assert "Careful web developer" in page and "Edsger" in page and "stage 1" in page and "turn 2" in page
+    # Both attempts with colored diff lines and their reviews.
+    assert page.count('<pre class="diff">') == 3  # attempt 1, attempt 2, final diff
+    assert '<span class="l del">-    return &quot;&lt;p&gt;Hello &quot; + name + &quot;&lt;/p&gt;&quot;</span>' in page
+    assert '<span class="l add">+    return &quot;&lt;p&gt;Hello &quot; + html.escape(name) + &quot;&lt;/p&gt;&quot;</span>' in page
+    assert '<span class="l hunk">@@ -1,6 +1,6 @@</span>' in page and '<span class="l meta">--- a/web/page.py</span>' in page
+    assert '<div class="review bad">Review: <span class="badge b-bad">sent back</span>' in page
+    assert '<div class="review ok">Review: <span class="badge b-ok">approved</span>' in page
+    # The final diff is the approved attempt's.
+    final = page.split('id="diff"', 1)[1].split("</section>", 1)[0]
+    assert "html.escape(name)" in final and "name.upper()" not in final
+    assert final_diff(view) == unified(BASE_TEXT, FIXED_TEXT)
+    # The step failure with its reason and fallback, and the failed model call.
+    failures = page.split('id="failures"', 1)[1].split("</section>", 1)[0]
+    assert f"no usable answer: {escape(SCRIPT)}" in failures and f"retried {escape(BOLD)}" in failures
+    assert "LLM call write_code" in failures
+    # Cost per role and step, totals summed from the exchanges.
+    cost = page.split('id="cost"', 1)[1].split("</section>", 1)[0]
+    for role in ("custodian", "developer", "qa"):
+        assert f"<td>{role}</td>" in cost
+    assert "<td>review_patch</td>" in cost and "<td class='num'>1,200</td>" in cost  # 300+400+500+0 prompt tokens
+    assert "<td class='num'>0.0009</td>" in cost
+    # The timeline: every event, its offset from the start and its lane.
+    timeline = page.split('id="timeline"', 1)[1].split("</section>", 1)[0]
+    assert timeline.count("<tr") == len(view.timeline) + 1
+    assert "+0.00 s" in timeline and f"+{0.75 * (len(view.timeline) - 1):.2f} s" in timeline
+    assert '<span class="lane r-qa">qa:T1</span>' in timeline and '<tr class="ev-fail">' in timeline
+    step_failed = next(r.event for r in view.timeline if isinstance(r.event, ev.StepFailed))
+    assert f"<td>{escape(describe(step_failed))}</td>" in timeline and "superseded" not in timeline
+
+
+def test_llm_exchanges_are_collapsed_with_their_messages_answer_and_error(view, page):
+    llm = page.split('id="llm"', 1)[1].split("</section>", 1)[0]
+    assert llm.count("<details>") == len(view.exchanges) == 4 and "<details open" not in page
+    assert f"<pre>Where? {escape(SCRIPT)}</pre>" in llm
+    assert escape('{"approved": false, "comment": "<b>bold</b>"}') in llm  # the raw answer
+    assert f'<pre class="err">answer is not the JSON asked for: {escape(SCRIPT)}</pre>' in llm
+    assert "300+40 tokens" in llm and "1.25 s" in llm and "$0.00020" in llm
+
+
+def test_a_failed_run_shows_its_reason_escaped():
+    page = audit_html(fold(hostile_events(finished=False)))
+    assert f'<span class="err">model unreachable {escape(SCRIPT)}</span> (APIConnectionError)' in page
+    assert '<span class="badge b-bad">failed</span>' in page
+    assert parse(page).errors == []
+
+
+def resumed_events() -> list[ev.Recorded]:
+    """The hostile run, interrupted after T1's first review and resumed: three events superseded."""
+    pairs = [(r.actor, r.event) for r in hostile_events()]
+    kept = 18  # ... ReviewIssued(T1, attempt 1, sent back)
+    assert isinstance(pairs[kept - 1][1], ev.ReviewIssued)
+    lost = [
+        ("developer:T1", ev.LinesLocated(task_id="T1", attempt=2, ranges=[ev.LineRange(1, 1)])),
+        ("developer:T1", exchange("write_code", "lost call", '{"edits": []}', task_id="T1", tokens=(700, 5), latency=0.25, cost=0.0005)),
+        ("supervisor", ev.RunFailed(reason=f"worker died {IMG}", error_type="RayActorError")),
+        ("supervisor", ev.RunResumed(kept_version=kept, superseded=3)),
+    ]
+    pairs = pairs[:kept] + lost + pairs[kept:]
+    return [
+        ev.Recorded(run_id=RUN_ID, version=i, position=i, time=T0 + 0.75 * (i - 1), actor=actor, event_id=f"e{i:04d}", event=event)
+        for i, (actor, event) in enumerate(pairs, 1)
+    ]
+
+
+def test_a_resumed_run_shows_its_superseded_events_as_history():
+    view = fold(resumed_events())
+    page = audit_html(view)
+    assert parse(page).errors == [] and view.status == "finished" and view.failed is None
+    assert "1 time(s); 3 event(s) superseded" in page
+    timeline = page.split('id="timeline"', 1)[1].split("</section>", 1)[0]
+    assert timeline.count('<tr class="superseded">') == 2 and timeline.count('<tr class="ev-fail superseded">') == 1
+    assert escape(describe(ev.RunResumed(kept_version=18, superseded=3))) in timeline
+    failures = page.split('id="failures"', 1)[1].split("</section>", 1)[0]
+    assert f"worker died {escape(IMG)}" in failures and "run failed (RayActorError) <span class=\"badge b-plain\"" in failures
+    llm = page.split('id="llm"', 1)[1].split("</section>", 1)[0]
+    assert llm.count("<details>") == 5 and llm.count(">superseded</span>") == 1  # paid for, so still listed
+    # The superseded attempt leaves no trace in the task's attempts or the final diff.
+    task = page.split('id="task-T1"', 1)[1].split('id="failures"', 1)[0]
+    assert "lines 1&ndash;1" not in task and task.count("<b>Attempt ") == 2
+
+
+def test_an_empty_and_a_running_view_render():
+    empty = audit_html(RunView())
+    assert "empty run" in empty and parse(empty).stack == []
+    running = audit_html(fold(hostile_events()[:10]))  # no task finished, no plan yet
+    assert "running" in running and "No plan recorded." in running and parse(running).errors == []
+
+
+def test_the_golden_log_renders_every_event():
+    recs = [decode_recorded(line) for line in GOLDEN.read_bytes().splitlines()]
+    view = fold(recs)
+    page = audit_html(view)
+    p = parse(page)
+    assert p.errors == [] and p.stack == []
+    for r in view.timeline:
+        assert escape(describe(r.event)) in page
+    for t in view.tasks.values():
+        assert f'id="task-{t.task_id}"' in page
+    assert escape(final_diff(view).splitlines()[-1]) in page
+
+
+def test_the_template_ships_as_package_data():
+    assert files("magis_ray.events.projections").joinpath("audit.html").is_file()
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "*.html" in config["tool"]["setuptools"]["package-data"]["magis_ray.events.projections"]
+
+
+# --- a real browser ------------------------------------------------------------------------------
+
+
+def chromium(tmp: Path, url: str, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+         f"--user-data-dir={tmp / 'profile'}", "--enable-logging=stderr", "--v=0", *extra, url],
+        capture_output=True, text=True, timeout=30,
+    )
+
+
+def page_errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "Uncaught" in line or "CONSOLE(" in line or "net::ERR" in line]
+
+
+needs_chromium = pytest.mark.skipif(CHROMIUM is None or not sys.platform.startswith("linux"), reason=NO_CHROMIUM)
+
+
+@needs_chromium
+def test_chromium_detects_a_script_that_runs(tmp_path):
+    """The control: the checks below would see an injected script run and fail."""
+    bad = tmp_path / "bad.html"
+    bad.write_text('<!DOCTYPE html><html><head><title>orig</title></head><body>'
+                   '<script>document.title="pwned"; undefined_function();</script></body></html>')
+    run = chromium(tmp_path, bad.as_uri(), "--dump-dom")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "<title>pwned</title>" in run.stdout
+    assert any("Uncaught" in line for line in page_errors(run.stderr)), run.stderr[-2000:]
+
+
+@needs_chromium
+def test_chromium_runs_no_injected_script_and_logs_no_error(tmp_path, page):
+    target = tmp_path / "audit.html"
+    target.write_text(page, encoding="utf-8")
+    run = chromium(tmp_path, target.as_uri(), "--dump-dom")
+    assert run.returncode == 0, run.stderr[-2000:]
+    dom = run.stdout
+    assert f"<title>{TITLE}</title>" in dom and "pwned</title>" not in dom
+    assert escape(SCRIPT, quote=False) in dom and escape(IMG, quote=False) in dom and escape(BOLD, quote=False) in dom
+    assert "<script" not in dom.lower() and "<img" not in dom.lower()
+    assert page_errors(run.stderr) == []
+
+
+@needs_chromium
+def test_chromium_screenshot_is_a_real_page(tmp_path, page):
+    target = tmp_path / "audit.html"
+    target.write_text(page, encoding="utf-8")
+    png = tmp_path / "audit.png"
+    run = chromium(tmp_path, target.as_uri(), f"--screenshot={png}", "--window-size=1280,2000")
+    assert run.returncode == 0, run.stderr[-2000:]
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (1280, 2000)
+    assert len(data) > 50_000  # a blank or tiny page compresses to a few kilobytes
+    assert page_errors(run.stderr) == []
