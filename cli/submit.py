@@ -63,7 +63,8 @@ def report(run_id: str, end, diff_path: Path, audit_path: Path, total: dict) -> 
         f"completion tokens, ${total['cost_usd']:.4f}"
     )
     click.echo(f"diff:     {diff_path}")
-    click.echo(f"audit:    {audit_path} (and {audit_path.with_suffix('.html').name} beside it)")
+    click.echo(f"audit:    {audit_path}")
+    click.echo(f"page:     {audit_path.with_suffix('.html')}")
 
 
 def gateway_config(base_url, model, timeout, concurrency, response_format):
