@@ -83,26 +83,30 @@ class Journal:
 
 
 class RunWriter:
-    """Appends a run's events in arrival order; the one writer of a run's stream in a process.
-    A log that ended (RunFinished or RunFailed) takes nothing more until a RunResumed reopens it,
-    so a straggling role actor can never write past its run's end."""
+    """The one writer of a run's stream in a process. It appends at the version it last saw, so a
+    second writer (the actors of a killed driver, still finishing a call, when the run has been
+    resumed elsewhere) is refused by the store instead of interleaving with this one. A log that
+    ended (RunFinished or RunFailed) takes nothing more until a RunResumed reopens it."""
 
     def __init__(self, store, run_id: str):
         self._store = store
         self._run_id = run_id
         self._lock = threading.Lock()
-        self._closed: bool | None = None  # unknown until the first write
+        self._version: int | None = None  # unknown until the first write
+        self._closed = False
 
     def write(self, events: Sequence[NewEvent]) -> list[int]:
         if not events:
             return []
         with self._lock:
-            version = self._store.version(self._run_id)
-            if self._closed is None:
-                self._closed = version > 0 and isinstance(self._store.read(self._run_id, version - 1)[-1].event, TERMINAL_EVENTS)
+            if self._version is None:
+                self._version = self._store.version(self._run_id)
+                last = self._store.read(self._run_id, self._version - 1) if self._version else []
+                self._closed = bool(last) and isinstance(last[-1].event, TERMINAL_EVENTS)
             if self._closed and not isinstance(events[0].event, RunResumed):
                 raise RunClosed(f"run {self._run_id} has ended; refusing {type(events[0].event).__name__}")
-            recorded = self._store.append(self._run_id, version, events)
+            recorded = self._store.append(self._run_id, self._version, events)
+            self._version = recorded[-1].version
             self._closed = isinstance(recorded[-1].event, TERMINAL_EVENTS)
             return [r.position for r in recorded]
 

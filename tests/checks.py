@@ -7,16 +7,18 @@ from pathlib import Path
 import pygit2
 from gitfixtures import checkout
 
+from magis_ray.events.history import effective
 from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import Recorded, RunFailed, RunFinished
 
 
 def assert_consistent_log(events: list[Recorded]) -> None:
-    """Versions gap-free from 1, positions increasing, exactly one terminal event, at the end."""
+    """Versions gap-free from 1, positions increasing; the history that counts (a resumed run's
+    superseded events aside) has exactly one terminal event, at the end of the log."""
     assert [e.version for e in events] == list(range(1, len(events) + 1))
     positions = [e.position for e in events]
     assert positions == sorted(positions) and len(set(positions)) == len(positions)
-    terminal = [e for e in events if isinstance(e.event, (RunFinished, RunFailed))]
+    terminal = [e for e in effective(events) if isinstance(e.event, (RunFinished, RunFailed))]
     assert len(terminal) == 1 and terminal[0] is events[-1], [type(e.event).__name__ for e in events[-3:]]
 
 

@@ -1,0 +1,213 @@
+"""Every decision can be re-lived and no work is paid twice: the driver killed with SIGKILL at
+several points and resumed, Ctrl-C, a role actor killed mid-task, replay and its divergences."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pygit2
+import pytest
+from checks import assert_consistent_log
+from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, write_issue
+
+from magis_ray.actors.diffs import file_diff
+from magis_ray.actors.edits import apply_edits
+from magis_ray.actors.scripted_server import ScriptedServer
+from magis_ray.actors.scripted_team import ScriptedTeam
+from magis_ray.events.projections import final_diff, fold
+from magis_ray.events.schema import LLMExchanged, RunFailed, RunFinished, RunResumed, TaskFinished
+from magis_ray.store import open_store
+
+MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
+EXPECTED_DIFF = file_diff("calc/stats.py", STATS, apply_edits(STATS, [MEAN_FIX])) + file_diff(
+    "calc/texts.py", TEXTS, apply_edits(TEXTS, [SHOUT_FIX])
+)
+
+
+def team(delay_s=0.25):
+    return ScriptedTeam({"calc/stats.py": [MEAN_FIX], "calc/texts.py": [SHOUT_FIX]}, delay_s=delay_s)
+
+
+def start(args, cwd, **popen):
+    env = {**os.environ, "OPENAI_API_KEY": "k", "MAGIS_LOG_LEVEL": "warning"}
+    return subprocess.Popen([*MAGIS, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def run(args, cwd, timeout=180):
+    proc = start(args, cwd)
+    out, err = proc.communicate(timeout=timeout)
+    assert "Traceback" not in out + err, err
+    return proc.returncode, out, err
+
+
+def wait_for_events(store_path: Path, at_least: int, timeout=120) -> str:
+    """The run id once the store's only run holds `at_least` events."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (store_path / "events.sqlite3").exists():
+            with open_store(str(store_path)) as store:
+                runs = store.list_runs()
+                if runs and runs[0].version >= at_least:
+                    return runs[0].run_id
+        time.sleep(0.05)
+    raise AssertionError(f"the run never reached {at_least} events")
+
+
+def wait_until_still(store_path: Path, run_id: str, quiet_s=1.5) -> None:
+    """A killed driver's actors may finish a call or two before Ray ends them: wait them out."""
+    last, since = -1, time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        with open_store(str(store_path)) as store:
+            now = store.version(run_id)
+        if now != last:
+            last, since = now, time.monotonic()
+        time.sleep(0.1)
+
+
+def requests_of(server, since=0):
+    return [(r.purpose, r.task, tuple(r.messages)) for r in server.requests[since:]]
+
+
+def exchanges_in(events):
+    return [(r.event.purpose, r.event.task_id, tuple(r.event.messages)) for r in events if isinstance(r.event, LLMExchanged)]
+
+
+@pytest.fixture
+def issue_file(calc_repo, tmp_path):
+    repo_path, base = calc_repo
+    return write_issue(tmp_path / "issue.json", calc_issue(repo_path, base, BOTH_ISSUE))
+
+
+@pytest.mark.parametrize("kill_at", [6, 20, 31], ids=["custodian", "meeting", "developers"])
+def test_sigkill_then_resume_pays_nothing_twice(kill_at, issue_file, tmp_path):
+    store = tmp_path / "store"
+    with ScriptedServer(team()) as server:
+        driver = start(["submit", str(issue_file), "--store", str(store), "--base-url", server.base_url, "--model", "m"],
+                       tmp_path, start_new_session=True)
+        run_id = wait_for_events(store, kill_at)
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+        wait_until_still(store, run_id)
+        sent_before = len(server.requests)
+        with open_store(str(store)) as s:
+            recorded_at_kill = set(exchanges_in(s.read(run_id)))
+        assert recorded_at_kill
+        code, out, err = run(["resume", run_id[:6], "--store", str(store), "--base-url", server.base_url], tmp_path)
+        assert code == 0, err
+        resent = set(requests_of(server, sent_before)) & recorded_at_kill
+    assert not resent, f"{len(resent)} recorded exchanges were sent to the model again"
+    with open_store(str(store)) as s:
+        events = s.read(run_id)
+    assert_consistent_log(events)
+    [marker] = [r.event for r in events if isinstance(r.event, RunResumed)]
+    assert marker.superseded == 0  # a killed run goes on from its last event
+    assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF
+    # nothing written twice: each lane's events after the resume continue it, none repeats
+    ids = [r.event_id for r in events]
+    assert len(ids) == len(set(ids))
+    assert len(exchanges_in(events)) == len(set(exchanges_in(events)))
+
+
+def test_ctrl_c_ends_the_log_cleanly_and_resume_finishes(issue_file, tmp_path):
+    store = tmp_path / "store"
+    with ScriptedServer(team()) as server:
+        driver = start(["submit", str(issue_file), "--store", str(store), "--base-url", server.base_url, "--model", "m"], tmp_path)
+        run_id = wait_for_events(store, 15)
+        driver.send_signal(signal.SIGINT)
+        out, err = driver.communicate(timeout=60)
+        assert driver.returncode == 130 and "Traceback" not in err, err
+        assert f"magis-ray resume {run_id}" in err
+        with open_store(str(store)) as s:
+            cut = s.read(run_id)
+        assert isinstance(cut[-1].event, RunFailed) and cut[-1].event.error_type == "Interrupted"
+        assert_consistent_log(cut)
+        code, out, err = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path)
+        assert code == 0, err
+    with open_store(str(store)) as s:
+        events = s.read(run_id)
+    assert_consistent_log(events)
+    assert final_diff(fold(events)) == EXPECTED_DIFF
+
+
+def test_resume_refuses_a_finished_run(issue_file, tmp_path):
+    store = tmp_path / "store"
+    with ScriptedServer(team(delay_s=0)) as server:
+        code, out, err = run(["submit", str(issue_file), "--store", str(store), "--base-url", server.base_url], tmp_path)
+        assert code == 0, err
+        run_id = out.split("run:", 1)[1].split()[0]
+        code, out, err = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path)
+    assert code == 2 and "already finished" in err and len(err.strip().splitlines()) == 1
+
+
+def test_replay_finds_no_divergence_and_a_changed_prompt_is_reported(issue_file, tmp_path):
+    store = tmp_path / "store"
+    with ScriptedServer(team(delay_s=0)) as server:
+        code, out, err = run(["submit", str(issue_file), "--store", str(store), "--base-url", server.base_url], tmp_path)
+        assert code == 0, err
+        sent = len(server.requests)
+        run_id = out.split("run:", 1)[1].split()[0]
+        code, out, err = run(["replay", run_id, "--store", str(store)], tmp_path)
+        assert code == 0 and "no divergence" in out, out + err
+        assert len(server.requests) == sent  # replay never asks the model
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    original = (Path(__file__).parents[1] / "actors" / "prompts" / "review_patch.txt").read_text()
+    (prompts / "review_patch.txt").write_text(original.replace("Review the change:", "Review this change:"))
+    env_prompt = {"MAGIS_PROMPTS_DIR": str(prompts)}
+    proc = subprocess.run([*MAGIS, "replay", run_id, "--store", str(store)], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, **env_prompt}, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "divergence in lane qa:" in proc.stdout and "review_patch" in proc.stdout
+    assert "Review this change" in proc.stdout.split("first difference:")[1]
+
+
+def dev_actor_pids() -> list[int]:
+    """Processes Ray runs a DeveloperService actor in (its process title names the class)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if b"DeveloperService" in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_developer_actor_killed_mid_task_is_recreated_from_the_log(calc_repo, tmp_path):
+    from magis_ray.actors.deployment import run_issue
+    from magis_ray.actors.gateway import GatewayConfig
+    from magis_ray.events.schema import RunSettings
+
+    repo_path, base = calc_repo
+    scripted = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, delay_s=0.6)
+    store = tmp_path / "store"
+    result = {}
+    with ScriptedServer(scripted) as server:
+        worker = threading.Thread(target=lambda: result.setdefault("end", run_issue(
+            store_path=str(store), issue=calc_issue(repo_path, base), settings=RunSettings(top_k=3), repo_path=str(repo_path),
+            gateway_config=GatewayConfig(base_url=server.base_url, api_key="k", model="m"), run_id="victim",
+        )))
+        worker.start()
+        deadline = time.monotonic() + 60
+        while not any(r.purpose == "locate_lines" for r in server.requests):  # design_qa is recorded by then
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        [pid] = dev_actor_pids()
+        os.kill(pid, signal.SIGKILL)
+        worker.join(timeout=120)
+        assert server.count("design_qa") == 1  # recorded before the kill: reused, not asked again
+        assert server.count("locate_lines") == 2  # in flight at the kill: asked again
+    assert isinstance(result["end"], RunFinished) and result["end"].outcome == "patched"
+    with open_store(str(store)) as s:
+        events = s.read("victim")
+    assert_consistent_log(events)
+    [finished] = [r.event for r in events if isinstance(r.event, TaskFinished)]
+    assert finished.status == "approved"
+    assert final_diff(fold(events)) == file_diff("calc/stats.py", STATS, apply_edits(STATS, [MEAN_FIX]))
