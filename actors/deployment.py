@@ -4,16 +4,19 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from dataclasses import dataclass
 
 import ray
 
 from magis_ray.events.codec import new_event
-from magis_ray.events.schema import Recorded, RunFailed, RunFinished, RunSettings
+from magis_ray.events.schema import LLMExchanged, Recorded, RunFailed, RunFinished, RunSettings
 
 from .continuation import ResumePoint
 from .issue import IssueRecord
 from .remote import NAMESPACE, actor_classes, gateway_actor, store_actor
 from .replay import issue_of
+
+INTERRUPTED = "interrupted by the user"
 
 
 def ensure_ray(address: str | None = None) -> None:
@@ -30,48 +33,80 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-INTERRUPTED = "interrupted by the user"
+def tokens_spent(events: list[Recorded]) -> int:
+    """Every token the run's log says was paid for, superseded exchanges included."""
+    return sum(r.event.prompt_tokens + r.event.completion_tokens for r in events if isinstance(r.event, LLMExchanged))
 
 
-def run_issue(
-    *,
-    store_path: str,
-    issue: IssueRecord,
-    settings: RunSettings,
-    repo_path: str,
-    gateway_config,
-    run_id: str,
-    recorded: list[Recorded] | None = None,
-) -> RunFinished | RunFailed:
-    """Run (or, with `recorded`, resume) one issue on Ray; returns the run's terminal event.
-    Ctrl-C stops the run's actors and ends its log with a resumable RunFailed."""
-    ensure_ray()
-    store = store_actor(os.path.abspath(store_path))
-    gateway = gateway_actor(gateway_config)
-    if settings.token_budget:
-        ray.get(gateway.set_budget.remote(run_id, settings.token_budget))
-    supervisor = actor_classes()["supervisor"].remote(
-        run_id, issue, settings, os.path.abspath(repo_path), store, gateway, recorded,
+def batch_budget_key(batch: str) -> str:
+    return f"batch:{batch}"
+
+
+@dataclass
+class RunningRun:
+    """A run in flight: its supervisor actor and the reference to its terminal event."""
+
+    run_id: str
+    supervisor: object
+    result: object  # ObjectRef of RunFinished | RunFailed
+
+
+class Deployment:
+    """The shared actors of one store and one model endpoint, and the runs started on them."""
+
+    def __init__(self, store_path: str, gateway_config):
+        ensure_ray()
+        self.store = store_actor(os.path.abspath(store_path))
+        self.gateway = gateway_actor(gateway_config)
+
+    def start(self, *, issue: IssueRecord, settings: RunSettings, repo_path: str, run_id: str,
+              recorded: list[Recorded] | None = None, resume: ResumePoint | None = None) -> RunningRun:
+        spent = 0
+        if resume is not None:
+            spent = tokens_spent(ray.get(self.store.read.remote(run_id)))
+            ray.get(self.store.append_next.remote(run_id, [new_event(resume.marker(), "resume")]))
+        if settings.token_budget:
+            # A resumed run has spent part of its budget already: the gateway holds it to the rest.
+            ray.get(self.gateway.set_budget.remote(run_id, max(settings.token_budget - spent, 1)))
+        if settings.batch:
+            ray.get(self.gateway.join_batch.remote(run_id, batch_budget_key(settings.batch)))
+        supervisor = actor_classes()["supervisor"].remote(
+            run_id, issue, settings, os.path.abspath(repo_path), self.store, self.gateway, recorded,
+        )
+        return RunningRun(run_id, supervisor, supervisor.run.remote())
+
+    def finish(self, run: RunningRun) -> RunFinished | RunFailed:
+        try:
+            return ray.get(run.result)
+        finally:
+            ray.kill(run.supervisor)
+
+    def interrupt(self, run: RunningRun) -> RunFailed:
+        """Stop a run's actors (the supervisor owns them all) and end its log resumably; the store
+        refuses any late append once the log has ended."""
+        ray.kill(run.supervisor)
+        end = RunFailed(reason=INTERRUPTED, error_type="Interrupted", resumable=True)
+        ray.get(self.store.append_next.remote(run.run_id, [new_event(end, "driver")]))
+        return end
+
+
+def run_issue(*, store_path: str, issue: IssueRecord, settings: RunSettings, repo_path: str, gateway_config,
+              run_id: str, resume: ResumePoint | None = None) -> RunFinished | RunFailed:
+    """Run (or resume) one issue on Ray; returns the run's terminal event. Ctrl-C ends the log resumably."""
+    deployment = Deployment(store_path, gateway_config)
+    run = deployment.start(
+        issue=issue, settings=settings, repo_path=repo_path, run_id=run_id,
+        recorded=resume.recorded if resume else None, resume=resume,
     )
     try:
-        return ray.get(supervisor.run.remote())
+        return deployment.finish(run)
     except KeyboardInterrupt:
-        # The supervisor owns every role actor of the run: they end with it, and the store
-        # refuses any late append once the log has ended.
-        ray.kill(supervisor)
-        end = RunFailed(reason=INTERRUPTED, error_type="Interrupted", resumable=True)
-        ray.get(store.append_next.remote(run_id, [new_event(end, "driver")]))
-        return end
-    finally:
-        ray.kill(supervisor)
+        return deployment.interrupt(run)
 
 
 def resume_issue(*, store_path: str, run_id: str, point: ResumePoint, repo_path: str, gateway_config) -> RunFinished | RunFailed:
     """Go on with a cut-off run: mark what is superseded, then re-live the log and continue."""
-    ensure_ray()
-    store = store_actor(os.path.abspath(store_path))
-    ray.get(store.append_next.remote(run_id, [new_event(point.marker(), "resume")]))
     return run_issue(
         store_path=store_path, issue=issue_of(point.started), settings=point.started.settings, repo_path=repo_path,
-        gateway_config=gateway_config, run_id=run_id, recorded=point.recorded,
+        gateway_config=gateway_config, run_id=run_id, resume=point,
     )

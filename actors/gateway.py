@@ -6,6 +6,10 @@ failures never raise: they end as an event whose `error` starts with a category
 ("timeout:", "http 500:", "http 429:", "connection:", "empty:", ...). Only a token budget
 that cannot allow a request raises (`BudgetExceeded`).
 
+With `context_tokens` known (a small local model), prompts are fitted to the context before
+they are sent: the middle of the longest user message gives way, and the event records the
+messages actually sent and how many characters were cut.
+
 A plain class, usable in-process; the lead wraps it in a Ray async actor.
 """
 from __future__ import annotations
@@ -20,7 +24,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Literal, Mapping, NamedTuple
 
 import msgspec
 import openai
@@ -35,6 +39,13 @@ LOCAL_API_KEY = "not-needed"  # local servers (llama.cpp, vLLM, the scripted ser
 DEFAULT_MODEL = "gpt-4o-mini"
 RETRYABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 ERROR_CHARS = 200  # an event's error stays one short line
+CHARS_PER_TOKEN = 3.0  # overestimates tokens for prose and code alike: estimates err on the safe side
+CUT_MARKER = "\n[... {n} characters cut to fit the model's context ...]\n"
+_CUT = re.compile(r"\n\[\.\.\. (\d+) characters cut to fit the model's context \.\.\.\]\n")
+# An overflow as llama.cpp, llama-cpp-python, vLLM and OpenAI word it (HTTP 400)
+_OVERFLOW = re.compile(r"context (length|window|size)|exceeds? (the )?(available )?context|too many tokens", re.I)
+_CONTEXT_LIMIT = re.compile(r"(?:maximum context length is|context window of|context size \(|n_ctx\W*)\s*(\d+)", re.I)
+_PROMPT_TOKENS = re.compile(r"(\d+) (?:tokens )?in the messages|requested tokens \((\d+)\)|\((\d+) tokens\) exceeds", re.I)
 
 
 from .asking import BudgetExceeded  # noqa: E402 - defined beside the roles that catch it
@@ -54,6 +65,7 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_tokens: int = 4096
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"  # newer OpenAI models want the latter
     min_answer_tokens: int = 256  # a budget may shrink max_tokens, but not below this (or the request's own)
+    context_tokens: int = 0  # the model's context length (prompt + answer); 0: unknown, prompts are sent whole
     prices_path: str | None = None  # None: actors/prices.json
 
     def __repr__(self) -> str:  # the key must not leak through a logged config
@@ -152,20 +164,28 @@ class Gateway:
         self._bind_to_loop()
         assert self._slots is not None
         keys = tuple(dict.fromkeys(budget_keys if budget_keys is not None else (run_id,)))  # a key counts once
-        wanted = max_tokens or self.config.max_tokens
-        # chars/3 overestimates tokens for prose and code alike, so a reservation covers the real prompt
-        prompt_estimate = math.ceil(sum(len(m.content) for m in messages) / 3) + 4 * len(messages)
+        fit = fit_to_context(messages, max_tokens or self.config.max_tokens, self.config.context_tokens)
+        prompt_estimate = estimate_tokens(fit.messages)
         async with self._slots:
-            allowed = await self._reserve(keys, prompt_estimate, wanted)
+            allowed = await self._reserve(keys, prompt_estimate, fit.max_tokens)
             outcome = _Outcome()
             try:
-                outcome = await self._send_with_retries(run_id, purpose, task_id, messages, schema, allowed)
+                outcome = await self._send_with_retries(run_id, purpose, task_id, fit.messages, schema, allowed)
+                refit = self._refit_after_overflow(messages, fit, outcome)
+                if refit is not None:  # the estimate was too kind: cut further, once
+                    fit, first = refit, outcome
+                    outcome = await self._send_with_retries(
+                        run_id, purpose, task_id, fit.messages, schema, min(allowed, fit.max_tokens)
+                    )
+                    outcome.tries += first.tries
+                    if outcome.error:
+                        outcome.latency_s += first.latency_s
             finally:
                 await self._settle(keys, prompt_estimate + allowed, outcome.prompt_tokens + outcome.completion_tokens)
         event = LLMExchanged(
             purpose=purpose,
             model=self.model,
-            messages=list(messages),
+            messages=fit.messages,
             answer=outcome.answer,
             error=outcome.error,
             prompt_tokens=outcome.prompt_tokens,
@@ -174,6 +194,7 @@ class Gateway:
             cost_usd=self.cost_of(outcome.prompt_tokens, outcome.completion_tokens),
             attempt=attempt,
             task_id=task_id,
+            truncated_chars=fit.cut_chars,
         )
         log.debug(
             "llm.exchange",
@@ -184,6 +205,7 @@ class Gateway:
             completion_tokens=event.completion_tokens,
             latency_s=event.latency_s,
             tries=outcome.tries,
+            truncated_chars=fit.cut_chars or None,
             error=event.error or None,
         )
         return event
@@ -219,7 +241,9 @@ class Gateway:
                 error, retry_after = _describe_failure(exc, self.config.timeout_s)
                 if retry_after is None or tries > self.config.max_retries:
                     suffix = f" (after {tries} tries)" if tries > 1 else ""
-                    return _Outcome(error=error + suffix, latency_s=time.monotonic() - started, tries=tries)
+                    return _Outcome(
+                        error=error + suffix, latency_s=time.monotonic() - started, tries=tries, detail=_full_message(exc)
+                    )
                 delay = self._backoff(tries, retry_after)
                 log.debug("llm.retry", run_id=run_id, purpose=purpose, task_id=task_id, error=error, delay_s=round(delay, 3))
                 await asyncio.sleep(delay)
@@ -238,6 +262,28 @@ class Gateway:
                     tries=tries,
                 )
             return _Outcome(answer, "", prompt_tokens, completion_tokens, latency, tries)
+
+    def _refit_after_overflow(self, original: list[Message], fit: Fitted, outcome: _Outcome) -> Fitted | None:
+        """A tighter fit when the server said the prompt overflows its context, else None.
+
+        The server's own count of the prompt's tokens (when it says it) gives the real
+        characters per token; otherwise the estimate is taken as a third too kind.
+        """
+        if not (outcome.error.startswith("http 400:") and _OVERFLOW.search(outcome.detail)):
+            return None
+        limit = _CONTEXT_LIMIT.search(outcome.detail)
+        context = self.config.context_tokens or (int(limit.group(1)) if limit else 0)
+        if context <= 0:
+            return None
+        cpt = CHARS_PER_TOKEN * 2 / 3
+        counted = _PROMPT_TOKENS.search(outcome.detail)
+        if counted:
+            tokens = int(next(g for g in counted.groups() if g))
+            sent = sum(len(m.content) for m in fit.messages)
+            cpt = min(cpt, 0.9 * sent / max(1, tokens - 4 * len(fit.messages)))
+        refit = fit_to_context(original, fit.max_tokens, context, chars_per_token=max(0.5, cpt))
+        unchanged = refit.messages == fit.messages and refit.max_tokens >= fit.max_tokens
+        return None if unchanged else refit  # the same request would overflow the same way
 
     def _response_format(self, purpose: str, schema: dict | None) -> dict | None:
         if schema is None or self.config.response_format == "none":
@@ -297,6 +343,89 @@ class _Outcome(msgspec.Struct):
     completion_tokens: int = 0
     latency_s: float = 0.0
     tries: int = 0
+    detail: str = ""  # the server's whole error message (the event keeps one short line)
+
+
+# --- fitting a prompt to the context ---------------------------------------------------------
+
+
+class Fitted(NamedTuple):
+    messages: list[Message]
+    max_tokens: int
+    cut_chars: int  # characters taken out of the prompt (0: sent whole)
+
+
+def estimate_tokens(messages: list[Message], chars_per_token: float = CHARS_PER_TOKEN) -> int:
+    """A generous count of the prompt's tokens, a few for each message's framing."""
+    return math.ceil(sum(len(m.content) for m in messages) / chars_per_token) + 4 * len(messages)
+
+
+def fit_to_context(
+    messages: list[Message], max_tokens: int, context_tokens: int, chars_per_token: float = CHARS_PER_TOKEN
+) -> Fitted:
+    """The messages and max_tokens that fit `context_tokens` (0: unknown, nothing changes).
+
+    The answer keeps at least min(max_tokens, half the context); the prompt gets the rest, cut
+    from the middle of the longest user message(s). The system message and each user message's
+    last line (the answer format the model must follow) are never cut. max_tokens is capped to
+    what the prompt leaves.
+    """
+    if context_tokens <= 0:
+        return Fitted(list(messages), max_tokens, 0)
+    answer_room = min(max_tokens, context_tokens // 2)
+    excess = estimate_tokens(messages, chars_per_token) - (context_tokens - answer_room)
+    fitted, cut = list(messages), 0
+    if excess > 0:
+        fitted, cut = _cut_user_messages(fitted, math.ceil(excess * chars_per_token))
+    room = context_tokens - estimate_tokens(fitted, chars_per_token)
+    return Fitted(fitted, max(1, min(max_tokens, room)), cut)
+
+
+def _cut_user_messages(messages: list[Message], chars: int) -> tuple[list[Message], int]:
+    """Take at least `chars` characters (net of the markers) out of the longest user messages."""
+    cut_total = 0
+    cuttable = {i: len(m.content) - _protected_tail(m.content) for i, m in enumerate(messages) if m.role == "user"}
+    while chars > 0:
+        index = max(cuttable, key=cuttable.__getitem__, default=None)
+        if index is None or cuttable[index] <= len(CUT_MARKER.format(n=cuttable[index])):
+            break  # nothing left that a cut would shorten
+        cut = min(cuttable[index], chars + len(CUT_MARKER.format(n=chars)) + 1)
+        text = messages[index].content
+        marker = CUT_MARKER.format(n=cut)
+        keep = len(text) - cut
+        tail = max(keep // 2, _protected_tail(text))
+        head = keep - tail
+        messages[index] = Message(messages[index].role, text[:head] + marker + text[len(text) - tail:])
+        del cuttable[index]  # one marker per message: a second pass would cut the marker itself
+        chars -= cut - len(marker)
+        cut_total += cut
+    return messages, cut_total
+
+
+def _protected_tail(text: str) -> int:
+    """The length of the text's last line: where the templates say how to answer."""
+    body = text.rstrip()
+    return len(text) - (body.rfind("\n") + 1)
+
+
+def fitted_from(sent: list[Message], original: list[Message]) -> bool:
+    """Whether `sent` is `original` as `fit_to_context` may cut it (each message whole, or its
+    middle replaced by the cut marker); a resumed run matches a recorded exchange with this."""
+    if len(sent) != len(original):
+        return False
+    for s, o in zip(sent, original):
+        if s == o:
+            continue
+        if s.role != o.role:
+            return False
+        marker = _CUT.search(s.content)
+        if marker is None:
+            return False
+        head, tail = s.content[: marker.start()], s.content[marker.end():]
+        n = int(marker.group(1))
+        if len(head) + n + len(tail) != len(o.content) or not (o.content.startswith(head) and o.content.endswith(tail)):
+            return False
+    return True
 
 
 def _describe_failure(exc: openai.OpenAIError, timeout_s: float) -> tuple[str, float | None]:
@@ -318,6 +447,15 @@ def _describe_failure(exc: openai.OpenAIError, timeout_s: float) -> tuple[str, f
             return reason, None
         return reason, _retry_after(exc.response.headers)
     return _one_line(f"api: {type(exc).__name__}: {exc}"), None
+
+
+def _full_message(exc: openai.OpenAIError) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error") if isinstance(body.get("error"), dict) else body
+        if isinstance(inner.get("message"), str):
+            return inner["message"]
+    return str(exc)
 
 
 def _retry_after(headers: Mapping[str, str]) -> float:

@@ -56,12 +56,22 @@ class GatewayService:
         from .gateway import Gateway
 
         self._gateway = Gateway(config)
+        self._batch_of: dict[str, str] = {}  # run id -> its batch's budget key
 
     async def exchange(self, **request) -> LLMExchanged:
-        return await self._gateway.exchange(**request)
+        run_id = request["run_id"]
+        keys = (run_id, self._batch_of[run_id]) if run_id in self._batch_of else (run_id,)
+        return await self._gateway.exchange(**request, budget_keys=keys)
 
     def set_budget(self, key: str, tokens: int) -> None:
         self._gateway.set_budget(key, tokens)
+
+    def join_batch(self, run_id: str, batch_key: str) -> None:
+        """The run's requests count against the batch's budget as well as its own."""
+        self._batch_of[run_id] = batch_key
+
+    def usage_of(self, key: str) -> int:
+        return self._gateway.usage_of(key)
 
 
 # --- ports: what the plain roles see, backed by actor handles ---------------------------------

@@ -111,20 +111,31 @@ def audit_command(run: str, fmt: str, store_path: str) -> None:
 @click.argument("issue_file", type=click.Path(path_type=Path))
 @click.option("--repo", "repo", type=click.Path(), help="The issue's repository checkout (a git repository).")
 @click.option("--repos-dir", type=click.Path(), help="A folder of owner__name repository checkouts.")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("preds.jsonl"), show_default=True,
+              help="Batch: the SWE-bench predictions file to write.")
+@click.option("--workers", type=int, default=2, show_default=True, help="Batch: runs at once.")
+@click.option("--instances", multiple=True, help="Batch: only these instance ids (repeatable).")
+@click.option("--batch-budget", type=int, default=0, help="Batch: most tokens all its runs may spend together (0: no limit).")
+@click.option("--batch", "batch_name", default="", help="Batch: its name, which resume goes by (default: the --out file's name).")
 @store_option
 @model_options
 @settings_options
-def submit_command(issue_file: Path, repo, repos_dir, store_path, llm, base_url, model, timeout, concurrency,
-                   response_format, **settings) -> None:
-    """Resolve the issue in ISSUE_FILE (a SWE-bench instance record) with the MAGIS team."""
-    from magis_ray.actors.deployment import new_run_id, run_issue
+def submit_command(issue_file: Path, repo, repos_dir, out, workers, instances, batch_budget, batch_name, store_path, llm,
+                   base_url, model, timeout, concurrency, response_format, **settings) -> None:
+    """Resolve ISSUE_FILE (a SWE-bench instance record) with the MAGIS team, or, for a .jsonl
+    dataset, every instance in it as a batch (resumable: run the same command again)."""
     from magis_ray.actors.gateway import DEFAULT_MODEL
 
-    issue = load_issue(issue_file)
-    repo_path = locate_repo(issue, repo, repos_dir)
     if not model and llm.startswith("scripted:"):
         model = "scripted"
     run_config = run_settings(model or DEFAULT_MODEL, **settings)
+    if issue_file.suffix == ".jsonl":
+        return submit_batch(issue_file, repos_dir, out, workers, instances, batch_budget, batch_name or out.stem,
+                            store_path, llm, base_url, model, timeout, concurrency, response_format, run_config)
+    from magis_ray.actors.deployment import new_run_id, run_issue
+
+    issue = load_issue(issue_file)
+    repo_path = locate_repo(issue, repo, repos_dir)
     with model_endpoint(llm, base_url) as endpoint:
         _ensure_store(store_path)
         run_id = new_run_id()
@@ -135,6 +146,70 @@ def submit_command(issue_file: Path, repo, repos_dir, store_path, llm, base_url,
             run_id=run_id,
         )
     conclude(store_path, run_id, end)
+
+
+def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_budget, batch_name, store_path, llm,
+                 base_url, model, timeout, concurrency, response_format, run_config) -> None:
+    from tqdm import tqdm
+
+    from magis_ray.actors.batch import BatchRunner, batch_settings, read_batch_items
+    from magis_ray.actors.deployment import Deployment
+    from magis_ray.store import open_store
+
+    from .source import BadInput
+
+    try:
+        items = read_batch_items(dataset.read_bytes().splitlines(), dataset.name)
+    except OSError as exc:
+        raise BadInput(f"cannot read {dataset}: {exc.strerror}") from None
+    if instances:
+        unknown = set(instances) - {i.instance_id for i in items}
+        if unknown:
+            raise BadInput(f"not in {dataset.name}: {', '.join(sorted(unknown))}")
+        items = [i for i in items if i.instance_id in set(instances)]
+    if workers < 1:
+        raise BadInput("--workers must be at least 1")
+    with model_endpoint(llm, base_url) as endpoint:
+        _ensure_store(store_path)
+        deployment = Deployment(store_path, gateway_config(endpoint, model, timeout, concurrency, response_format))
+        with open_store(store_path) as store:
+            settings = batch_settings(run_config, batch_name, batch_budget, deployment, store)
+            with tqdm(total=len(items), unit="instance", desc=f"batch {batch_name}", file=sys.stderr) as bar:
+                def progress(result) -> None:
+                    bar.update(1)
+                    bar.set_postfix_str(f"{result.instance_id}: {result.status}", refresh=True)
+
+                try:
+                    results = BatchRunner(deployment, store, settings, repos_dir, workers, progress).run(items)
+                except KeyboardInterrupt:
+                    click.echo(f"magis-ray: interrupted; run the same command again to resume batch {batch_name}", err=True)
+                    sys.exit(130)
+            write_predictions(store, results, out, model or settings.model)
+    print_batch_summary(results, out)
+
+
+def write_predictions(store, results, out: Path, model: str) -> None:
+    """SWE-bench's predictions format exactly; an instance with no finished run predicts no patch."""
+    from magis_ray.events.projections import fold, prediction
+
+    with out.open("w") as f:
+        for result in results:
+            if result.run_id and result.status in ("finished", "skipped"):
+                line = prediction(fold(store.read(result.run_id)), f"magis-ray/{model}")
+            else:
+                line = {"instance_id": result.instance_id, "model_name_or_path": f"magis-ray/{model}", "model_patch": ""}
+            f.write(json.dumps(line) + "\n")
+
+
+def print_batch_summary(results, out: Path) -> None:
+    counts: dict[str, int] = {}
+    for result in results:
+        counts[result.status] = counts.get(result.status, 0) + 1
+        if result.status in ("error", "failed"):
+            click.echo(f"{result.instance_id}: {result.status}: {result.outcome}")
+    patched = sum(r.outcome == "patched" for r in results)
+    click.echo(f"{len(results)} instances: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; {patched} patched")
+    click.echo(f"predictions: {out}")
 
 
 @cli.command("resume")

@@ -57,6 +57,7 @@ class RunSettings(msgspec.Struct, frozen=True):
     token_budget: int = 0  # 0: no budget
     model: str = ""
     max_files: int = 3  # the Custodian keeps at most this many relevant files
+    batch: str = ""  # the batch the run belongs to ("" for a single issue); its token budget is shared
 
 
 # --- the run's life -------------------------------------------------------------------------

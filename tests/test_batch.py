@@ -1,0 +1,136 @@
+"""`magis-ray submit DATASET.jsonl`: a batch on Ray with SWE-bench predictions, per-instance
+errors that do not stop it, a shared token budget that holds, and resume without running any
+instance twice."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import msgspec
+import pytest
+from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, calc_issue
+
+from magis_ray.actors.scripted_server import ScriptedServer
+from magis_ray.actors.scripted_team import ScriptedTeam
+from magis_ray.events.projections import fold, metrics
+from magis_ray.events.schema import RunStarted
+from magis_ray.store import open_store
+
+MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
+
+
+@pytest.fixture
+def dataset(calc_repo, tmp_path):
+    """Two good instances of calc/calc (repos dir layout), three bad lines."""
+    repo_path, base = calc_repo
+    repos = tmp_path / "repos"
+    repos.mkdir()
+    repo_path.rename(repos / "calc__calc")
+
+    def line(issue, **extra):
+        record = msgspec.to_builtins(msgspec.structs.replace(issue, repo_path=None))
+        record.pop("repo_path")
+        record.update(extra)
+        return json.dumps(record)
+
+    good_one = calc_issue(repo_path, base, instance_id="calc__calc-1")
+    good_two = calc_issue(repo_path, base, BOTH_ISSUE, instance_id="calc__calc-2")
+    lines = [
+        line(good_one, FAIL_TO_PASS='["tests/test_calc.py::test_mean"]', PASS_TO_PASS="[]"),
+        json.dumps({"instance_id": "calc__calc-3", "repo": "calc/calc", "problem_statement": "no base commit"}),
+        line(good_two),
+        line(msgspec.structs.replace(good_one, instance_id="other__repo-1", repo="other/repo")),
+        line(msgspec.structs.replace(good_one, instance_id="calc__calc-4", base_commit="1" * 40)),
+    ]
+    path = tmp_path / "lite.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path, repos
+
+
+def team(delay_s=0.0):
+    return ScriptedTeam({"calc/stats.py": [MEAN_FIX], "calc/texts.py": [SHOUT_FIX]}, delay_s=delay_s)
+
+
+def batch_args(dataset, repos, server, *extra):
+    return ["submit", str(dataset), "--repos-dir", str(repos), "--out", "preds.jsonl", "--store", "store",
+            "--base-url", server.base_url, "--model", "m", "--workers", "2", "--top-k", "4", *extra]
+
+
+def magis(args, cwd, **popen):
+    env = {**os.environ, "OPENAI_API_KEY": "k", "MAGIS_LOG_LEVEL": "warning"}
+    return subprocess.Popen([*MAGIS, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def finish(proc, timeout=240):
+    out, err = proc.communicate(timeout=timeout)
+    assert "Traceback" not in out + err, err
+    return proc.returncode, out, err
+
+
+def runs_per_instance(store_path):
+    with open_store(str(store_path)) as store:
+        counts: dict[str, int] = {}
+        for info in store.list_runs():
+            first = store.read(info.run_id)[0].event
+            assert isinstance(first, RunStarted)
+            counts[first.instance_id] = counts.get(first.instance_id, 0) + 1
+        return counts
+
+
+def test_a_batch_predicts_every_instance_and_reports_bad_ones(dataset, tmp_path):
+    path, repos = dataset
+    with ScriptedServer(team()) as server:
+        code, out, err = finish(magis(batch_args(path, repos, server), tmp_path))
+        assert code == 0, err
+        preds = [json.loads(line) for line in (tmp_path / "preds.jsonl").read_text().splitlines()]
+        assert [p["instance_id"] for p in preds] == ["calc__calc-1", "calc__calc-3", "calc__calc-2", "other__repo-1", "calc__calc-4"]
+        assert all(set(p) == {"instance_id", "model_name_or_path", "model_patch"} for p in preds)
+        patches = {p["instance_id"]: p["model_patch"] for p in preds}
+        # the scripted team fixes both files whatever the issue says
+        assert all(f"calc/{m}.py" in patches[i] for i in ("calc__calc-1", "calc__calc-2") for m in ("stats", "texts"))
+        assert patches["calc__calc-3"] == patches["other__repo-1"] == patches["calc__calc-4"] == ""
+        assert "calc__calc-3: error:" in out and "base_commit" in out
+        assert "other__repo-1: error:" in out and "calc__calc-4: error:" in out
+        assert "5 instances: 3 error, 2 finished; 2 patched" in out
+        sent = len(server.requests)
+        # the same command again: everything finished is skipped, nothing is asked or run again
+        code, out, err = finish(magis(batch_args(path, repos, server), tmp_path))
+        assert code == 0 and "2 skipped" in out and len(server.requests) == sent
+        again = [json.loads(line) for line in (tmp_path / "preds.jsonl").read_text().splitlines()]
+        assert again == preds
+    assert runs_per_instance(tmp_path / "store") == {"calc__calc-1": 1, "calc__calc-2": 1}
+
+
+def test_a_killed_batch_resumes_without_running_an_instance_twice(dataset, tmp_path):
+    path, repos = dataset
+    with ScriptedServer(team(delay_s=0.2)) as server:
+        proc = magis(batch_args(path, repos, server), tmp_path, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while sum(1 for r in server.requests if r.purpose == "meeting_open") < 1:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        time.sleep(2)  # the killed driver's actors end
+        code, out, err = finish(magis(batch_args(path, repos, server), tmp_path))
+        assert code == 0, err
+    assert runs_per_instance(tmp_path / "store") == {"calc__calc-1": 1, "calc__calc-2": 1}
+    preds = {json.loads(line)["instance_id"]: json.loads(line)["model_patch"] for line in (tmp_path / "preds.jsonl").read_text().splitlines()}
+    assert "calc/stats.py" in preds["calc__calc-1"] and "calc/texts.py" in preds["calc__calc-2"]
+
+
+def test_the_batch_budget_holds_across_its_runs(dataset, tmp_path):
+    path, repos = dataset
+    budget = 6000
+    with ScriptedServer(team()) as server:
+        code, out, err = finish(magis(batch_args(path, repos, server, "--batch-budget", str(budget)), tmp_path))
+        assert code == 0, err
+    with open_store(str(tmp_path / "store")) as store:
+        spent = [metrics(fold(store.read(info.run_id)))["total"] for info in store.list_runs()]
+    total = sum(m["prompt_tokens"] + m["completion_tokens"] for m in spent)
+    assert 0 < total <= budget
+    assert "budget" in out  # at least one run stopped on it
