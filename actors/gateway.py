@@ -40,6 +40,10 @@ DEFAULT_MODEL = "gpt-4o-mini"
 RETRYABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 ERROR_CHARS = 200  # an event's error stays one short line
 CHARS_PER_TOKEN = 3.0  # overestimates tokens for prose and code alike: estimates err on the safe side
+# Small models' tokenizers are less frugal: SmolLM2 reads our line-numbered code prompts at about
+# 2.9-3.0 characters a token, so fitting assumes fewer
+FIT_CHARS_PER_TOKEN = 2.5
+INSTRUCTION_CHARS = 1000  # a user message's last line up to this long is its answer instruction: kept whole
 CUT_MARKER = "\n[... {n} characters cut to fit the model's context ...]\n"
 _CUT = re.compile(r"\n\[\.\.\. (\d+) characters cut to fit the model's context \.\.\.\]\n")
 # An overflow as llama.cpp, llama-cpp-python, vLLM and OpenAI word it (HTTP 400)
@@ -275,7 +279,7 @@ class Gateway:
         context = self.config.context_tokens or (int(limit.group(1)) if limit else 0)
         if context <= 0:
             return None
-        cpt = CHARS_PER_TOKEN * 2 / 3
+        cpt = FIT_CHARS_PER_TOKEN * 2 / 3
         counted = _PROMPT_TOKENS.search(outcome.detail)
         if counted:
             tokens = int(next(g for g in counted.groups() if g))
@@ -361,7 +365,7 @@ def estimate_tokens(messages: list[Message], chars_per_token: float = CHARS_PER_
 
 
 def fit_to_context(
-    messages: list[Message], max_tokens: int, context_tokens: int, chars_per_token: float = CHARS_PER_TOKEN
+    messages: list[Message], max_tokens: int, context_tokens: int, chars_per_token: float = FIT_CHARS_PER_TOKEN
 ) -> Fitted:
     """The messages and max_tokens that fit `context_tokens` (0: unknown, nothing changes).
 
@@ -391,21 +395,31 @@ def _cut_user_messages(messages: list[Message], chars: int) -> tuple[list[Messag
             break  # nothing left that a cut would shorten
         cut = min(cuttable[index], chars + len(CUT_MARKER.format(n=chars)) + 1)
         text = messages[index].content
-        marker = CUT_MARKER.format(n=cut)
         keep = len(text) - cut
         tail = max(keep // 2, _protected_tail(text))
-        head = keep - tail
-        messages[index] = Message(messages[index].role, text[:head] + marker + text[len(text) - tail:])
+        head, start = _line_bounds(text, keep - tail, len(text) - tail)
+        cut = start - head
+        marker = CUT_MARKER.format(n=cut)
+        messages[index] = Message(messages[index].role, text[:head] + marker + text[start:])
         del cuttable[index]  # one marker per message: a second pass would cut the marker itself
         chars -= cut - len(marker)
         cut_total += cut
     return messages, cut_total
 
 
+def _line_bounds(text: str, head: int, start: int, reach: int = 200) -> tuple[int, int]:
+    """The cut text[head:start] widened to whole lines, when a line break is near: the model
+    then reads no half lines."""
+    before = text.rfind("\n", max(0, head - reach), head)
+    after = text.find("\n", start, start + reach)
+    return (before if before > 0 else head), (after + 1 if after >= 0 else start)
+
+
 def _protected_tail(text: str) -> int:
-    """The length of the text's last line: where the templates say how to answer."""
+    """The length of the text's last line, where the templates say how to answer (a last line
+    longer than any instruction is content, and only its end is kept)."""
     body = text.rstrip()
-    return len(text) - (body.rfind("\n") + 1)
+    return min(len(text) - (body.rfind("\n") + 1), INSTRUCTION_CHARS)
 
 
 def fitted_from(sent: list[Message], original: list[Message]) -> bool:

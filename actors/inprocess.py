@@ -21,6 +21,9 @@ class ThreadWorkforce:
     def __init__(self, lanes: Lanes):
         self._lanes = lanes
 
+    def prepare(self, tasks) -> None:
+        pass  # roles in this process are made when their stage comes
+
     def run_stage(self, assignments: list[Assignment]) -> list[TaskFinished]:
         return parallel(assignments, lambda work: run_task(self._lanes, work))
 

@@ -8,13 +8,11 @@ import ray
 
 from magis_ray.events.schema import LLMExchanged, Message, NewEvent, PatchProposed, QAAssigned, Recorded, RunSettings, TaskFinished
 
-from .issue import IssueRecord
 from .journal import RunWriter
 from .lanes import Lanes
-from .repository import RepoSnapshot
-from .roles.custodian import Custodian, LocatedFile
-from .roles.developer import Assignment, Developer
-from .roles.qa import QAEngineer
+
+# Each role actor's process imports only what its role needs (inside the constructors and
+# methods): a Developer has no use for BM25 or pygit2.
 
 
 class StoreService:
@@ -120,29 +118,33 @@ class CustodianService:
     """Runs where the repository is: it reads every file at the base commit."""
 
     def __init__(self, run_id, repo_path, commit, repo, settings: RunSettings, store, gateway, recorded):
+        from .repository import RepoSnapshot
+        from .roles.custodian import Custodian
+
         self._custodian = Custodian(
             RepoSnapshot.open(repo_path, commit), StoreMemory(store), lanes_for(run_id, store, gateway, recorded), repo, settings,
         )
 
-    def locate(self, issue_text: str, memory_before: int | None = None) -> list[LocatedFile]:
+    def locate(self, issue_text: str, memory_before: int | None = None):
         return self._custodian.locate(issue_text, memory_before)
 
 
 class QAService:
-    def __init__(self, run_id, issue_text: str, task_description: str, store, gateway, recorded):
-        lanes = lanes_for(run_id, store, gateway, recorded)
-        self._qa = lambda task_id: QAEngineer(lanes(f"qa:{task_id}"), issue_text, task_description)
+    def __init__(self, run_id, store, gateway, recorded):
+        self._lanes = lanes_for(run_id, store, gateway, recorded)
 
-    def review(self, qa: QAAssigned, patch: PatchProposed):
-        return self._qa(patch.task_id).review(qa, patch)
+    def review(self, qa: QAAssigned, patch: PatchProposed, issue_text: str, task_description: str):
+        from .roles.qa import QAEngineer
+
+        return QAEngineer(self._lanes(f"qa:{patch.task_id}"), issue_text, task_description).review(qa, patch)
 
 
 class RemoteReviewer:
-    def __init__(self, qa_actor):
-        self._qa = qa_actor
+    def __init__(self, qa_actor, issue_text: str, task_description: str):
+        self._qa, self._issue, self._task = qa_actor, issue_text, task_description
 
     def review(self, qa: QAAssigned, patch: PatchProposed):
-        return ray.get(self._qa.review.remote(qa, patch))
+        return ray.get(self._qa.review.remote(qa, patch, self._issue, self._task))
 
 
 class DeveloperService:
@@ -151,5 +153,8 @@ class DeveloperService:
     def __init__(self, run_id, store, gateway, recorded):
         self._lanes = lanes_for(run_id, store, gateway, recorded)
 
-    def run(self, work: Assignment, qa_actor) -> TaskFinished:
-        return Developer(work, self._lanes(f"developer:{work.task.task_id}"), RemoteReviewer(qa_actor)).run()
+    def run(self, work, qa_actor) -> TaskFinished:
+        from .roles.developer import Developer
+
+        reviewer = RemoteReviewer(qa_actor, work.issue_text, work.task.description)
+        return Developer(work, self._lanes(f"developer:{work.task.task_id}"), reviewer).run()

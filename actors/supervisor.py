@@ -8,7 +8,7 @@ from typing import Callable
 import ray
 import structlog
 
-from magis_ray.events.schema import Recorded, RunSettings, TaskFinished
+from magis_ray.events.schema import Recorded, RunSettings, TaskDefined, TaskFinished
 
 from .issue import IssueRecord
 from .journal import lanes_of
@@ -28,15 +28,14 @@ def lanes_named(recorded: dict[str, list[Recorded]], *names: str) -> dict[str, l
 
 
 class Recreating:
-    """Runs a call on a role actor; if the actor dies, makes a new one from the log and calls again."""
+    """A call on role actors that, if an actor dies, makes new ones from the log and calls again.
 
-    def __init__(self, run_id: str, store, make: Callable[[dict[str, list[Recorded]]], tuple]):
-        self._run_id = run_id
-        self._store = store
-        self._make = make  # recorded lanes -> (object ref of the call, actors to end afterwards)
+    make(recorded lanes) -> the actors; call(actors) -> the call's object ref."""
 
-    def start(self, recorded: dict[str, list[Recorded]]) -> None:
-        self._ref, self._actors = self._make(recorded)
+    def __init__(self, run_id: str, store, make: Callable[[dict], tuple], call: Callable[[tuple], object], actors: tuple):
+        self._run_id, self._store, self._make, self._call = run_id, store, make, call
+        self._actors = actors  # made ahead of time, so their processes start while other work goes on
+        self._ref = call(actors)
 
     def result(self):
         for retry in range(ACTOR_RETRIES + 1):
@@ -47,7 +46,8 @@ class Recreating:
                     raise
                 log.warning("role actor died; recreating it from the log", run=self._run_id, error=str(exc).splitlines()[0])
                 self.end()
-                self.start(lanes_of(ray.get(self._store.read.remote(self._run_id))))
+                self._actors = self._make(lanes_of(ray.get(self._store.read.remote(self._run_id))))
+                self._ref = self._call(self._actors)
         raise AssertionError("unreachable")
 
     def end(self) -> None:
@@ -59,80 +59,100 @@ class Recreating:
 class SupervisorService:
     def __init__(self, run_id: str, issue: IssueRecord, settings: RunSettings, repo_path: str,
                  store, gateway, recorded: list[Recorded] | None = None):
-        self._run_id = run_id
-        self._issue = issue
-        self._settings = settings
-        self._repo_path = repo_path
-        self._store = store
-        self._gateway = gateway
-        self._recorded = lanes_of(recorded or [])
+        self.run_id = run_id
+        self.issue = issue
+        self.settings = settings
+        self.repo_path = repo_path
+        self.store = store
+        self.gateway = gateway
+        self.recorded = lanes_of(recorded or [])
 
     def run(self):
-        snapshot = RepoSnapshot.open(self._repo_path, self._issue.base_commit)
-        team = Team(
-            issue=self._issue, settings=self._settings, snapshot=snapshot,
-            asker_for=lanes_for(self._run_id, self._store, self._gateway, self._recorded),
-            custodian=RemoteLocator(self, snapshot.commit_id), workforce=RayWorkforce(self),
-        )
-        return team.run()
+        snapshot = RepoSnapshot.open(self.repo_path, self.issue.base_commit)
+        custodian = RemoteLocator(self, snapshot.commit_id)
+        workforce = RayWorkforce(self)
+        try:
+            team = Team(
+                issue=self.issue, settings=self.settings, snapshot=snapshot,
+                asker_for=lanes_for(self.run_id, self.store, self.gateway, self.recorded),
+                custodian=custodian, workforce=workforce,
+            )
+            return team.run()
+        finally:
+            custodian.end()
+            workforce.end()
 
 
 class RemoteLocator:
-    """The Custodian as an actor beside the repository; one call per run."""
+    """The Custodian as an actor beside the repository, started at once: its process comes up
+    while the run is being set up."""
 
     def __init__(self, supervisor: SupervisorService, commit_id: str):
         self._s = supervisor
         self._commit_id = commit_id
+        self._actors = self._make(supervisor.recorded)
 
-    def locate(self, issue_text: str, memory_before: int | None = None):
+    def _make(self, recorded) -> tuple:
         from .remote import actor_classes
 
         s = self._s
+        return (actor_classes()["custodian"].remote(
+            s.run_id, s.repo_path, self._commit_id, s.issue.repo, s.settings, s.store, s.gateway, lanes_named(recorded, "custodian"),
+        ),)
 
-        def make(recorded):
-            custodian = actor_classes()["custodian"].remote(
-                s._run_id, s._repo_path, self._commit_id, s._issue.repo, s._settings, s._store, s._gateway,
-                lanes_named(recorded, "custodian"),
-            )
-            return custodian.locate.remote(issue_text, memory_before), (custodian,)
-
-        call = Recreating(s._run_id, s._store, make)
-        call.start(s._recorded)
+    def locate(self, issue_text: str, memory_before: int | None = None):
+        call = Recreating(self._s.run_id, self._s.store, self._make,
+                          lambda actors: actors[0].locate.remote(issue_text, memory_before), self._actors)
         try:
             return call.result()
         finally:
             call.end()
+            self._actors = ()
+
+    def end(self) -> None:
+        for actor in self._actors:
+            ray.kill(actor)
 
 
 class RayWorkforce:
-    """Each task gets a Developer actor and a QA actor that live as long as the task."""
+    """Each task gets a Developer actor and a QA actor that live as long as the task. They are
+    made as soon as the tasks are known, so they are up when the plan reaches their stage."""
 
     def __init__(self, supervisor: SupervisorService):
         self._s = supervisor
+        self._ready: dict[str, tuple] = {}
+
+    def prepare(self, tasks: list[TaskDefined]) -> None:
+        for task in tasks:
+            self._ready[task.task_id] = self._make(task.task_id, self._s.recorded)
+
+    def _make(self, task_id: str, recorded) -> tuple:
+        from .remote import actor_classes
+
+        s, classes = self._s, actor_classes()
+        developer = classes["developer"].remote(
+            s.run_id, s.store, s.gateway, {k: v for k, v in recorded.items() if k == f"developer:{task_id}"}
+        )
+        qa = classes["qa"].remote(s.run_id, s.store, s.gateway, lanes_named(recorded, f"qa:{task_id}"))
+        return developer, qa
 
     def run_stage(self, assignments: list[Assignment]) -> list[TaskFinished]:
-        calls = [Recreating(self._s._run_id, self._s._store, self._maker(work)) for work in assignments]
-        for call in calls:
-            call.start(self._s._recorded)
+        calls = []
+        for work in assignments:
+            tid = work.task.task_id
+            actors = self._ready.pop(tid, None) or self._make(tid, self._s.recorded)
+            calls.append(Recreating(
+                self._s.run_id, self._s.store, lambda recorded, tid=tid: self._make(tid, recorded),
+                lambda actors, work=work: actors[0].run.remote(work, actors[1]), actors,
+            ))
         try:
             return [call.result() for call in calls]
         finally:
             for call in calls:
                 call.end()
 
-    def _maker(self, work: Assignment):
-        from .remote import actor_classes
-
-        s, tid = self._s, work.task.task_id
-
-        def make(recorded):
-            classes = actor_classes()
-            qa = classes["qa"].remote(
-                s._run_id, work.issue_text, work.task.description, s._store, s._gateway, lanes_named(recorded, f"qa:{tid}")
-            )
-            developer = classes["developer"].remote(
-                s._run_id, s._store, s._gateway, {k: v for k, v in recorded.items() if k == f"developer:{tid}"}
-            )
-            return developer.run.remote(work, qa), (developer, qa)
-
-        return make
+    def end(self) -> None:
+        for actors in self._ready.values():
+            for actor in actors:
+                ray.kill(actor)
+        self._ready.clear()

@@ -7,7 +7,7 @@ from typing import Callable, Protocol
 
 import structlog
 
-from magis_ray.events.schema import RunFailed, RunFinished, RunSettings, RunStarted, TaskFinished
+from magis_ray.events.schema import RunFailed, RunFinished, RunSettings, RunStarted, TaskDefined, TaskFinished
 
 from .asking import Asker, BudgetExceeded, ModelUnavailable
 from .issue import IssueRecord
@@ -33,6 +33,9 @@ def one_line(exc: BaseException) -> str:
 
 
 class Workforce(Protocol):
+    def prepare(self, tasks: list[TaskDefined]) -> None:
+        """The tasks are known: get their Developers and QA Engineers ready."""
+
     def run_stage(self, assignments: list[Assignment]) -> list[TaskFinished]:
         """Run the tasks of one stage in parallel, each by its own Developer and QA Engineer."""
 
@@ -100,6 +103,7 @@ class Team:
         tasks = manager.define_tasks(located)
         if not tasks:
             return RunFinished(outcome="no_patch", summary="no file needs a change")
+        self._workforce.prepare(tasks)
         team = manager.recruit(tasks)
         transcript = manager.hold_meeting(tasks, team)
         plan = manager.make_plan(tasks, transcript)
