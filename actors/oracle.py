@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import msgspec
+
 from magis_ray.events.schema import Edit, RunFailed, RunFinished, RunSettings
 
 from .edits import apply_edits, edits_from_texts
@@ -135,7 +137,7 @@ def run_oracle(instance: Instance, repo_path: str, store, run_id: str, settings:
     from .inprocess import LocalLLM, run_in_process
 
     oracle = oracle or build_oracle(instance, repo_path, settings)
-    issue = instance.issue()
+    issue = msgspec.structs.replace(instance.issue(), repo_path=str(repo_path))  # the run records where it was
     with ScriptedServer(oracle.team) as server:
         # The oracle writes whole gold files at once: no answer-length cap of a real model applies.
         config = GatewayConfig(base_url=server.base_url, api_key="oracle", model="oracle", timeout_s=60.0,

@@ -250,27 +250,31 @@ def resume_command(run, repo, store_path, llm, base_url, model, timeout, concurr
 @store_option
 def replay_command(run, repo, store_path) -> None:
     """Rebuild every projection from the log, and re-execute the team with the recorded answers
-    (no model call): exit 1 and show both sides of the first event that differs."""
+    (no model call): exit 1 and show both sides of the first event that differs. RUN may be a
+    .jsonl file of `magis-ray events`."""
     from magis_ray.actors.replay import CannotReplay, replay_run
-    from magis_ray.events.projections import audit_json, final_diff, fold, metrics
+    from magis_ray.events.projections import audit_html, audit_json, final_diff, fold, metrics
     from magis_ray.store import open_store
+    from magis_ray.store.memory import InMemoryStore
 
-    from .source import BadInput, resolve_run_id
+    from .source import BadInput, load_run
 
-    with open_store(store_path) as store:
-        run_id = resolve_run_id(store, run)
-        events = store.read(run_id)
-        view = fold(events)
-        audit_json(view)
-        total = metrics(view)["total"]
-        click.echo(
-            f"projections rebuilt from {len(events)} events: {len(final_diff(view).splitlines())} diff lines, "
-            f"{total['calls']} model calls, {total['prompt_tokens'] + total['completion_tokens']} tokens"
-        )
-        try:
-            report_ = replay_run(events, store, repo_of(view.started, repo) if view.started else repo)
-        except CannotReplay as exc:
-            raise BadInput(str(exc)) from None
+    events = load_run(store_path, run)
+    view = fold(events)
+    audit_json(view), audit_html(view)
+    total = metrics(view)["total"]
+    click.echo(
+        f"projections rebuilt from {len(events)} events: {len(final_diff(view).splitlines())} diff lines, "
+        f"{total['calls']} model calls, {total['prompt_tokens'] + total['completion_tokens']} tokens"
+    )
+    # the summary memory as the run saw it: the store's, or none for a log read from a file
+    memory = InMemoryStore() if run.endswith(".jsonl") else open_store(store_path)
+    try:
+        report_ = replay_run(events, memory, repo_of(view.started, repo) if view.started else repo)
+    except CannotReplay as exc:
+        raise BadInput(str(exc)) from None
+    finally:
+        memory.close()
     if report_.divergence is None:
         click.echo(f"replayed {report_.events} events: no divergence")
         return

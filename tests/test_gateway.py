@@ -9,6 +9,7 @@ import pytest
 import structlog
 
 from magis_ray.actors.gateway import (
+    CUT_MARKER,
     BudgetExceeded,
     Gateway,
     GatewayConfig,
@@ -290,3 +291,32 @@ def test_prices():
     assert price_for(prices, "openai/gpt-4o-mini") == prices["gpt-4o-mini"]
     assert price_for(prices, "o1-mini") is None  # not a dated o1
     assert price_for(prices, "qwen2.5-coder") is None
+
+
+def test_a_budget_reserves_for_the_fitted_prompt():
+    with ScriptedServer([Rule(reply="ok")]) as server:
+        gateway = gateway_for(server, context_tokens=1000)
+        gateway.set_budget("run-1", 1500)
+        event = exchange(gateway, text="x\n" * 3000, max_tokens=200)  # whole, about 2,000 tokens: over the budget
+        body = server.requests[0].body
+    assert event.error == "" and event.truncated_chars > 0
+    assert body["max_tokens"] == 200 and gateway.usage_of("run-1") <= 1500
+
+
+def test_an_overflow_without_a_known_context_is_not_retried():
+    with ScriptedServer([Rule(status=400, reply="the request exceeds the available context size, try increasing it")]) as server:
+        event = exchange(gateway_for(server), text="x" * 5000)
+        assert server.count() == 1  # no context configured, none stated: nothing to fit to
+    assert event.error.startswith("http 400: the request exceeds the available context size")
+    assert event.truncated_chars == 0
+
+
+def test_the_whole_error_message_guides_the_refit_while_the_event_keeps_one_short_line():
+    reply = "This model's maximum context length is 1000 tokens. " + "Please note: " * 30 + "(3000 in the messages, 200 in the completion)"
+    with ScriptedServer([Rule(status=400, reply=reply, times=1), Rule(reply="ok")]) as server:
+        event = exchange(gateway_for(server, context_tokens=1000), text="y\n" * 3000, max_tokens=200)
+        first, second = server.requests
+    # the server's count (3000 tokens for about 2,000 characters) cuts far more than a blind guess would
+    assert event.answer == "ok" and len(second.text) < len(first.text) * 0.4
+    marker = CUT_MARKER.format(n=event.truncated_chars)
+    assert marker in second.text and event.truncated_chars == 6000 - len(second.text) + len(marker)

@@ -1,0 +1,23 @@
+"""Schema evolution: a log written by the first event version (a real run of the example with the
+scripted model, committed with the prompt templates of that time) replays under the current code."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+GOLDEN = ROOT / "tests" / "golden"
+
+
+def test_the_v1_example_run_replays_without_divergence(tmp_path):
+    subprocess.run([sys.executable, str(ROOT / "examples" / "calc" / "make_repo.py"), str(tmp_path / "calc")], check=True,
+                   capture_output=True)
+    env = {**os.environ, "MAGIS_PROMPTS_DIR": str(GOLDEN / "v1_prompts")}
+    result = subprocess.run(
+        [sys.executable, "-m", "magis_ray.cli.main", "replay", str(GOLDEN / "v1_example_run.jsonl"), "--repo", str(tmp_path / "calc")],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "replayed 37 events: no divergence" in result.stdout
