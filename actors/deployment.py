@@ -13,7 +13,7 @@ from magis_ray.events.schema import LLMExchanged, Recorded, RunFailed, RunFinish
 
 from .continuation import ResumePoint
 from .issue import IssueRecord
-from .remote import NAMESPACE, actor_classes, gateway_actor, store_actor
+from .remote import NAMESPACE, gateway_actor, store_actor, supervisor_actor
 from .replay import issue_of
 
 INTERRUPTED = "interrupted by the user"
@@ -70,7 +70,7 @@ class Deployment:
             ray.get(self.gateway.set_budget.remote(run_id, max(settings.token_budget - spent, 1)))
         if settings.batch:
             ray.get(self.gateway.join_batch.remote(run_id, batch_budget_key(settings.batch)))
-        supervisor = actor_classes()["supervisor"].remote(
+        supervisor = supervisor_actor(
             run_id, issue, settings, os.path.abspath(repo_path), self.store, self.gateway, recorded,
         )
         return RunningRun(run_id, supervisor, supervisor.run.remote())

@@ -410,8 +410,8 @@ def _cut_user_messages(messages: list[Message], chars: int) -> tuple[list[Messag
 def _line_bounds(text: str, head: int, start: int, reach: int = 200) -> tuple[int, int]:
     """The cut text[head:start] widened to whole lines, when a line break is near: the model
     then reads no half lines."""
-    before = text.rfind("\n", max(0, head - reach), head)
-    after = text.find("\n", start, start + reach)
+    before = head if text.startswith("\n", head) else text.rfind("\n", max(0, head - reach), head)
+    after = start - 1 if text.startswith("\n", start - 1) else text.find("\n", start, start + reach)
     return (before if before > 0 else head), (after + 1 if after >= 0 else start)
 
 

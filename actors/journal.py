@@ -41,9 +41,10 @@ def comparable(event: AnyEvent) -> object:
 
 
 class Journal:
-    def __init__(self, lane: str, sink: EventSink | None, recorded: Iterable[Recorded] = ()):
+    def __init__(self, lane: str, sink: EventSink | None, recorded: Iterable[Recorded] = (), node: str = ""):
         """`sink` None verifies only: every event must match the record (replay)."""
         self.lane = lane
+        self._node = node
         self._sink = sink
         self._recorded = deque(recorded)
         self.last_position = 0  # global position of the last event emitted or matched
@@ -63,7 +64,7 @@ class Journal:
             return rec.event_id
         if self._sink is None:
             raise Divergence(self.lane, None, event)
-        fresh = new_event(event, self.lane, caused_by)
+        fresh = new_event(event, self.lane, caused_by, self._node)
         self.last_position = self._sink.write([fresh])[-1]
         return fresh.event_id
 

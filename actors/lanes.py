@@ -10,8 +10,10 @@ from .journal import EventSink, Journal
 
 
 class Lanes:
-    def __init__(self, run_id: str, sink: EventSink | None, llm: LLMPort, recorded: dict[str, list[Recorded]] | None = None):
+    def __init__(self, run_id: str, sink: EventSink | None, llm: LLMPort, recorded: dict[str, list[Recorded]] | None = None,
+                 node: str = ""):
         self.run_id = run_id
+        self._node = node
         self._sink = sink
         self._llm = llm
         self._recorded = recorded or {}
@@ -22,7 +24,7 @@ class Lanes:
         with self._lock:
             asker = self._askers.get(lane)
             if asker is None:
-                journal = Journal(lane, self._sink, self._recorded.get(lane, ()))
+                journal = Journal(lane, self._sink, self._recorded.get(lane, ()), self._node)
                 asker = self._askers[lane] = Asker(journal, self._llm, self.run_id)
             return asker
 

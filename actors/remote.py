@@ -1,10 +1,15 @@
-"""The one place where Ray is applied to the plain service classes: resources and options."""
+"""The one place where Ray is applied to the plain service classes: resources, options, placement.
+
+Placement: the store, the gateway, each run's supervisor and its Custodian live on the driver's
+node (the store's file and the repositories are there); Developers and QA Engineers need only
+their task's data, so they spread over the cluster."""
 from __future__ import annotations
 
 from functools import cache
 
 import msgspec
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .services import CustodianService, DeveloperService, GatewayService, QAService, StoreService
 from .supervisor import SupervisorService
@@ -27,6 +32,11 @@ def actor_classes():
     }
 
 
+def here() -> NodeAffinitySchedulingStrategy:
+    """This process's node, and no other."""
+    return NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+
+
 # The driver keeps its handles to the shared actors for as long as it lives: Ray ends an actor
 # once no handle to it is left in its owner.
 _shared: dict[str, object] = {}
@@ -36,13 +46,34 @@ def store_actor(path: str):
     """The store's single owner, shared by every run that uses that store path."""
     name = f"store:{path}"
     if name not in _shared:
-        _shared[name] = actor_classes()["store"].options(name=name, namespace=NAMESPACE, get_if_exists=True).remote(path)
+        _shared[name] = actor_classes()["store"].options(
+            name=name, namespace=NAMESPACE, get_if_exists=True, scheduling_strategy=here()
+        ).remote(path)
     return _shared[name]
 
 
 def gateway_actor(config, name: str = "gateway"):
-    """The gateway for `config`; one per distinct model endpoint and settings."""
+    """The gateway for `config`: one per distinct model endpoint and settings, shared by every run."""
     key = f"{name}:{hash(msgspec.json.encode(config))}"
     if key not in _shared:
-        _shared[key] = actor_classes()["gateway"].options(name=key, namespace=NAMESPACE, get_if_exists=True).remote(config)
+        _shared[key] = actor_classes()["gateway"].options(
+            name=key, namespace=NAMESPACE, get_if_exists=True, scheduling_strategy=here()
+        ).remote(config)
     return _shared[key]
+
+
+def supervisor_actor(*args):
+    return actor_classes()["supervisor"].options(scheduling_strategy=here()).remote(*args)
+
+
+def custodian_actor(*args):
+    """Beside the supervisor, where the repository is."""
+    return actor_classes()["custodian"].options(scheduling_strategy=here()).remote(*args)
+
+
+def developer_actor(*args):
+    return actor_classes()["developer"].options(scheduling_strategy="SPREAD").remote(*args)
+
+
+def qa_actor(*args):
+    return actor_classes()["qa"].options(scheduling_strategy="SPREAD").remote(*args)

@@ -108,7 +108,8 @@ class GatewayLLM:
 
 
 def lanes_for(run_id: str, store, gateway, recorded: dict[str, list[Recorded]] | None) -> Lanes:
-    return Lanes(run_id, StoreSink(store, run_id), GatewayLLM(gateway), recorded)
+    """The lanes of a role actor; its events say which node it ran on."""
+    return Lanes(run_id, StoreSink(store, run_id), GatewayLLM(gateway), recorded, ray.get_runtime_context().get_node_id())
 
 
 # --- the roles -------------------------------------------------------------------------------

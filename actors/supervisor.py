@@ -93,11 +93,11 @@ class RemoteLocator:
         self._actors = self._make(supervisor.recorded)
 
     def _make(self, recorded) -> tuple:
-        from .remote import actor_classes
+        from .remote import custodian_actor
 
         s = self._s
-        return (actor_classes()["custodian"].remote(
-            s.run_id, s.repo_path, self._commit_id, s.issue.repo, s.settings, s.store, s.gateway, lanes_named(recorded, "custodian"),
+        return (custodian_actor(
+                s.run_id, s.repo_path, self._commit_id, s.issue.repo, s.settings, s.store, s.gateway, lanes_named(recorded, "custodian"),
         ),)
 
     def locate(self, issue_text: str, memory_before: int | None = None):
@@ -127,13 +127,11 @@ class RayWorkforce:
             self._ready[task.task_id] = self._make(task.task_id, self._s.recorded)
 
     def _make(self, task_id: str, recorded) -> tuple:
-        from .remote import actor_classes
+        from .remote import developer_actor, qa_actor
 
-        s, classes = self._s, actor_classes()
-        developer = classes["developer"].remote(
-            s.run_id, s.store, s.gateway, {k: v for k, v in recorded.items() if k == f"developer:{task_id}"}
-        )
-        qa = classes["qa"].remote(s.run_id, s.store, s.gateway, lanes_named(recorded, f"qa:{task_id}"))
+        s = self._s
+        developer = developer_actor(s.run_id, s.store, s.gateway, {k: v for k, v in recorded.items() if k == f"developer:{task_id}"})
+        qa = qa_actor(s.run_id, s.store, s.gateway, lanes_named(recorded, f"qa:{task_id}"))
         return developer, qa
 
     def run_stage(self, assignments: list[Assignment]) -> list[TaskFinished]:

@@ -35,8 +35,8 @@ def decode_event(data: bytes | str) -> AnyEvent:
         raise DecodeError(f"undecodable event: {exc}") from None
 
 
-def new_event(event: AnyEvent, actor: str, caused_by: str = "") -> NewEvent:
-    return NewEvent(event=event, actor=actor, event_id=uuid.uuid4().hex, time=time.time(), caused_by=caused_by)
+def new_event(event: AnyEvent, actor: str, caused_by: str = "", node: str = "") -> NewEvent:
+    return NewEvent(event=event, actor=actor, event_id=uuid.uuid4().hex, time=time.time(), caused_by=caused_by, node=node)
 
 
 def to_builtins(obj: object) -> object:

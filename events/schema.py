@@ -257,6 +257,13 @@ class NewEvent(msgspec.Struct, frozen=True):
     event_id: str
     time: float
     caused_by: str = ""
+    node: str = ""
+
+    def recorded(self, run_id: str, version: int, position: int) -> "Recorded":
+        return Recorded(
+            run_id=run_id, version=version, position=position, time=self.time, actor=self.actor,
+            event_id=self.event_id, event=self.event, caused_by=self.caused_by, node=self.node,
+        )
 
 
 class Recorded(msgspec.Struct, frozen=True):
@@ -271,3 +278,4 @@ class Recorded(msgspec.Struct, frozen=True):
     event: AnyEvent
     caused_by: str = ""
     schema_version: int = SCHEMA_VERSION
+    node: str = ""  # the Ray node the emitting actor ran on ("" outside Ray)

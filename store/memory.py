@@ -38,7 +38,7 @@ class InMemoryStore:
                 raise ConcurrencyConflict(f"run {run_id} is at version {current}, not {expected_version}")
             base = len(self._log)
             recorded = [
-                Recorded(run_id, current + i, base + i, e.time, e.actor, e.event_id, e.event, e.caused_by)
+                e.recorded(run_id, current + i, base + i)
                 for i, e in enumerate(events, 1)
             ]
             rows = [(run_id, r.version, encode(r)) for r in recorded]  # may raise: then nothing is kept

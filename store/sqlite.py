@@ -187,7 +187,7 @@ class SQLiteStore:
                 raise ConcurrencyConflict(f"run {run_id} is at version {current}, not {expected_version}")
             base = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
             recorded = [
-                Recorded(run_id, current + i, base + i, e.time, e.actor, e.event_id, e.event, e.caused_by)
+                e.recorded(run_id, current + i, base + i)
                 for i, e in enumerate(events, 1)
             ]
             rows = [(r.position, run_id, r.version, _tag(r.event), r.time, encode(r).decode()) for r in recorded]

@@ -179,6 +179,13 @@ def test_several_long_user_messages_are_cut_longest_first():
     assert fit.cut_chars == cut_count(fit.messages[1].content) + cut_count(fit.messages[2].content)
 
 
+def test_the_last_line_survives_a_deep_cut_even_with_a_trailing_newline():
+    instruction = "Answer as JSON: " + '{"summary": "two or three sentences on what the file does and why"} ' * 2
+    messages = [SYSTEM, Message("user", "x\n" * 3000 + instruction + "\n")]
+    fit = fit_to_context(messages, max_tokens=20, context_tokens=150)
+    assert fit.messages[1].content.endswith("...]\n" + instruction + "\n") and fit.cut_chars > 5000
+
+
 def test_one_huge_line_is_cut_too():
     messages = [SYSTEM, Message("user", "z" * 20_000)]
     fit = fit_to_context(messages, max_tokens=100, context_tokens=1000)
