@@ -2,7 +2,8 @@
 
 Two schemes share one index:
 - code (default): identifiers split on snake_case / camelCase, the file's path weighted
-  into its document, and files the issue names explicitly ranked first;
+  into its document; where the issue's stack traces end ranked first, then the other files
+  it names (paths, dotted modules, distinctive module names such as "L031");
 - plain: the SWE-bench paper's baseline (lowercase word split of "path\\ncontents",
   no identifier splitting, no boost), kept so a benchmark can compare the two.
 """
@@ -148,22 +149,24 @@ class BM25Index:
         return scores
 
     def top(
-        self, query_tokens: Iterable[str], k: int, *, boosted: Iterable[str] = ()
+        self, query_tokens: Iterable[str], k: int, *, boosted: Iterable[str] = (), first: Iterable[str] = ()
     ) -> list[tuple[str, float]]:
         """The k best (path, score), best first, ties by path.
 
-        Files with no matching token are left out. `boosted` files (e.g. named in the
-        issue) outrank all others: their score is raised by the best unboosted score + 1,
-        so among themselves their own BM25 scores decide.
+        Files with no matching token are left out. `boosted` files (e.g. named in the issue)
+        outrank all others, and `first` files (e.g. where a stack trace ends) outrank those:
+        a boosted score is raised by the best plain score + 1, a first one by twice that, so
+        within each tier the files' own BM25 scores decide.
         """
         if k < 0:
             raise ValueError(f"k must be at least 0, got {k}")
         scores = self.scores(query_tokens)
         lift = (float(scores.max()) if len(scores) else 0.0) + 1.0
         position = {path: i for i, path in enumerate(self.paths)}
-        for path in set(boosted):
+        top_tier = set(first)
+        for path, raise_by in [*((p, lift) for p in set(boosted) - top_tier), *((p, 2 * lift) for p in top_tier)]:
             if path in position:
-                scores[position[path]] += lift
+                scores[position[path]] += raise_by
         ranked = sorted(
             ((path, float(score)) for path, score in zip(self.paths, scores) if score > 0),
             key=lambda item: (-item[1], item[0]),
@@ -178,9 +181,10 @@ def rank_files(
     *,
     plain: bool = False,
     boosted: Iterable[str] = (),
+    first: Iterable[str] = (),
 ) -> list[tuple[str, float]]:
     """The k files of `documents` ((path, text) pairs) that best match the query."""
-    return BM25Index(documents, plain=plain).top(query_tokens, k, boosted=boosted)
+    return BM25Index(documents, plain=plain).top(query_tokens, k, boosted=boosted, first=first)
 
 
 def localize_files(
@@ -191,12 +195,18 @@ def localize_files(
     *,
     plain: bool = False,
 ) -> list[tuple[str, float]]:
-    """Rank files for an issue: the code scheme with its mention boost, or the plain baseline."""
+    """Rank files for an issue: the code scheme, or the plain baseline.
+
+    The code scheme ranks first where the issue's stack traces end (crash_sites), then the
+    other files it names (mentioned_paths, named_modules), then the rest, by BM25 within each.
+    """
     issue = f"{problem_statement}\n{hints_text}"
     if plain:
         return rank_files(documents, plain_bm25_tokens(issue), k, plain=True)
-    mentioned = mentioned_paths(issue, [path for path, _ in documents])
-    return rank_files(documents, issue_query(problem_statement, hints_text), k, boosted=mentioned)
+    paths = [path for path, _ in documents]
+    mentioned = mentioned_paths(issue, paths) + named_modules(issue, paths)
+    query = issue_query(problem_statement, hints_text)
+    return rank_files(documents, query, k, boosted=mentioned, first=crash_sites(issue, paths))
 
 
 # --- files the issue names -------------------------------------------------------------------
@@ -264,6 +274,54 @@ def _match_module_mention(mention: str, by_tail: dict[str, list[str]]) -> list[s
     return []
 
 
+# A Python traceback lists the innermost call last; pytest prints "path.py:12: in f" lines
+# in the same order. Either way the last frame in the repository is where the error arose.
+_TRACEBACK_START = re.compile(r"Traceback \(most recent call last\)")
+_FRAME = re.compile(r'File "([^"\n]+)", line \d+|^[ \t]*([\w./\\-]+\.py):\d+:', re.MULTILINE)
+
+
+def crash_sites(text: str, all_paths: Iterable[str]) -> list[str]:
+    """The repository file of each stack trace's innermost frame in `text`, in order.
+
+    Frames outside the repository (the standard library, other packages) are passed over;
+    a frame naming more than one repository file names none.
+    """
+    by_tail = _paths_by_tail(all_paths)
+    sites: dict[str, None] = {}
+    for trace in _TRACEBACK_START.split(text):
+        innermost = None
+        for frame in _FRAME.finditer(trace):
+            found = _match_file_mention((frame.group(1) or frame.group(2)).replace("\\", "/"), by_tail)
+            if len(found) == 1:
+                innermost = found[0]
+        if innermost is not None:
+            sites.setdefault(innermost, None)
+    return list(sites)
+
+
+def _distinctive_stem(stem: str) -> bool:
+    """A module name no prose uses by chance: with a digit or an inner underscore ("L031",
+    "linted_file"), unlike "base", "fields" or "dataset", which issues say all the time."""
+    core = stem.strip("_")
+    return len(core) > 2 and (any(c.isdigit() for c in core) or "_" in core) and stem.isidentifier()
+
+
+def named_modules(text: str, all_paths: Iterable[str]) -> list[str]:
+    """Files the issue names by their bare module name ("rule L031", "`linted_file`"), in order
+    of first mention; only distinctive names, fitting at most MAX_FILES_PER_MENTION files."""
+    by_stem: dict[str, list[str]] = {}
+    for path in all_paths:
+        stem, extension = posixpath.splitext(posixpath.basename(path))
+        if extension == ".py" and _distinctive_stem(stem):
+            by_stem.setdefault(stem, []).append(path)
+    found: dict[str, None] = {}
+    for word in _WORD.findall(text):
+        matches = by_stem.get(word, [])
+        if len(matches) <= MAX_FILES_PER_MENTION:
+            found.update(dict.fromkeys(matches))
+    return list(found)
+
+
 # --- what gets indexed -----------------------------------------------------------------------
 
 MAX_DOCUMENT_BYTES = 512 * 1024
@@ -284,6 +342,10 @@ VENDORED_DIRS = frozenset(
     site-packages __pycache__ .tox .nox .venv venv .eggs
     """.split()
 )
+
+# Documentation and example scripts ("doc/conf.py", "examples/plot_x.py") use the library's
+# names everywhere without being where its fixes go.
+DOCUMENTATION_DIRS = frozenset({"doc", "docs", "example", "examples"})
 
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2_grpc.py", "_pb2.pyi", ".min.js", ".bundle.js")
 
@@ -309,7 +371,7 @@ def is_indexed_path(path: str, *, include_tests: bool = False) -> bool:
         return False
     if lowered.endswith(GENERATED_SUFFIXES):
         return False
-    if any(part in VENDORED_DIRS for part in lowered.split("/")[:-1]):
+    if any(part in VENDORED_DIRS or part in DOCUMENTATION_DIRS for part in lowered.split("/")[:-1]):
         return False
     return include_tests or not is_test_path(path)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import ray
+import structlog
 
 from magis_ray.events.schema import LLMExchanged, Message, NewEvent, PatchProposed, QAAssigned, Recorded, RunSettings, TaskFinished
 
@@ -108,7 +109,12 @@ class GatewayLLM:
 
 
 def lanes_for(run_id: str, store, gateway, recorded: dict[str, list[Recorded]] | None) -> Lanes:
-    """The lanes of a role actor; its events say which node it ran on."""
+    """The lanes of a role actor; its events say which node it ran on. Its log lines (JSON, in
+    Ray's worker logs) name the run."""
+    from magis_ray.cli.logs import configure_logging
+
+    configure_logging()
+    structlog.contextvars.bind_contextvars(run=run_id)
     return Lanes(run_id, StoreSink(store, run_id), GatewayLLM(gateway), recorded, ray.get_runtime_context().get_node_id())
 
 

@@ -11,11 +11,14 @@ from rank_bm25 import BM25Okapi
 from magis_ray.actors.ranking import (
     BM25Index,
     code_tokens,
+    crash_sites,
     document_token_counts,
     is_test_path,
     issue_query,
     localize_files,
+    is_indexed_path,
     mentioned_paths,
+    named_modules,
     plain_bm25_tokens,
     rank_files,
     select_documents,
@@ -214,6 +217,28 @@ def test_explicit_paths_and_modules_are_boosted_in_order_of_score():
     assert unboosted.get(first, 0) >= unboosted.get(second, 0)
 
 
+def test_a_traceback_s_innermost_repository_frame_outranks_the_other_named_files():
+    issue = '''Checkout crashes when the cart has an unknown SKU (see shop/payment.py for the caller):
+
+Traceback (most recent call last):
+  File "/app/checkout.py", line 3, in <module>
+  File "/venv/site-packages/shop/cart.py", line 17, in total_price
+  File "/venv/site-packages/shop/utils.py", line 7, in slugify
+  File "/usr/lib/python3.11/re.py", line 99, in sub
+KeyError: 'sku'
+'''
+    ranked = top_paths(localize_files(DOCUMENTS, issue, k=4))
+    assert ranked[0] == "src/shop/utils.py"  # the innermost frame in the repository
+    assert set(ranked[1:3]) == {"src/shop/cart.py", "src/shop/payment.py"}  # then the other files named
+
+
+def test_first_outranks_boosted_outranks_the_rest():
+    ranked = rank_files(DOCUMENTS, ["discount", "cart", "total"], k=3, boosted=["src/shop/utils.py"], first=["src/shop/payment.py"])
+    assert top_paths(ranked) == ["src/shop/payment.py", "src/shop/utils.py", "src/shop/cart.py"]
+    both = rank_files(DOCUMENTS, ["discount"], k=2, boosted=["src/shop/utils.py"], first=["src/shop/utils.py"])
+    assert both[0][0] == "src/shop/utils.py" and both[0][1] == pytest.approx(2 * (both[1][1] + 1))  # raised once
+
+
 def test_boost_ignores_paths_outside_the_index_and_files_without_any_match_stay_out():
     ranked = rank_files(DOCUMENTS, ["discount"], k=10, boosted=["not/indexed.py"])
     assert top_paths(ranked) == ["src/shop/cart.py"]
@@ -272,6 +297,33 @@ def test_mentioned_paths(text, expected):
     assert mentioned_paths(text, PATHS) == expected
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('Traceback (most recent call last):\n  File "shop/cart.py", line 1\n  File "/x/shop/http/client.py", line 2\nError',
+         ["src/shop/http/client.py"]),
+        # chained exceptions: each traceback's innermost frame, in order
+        ('Traceback (most recent call last):\n  File "a/shop/cart.py", line 1\nKeyError\n\nDuring handling...\n'
+         'Traceback (most recent call last):\n  File "/s/shop/rules/L031.py", line 5\n  File "/usr/lib/json.py", line 2\n',
+         ["src/shop/cart.py", "src/shop/rules/L031.py"]),
+        ("shop/cart.py:12: in total\n    x()\nsrc/shop/http/client.py:40: KeyError\n", ["src/shop/http/client.py"]),
+        ('File "/venv/shop/http/client.py", line 9\n  File "cart.py", line 3', ["src/shop/http/client.py"]),  # cart.py: 2 files
+        ('File "C:\\work\\shop\\rules\\L031.py", line 2', ["src/shop/rules/L031.py"]),
+        ("see shop/cart.py and client.py", []),  # named, but not in a stack trace
+    ],
+)
+def test_crash_sites(text, expected):
+    assert crash_sites(text, PATHS) == expected
+
+
+def test_named_modules_takes_only_distinctive_module_names():
+    paths = [*PATHS, "src/shop/rules/L032.py", "src/shop/linted_file.py", "src/shop/base.py", "a/utils_2.py", "b/utils_2.py",
+             "c/utils_2.py", "d/utils_2.py", "src/shop/notes_1.txt"]
+    text = "Rules L032 and L031 disagree on base and cart; linted_file and utils_2 too; notes_1 as well."
+    assert named_modules(text, paths) == ["src/shop/rules/L032.py", "src/shop/rules/L031.py", "src/shop/linted_file.py"]
+    assert named_modules("l031 __init__ cart", paths) == []
+
+
 # --- which files are indexed ---------------------------------------------------------------------
 
 
@@ -280,6 +332,12 @@ def test_is_test_path():
     assert is_test_path("pkg/test_cart.py") and is_test_path("pkg/cart_test.py") and is_test_path("conftest.py")
     assert not is_test_path("django/test/testcases.py") and not is_test_path("sympy/testing/runtests.py")
     assert not is_test_path("src/_pytest/unittest.py") and not is_test_path("pkg/contest.py")
+
+
+def test_documentation_and_examples_are_not_indexed():
+    assert not is_indexed_path("doc/conf.py") and not is_indexed_path("docs/source/conf.py")
+    assert not is_indexed_path("examples/01_basic_api_usage.py") and not is_indexed_path("pkg/example/demo.py")
+    assert is_indexed_path("pkg/docstrings.py") and is_indexed_path("django/contrib/admindocs/views.py")
 
 
 def test_select_documents(tmp_path):
@@ -296,6 +354,7 @@ def test_select_documents(tmp_path):
         "data.json": "{}\n",
         "pkg/huge.py": "x = 1\n" * 100_000,
         "pkg/weird.py": b"\x00\x01\x02binary",
+        "docs/conf.py": "project = 'pkg'\n",
     }
     repo, commit = make_repo(tmp_path / "repo", files)
     snapshot = RepoSnapshot.open(tmp_path / "repo", commit)
