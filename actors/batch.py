@@ -12,7 +12,7 @@ import msgspec
 import ray
 
 from magis_ray.events.history import effective
-from magis_ray.events.schema import RunFailed, RunFinished, RunSettings, RunStarted
+from magis_ray.events.schema import RunFinished, RunSettings, RunStarted
 
 from .continuation import CannotResume, ResumePoint, resume_point
 from .deployment import Deployment, RunningRun, batch_budget_key, new_run_id, tokens_spent
@@ -145,7 +145,8 @@ def batch_settings(settings: RunSettings, batch: str, budget: int, deployment: D
 
 
 def read_batch_items(lines: Iterable[bytes], where: str) -> list[BatchItem]:
-    """The dataset's lines as items; a line that is no valid instance becomes an error item."""
+    """The dataset's lines as items, in order; a line that is no valid issue record becomes an
+    error item. (A batch needs no gold patch: evaluation checks for that, actors.swebench.)"""
     from .issue import BadIssue, parse_issue
 
     items = []
@@ -153,10 +154,11 @@ def read_batch_items(lines: Iterable[bytes], where: str) -> list[BatchItem]:
         if not line.strip():
             continue
         try:
-            items.append(BatchItem(instance_id=(issue := parse_issue(line, f"{where}:{number}")).instance_id, issue=issue))
+            issue = parse_issue(line, f"{where}:{number}")
         except BadIssue as exc:
-            instance_id = _instance_id_of(line) or f"{where}:{number}"
-            items.append(BatchItem(instance_id=instance_id, error=str(exc)))
+            items.append(BatchItem(_instance_id_of(line) or f"{where}:{number}", error=str(exc)))
+            continue
+        items.append(BatchItem(issue.instance_id, issue=issue))
     return items
 
 

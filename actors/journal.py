@@ -11,6 +11,8 @@ from typing import Iterable, Protocol, Sequence
 from magis_ray.events.codec import new_event
 from magis_ray.events.schema import TERMINAL_EVENTS, AnyEvent, LLMExchanged, NewEvent, Recorded, RunResumed
 
+from .fitting import fitted_from
+
 
 class Divergence(Exception):
     """Re-execution produced an event other than the one the log holds for that lane."""
@@ -38,6 +40,15 @@ def comparable(event: AnyEvent) -> object:
     if isinstance(event, LLMExchanged):
         return (event.purpose, event.task_id, event.attempt, event.messages)
     return event
+
+
+def same_request(recorded: LLMExchanged, probe: LLMExchanged) -> bool:
+    """The recorded exchange asked what `probe` asks: the same messages, or them as the gateway
+    fitted them to the model's context (the log keeps what was sent, re-execution asks whole)."""
+    if comparable(recorded) == comparable(probe):
+        return True
+    same_step = (recorded.purpose, recorded.task_id, recorded.attempt) == (probe.purpose, probe.task_id, probe.attempt)
+    return bool(recorded.truncated_chars) and same_step and fitted_from(recorded.messages, probe.messages)
 
 
 class Journal:
@@ -76,7 +87,7 @@ class Journal:
                 raise Divergence(self.lane, None, probe)
             return None
         head = self._recorded[0]
-        if not isinstance(head.event, LLMExchanged) or comparable(head.event) != comparable(probe):
+        if not isinstance(head.event, LLMExchanged) or not same_request(head.event, probe):
             raise Divergence(self.lane, head, probe)
         self._recorded.popleft()
         self.last_position = head.position

@@ -9,8 +9,9 @@ an existing path into an ordinary task); each task's lines and code are the gold
 (edits_from_texts of the base and gold texts), and every review approves.
 
 What the pipeline cannot express (see `Oracle.limits`): deleting a file; removing a file's
-final newline (apply_edits restores it); bytes that are not UTF-8 (files are read as text);
-"\\n"-only lines added to an all-"\\r\\n" file (apply_edits converts them); creating an empty file.
+final newline, or creating a file without one (apply_edits adds it); creating an empty file;
+bytes that are not UTF-8 (files are read as text); "\\n"-only lines added to an all-"\\r\\n"
+file (apply_edits converts them); an issue in which BM25 finds no candidate at all.
 """
 from __future__ import annotations
 
@@ -83,8 +84,8 @@ def gold_edits(base_text: str, new_text: str) -> tuple[list[Edit], str]:
     edits = edits_from_texts(base_text, new_text)
     if apply_edits(base_text, edits) == new_text:
         return edits, ""
-    if base_text.endswith("\n") and not new_text.endswith("\n"):
-        return edits, "removes the final newline (apply_edits keeps it)"
+    if not new_text.endswith("\n") and (base_text.endswith("\n") or not base_text):
+        return edits, "ends without the final newline apply_edits gives it"
     return edits, "line endings apply_edits normalizes (\\n lines in a \\r\\n file)"
 
 
@@ -119,6 +120,8 @@ def build_oracle(instance: Instance, repo_path: str, settings: RunSettings = Run
     # The same ranking the Custodian computes from the same inputs, so the oracle knows its candidates.
     ranked = localize_files(select_documents(snapshot), instance.issue().brief(settings.use_hints), k=settings.top_k)
     candidates = [path for path, _ in ranked]
+    if not candidates:
+        limits["(ranking)"] = "BM25 finds no candidate, so no file is located and the Manager is never asked"
     relevant = frozenset(c for c in candidates if c in fixes) or frozenset(candidates[:1])
     team = OracleTeam(fixes=fixes, relevant=relevant, gold=tuple(p for p in gold if p in fixes))
     return Oracle(team=team, candidates=candidates, limits=limits)

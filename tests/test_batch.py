@@ -90,8 +90,8 @@ def test_a_batch_predicts_every_instance_and_reports_bad_ones(dataset, tmp_path)
         assert [p["instance_id"] for p in preds] == ["calc__calc-1", "calc__calc-3", "calc__calc-2", "other__repo-1", "calc__calc-4"]
         assert all(set(p) == {"instance_id", "model_name_or_path", "model_patch"} for p in preds)
         patches = {p["instance_id"]: p["model_patch"] for p in preds}
-        # the scripted team fixes both files whatever the issue says
-        assert all(f"calc/{m}.py" in patches[i] for i in ("calc__calc-1", "calc__calc-2") for m in ("stats", "texts"))
+        assert "calc/stats.py" in patches["calc__calc-1"]
+        assert "calc/stats.py" in patches["calc__calc-2"] and "calc/texts.py" in patches["calc__calc-2"]
         assert patches["calc__calc-3"] == patches["other__repo-1"] == patches["calc__calc-4"] == ""
         assert "calc__calc-3: error:" in out and "base_commit" in out
         assert "other__repo-1: error:" in out and "calc__calc-4: error:" in out

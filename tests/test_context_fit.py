@@ -11,15 +11,8 @@ import re
 
 import pytest
 
-from magis_ray.actors.gateway import (
-    CUT_MARKER,
-    FIT_CHARS_PER_TOKEN,
-    Gateway,
-    GatewayConfig,
-    estimate_tokens,
-    fit_to_context,
-    fitted_from,
-)
+from magis_ray.actors.fitting import CUT_MARKER, FIT_CHARS_PER_TOKEN, estimate_tokens, fit_to_context, fitted_from
+from magis_ray.actors.gateway import Gateway, GatewayConfig
 from magis_ray.actors.scripted_server import Rule, ScriptedRequest, ScriptedServer
 from magis_ray.events.schema import LLMExchanged, Message
 

@@ -8,8 +8,8 @@ import msgspec
 import pytest
 import structlog
 
+from magis_ray.actors.fitting import CUT_MARKER
 from magis_ray.actors.gateway import (
-    CUT_MARKER,
     BudgetExceeded,
     Gateway,
     GatewayConfig,

@@ -72,3 +72,19 @@ def test_a_second_writer_fences_out_the_first():
     with pytest.raises(ConcurrencyConflict):
         zombie.write([new_event(SAID, "manager")])
     assert [type(r.event).__name__ for r in store.read("r")] == ["MeetingUtterance", "RunResumed"]
+
+
+def test_a_prompt_cut_to_fit_the_context_matches_the_whole_one():
+    from magis_ray.actors.fitting import fit_to_context
+
+    whole = [Message("system", "You are a developer."), Message("user", "line\n" * 4000 + 'Answer as JSON: {"ranges": []}')]
+    fitted = fit_to_context(whole, 200, 1024)
+    assert fitted.cut_chars > 0
+    sent = LLMExchanged(purpose="locate_lines", model="m", messages=fitted.messages, answer="{}", truncated_chars=fitted.cut_chars)
+    store = InMemoryStore()
+    Journal("developer:T1", RunWriter(store, "r")).emit(sent)
+    again = Journal("developer:T1", None, store.read("r"))
+    assert again.recorded_exchange(LLMExchanged(purpose="locate_lines", model="", messages=whole)) == sent
+    other = [whole[0], Message("user", "line\n" * 3999 + 'Answer as JSON: {"ranges": []}')]
+    with pytest.raises(Divergence):
+        Journal("developer:T1", None, store.read("r")).recorded_exchange(LLMExchanged(purpose="locate_lines", model="", messages=other))

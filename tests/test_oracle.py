@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from gitfixtures import checkout, git, make_repo, read_tree_files
 
-from magis_ray.actors.oracle import build_oracle, compare_with_gold, run_oracle
+from magis_ray.actors.edits import apply_edits
+from magis_ray.actors.oracle import build_oracle, compare_with_gold, gold_edits, run_oracle
 from magis_ray.actors.swebench import Instance
 from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import FilesLocated, RunFinished, RunSettings, TaskDefined
@@ -188,7 +189,7 @@ def test_a_gold_patch_removing_the_final_newline_is_a_named_limit(confkit, tmp_p
     assert "\\ No newline at end of file" in patch
     instance = instance_for(base, patch)
     assert build_oracle(instance, str(repo_path), RunSettings(top_k=3)).limits == {
-        "confkit/parser.py": "removes the final newline (apply_edits keeps it)"
+        "confkit/parser.py": "ends without the final newline apply_edits gives it"
     }
     end, events = run(instance, repo_path, tmp_path, RunSettings(top_k=3))
     comparison = compare_with_gold(str(repo_path), instance, final_diff(fold(events)))
@@ -205,3 +206,20 @@ def test_compare_with_gold_tells_apart_wrong_and_unapplicable_diffs(confkit, tmp
     assert wrong.applies and not wrong.identical and wrong.differing == ("confkit/parser.py",)
     broken = compare_with_gold(str(repo_path), instance, other.replace("if not line.strip()", "if not line"))
     assert not broken.applies and "patch does not apply" in broken.reason
+
+
+@pytest.mark.parametrize(
+    "base, new, limit",
+    [
+        ("a\nb\n", "a\nB\n", ""),
+        ("a\nb", "a\nB", ""),  # no final newline before or after: reproduced
+        ("a\nb", "a\nb\nc\n", ""),
+        ("a\nb\n", "a\nB", "ends without the final newline apply_edits gives it"),
+        ("", "new file without newline", "ends without the final newline apply_edits gives it"),
+        ("a\r\nb\r\n", "a\r\nnew\nb\r\n", "line endings apply_edits normalizes (\\n lines in a \\r\\n file)"),
+    ],
+)
+def test_gold_edits_reproduce_the_gold_text_or_say_why_not(base, new, limit):
+    edits, why = gold_edits(base, new)
+    assert why == limit
+    assert (apply_edits(base, edits) == new) == (not limit)

@@ -54,8 +54,7 @@ class Developer:
         self._persona = dict(name=work.developer.name, profile=work.developer.profile)
 
     def run(self) -> TaskFinished:
-        work, emit = self._work, self._asker.journal.emit
-        task = work.task
+        work = self._work
         qa = self._design_qa() if self._reviewer is not None else None
         feedback = ""
         patch: PatchProposed | None = None

