@@ -45,6 +45,7 @@ _PROMPT_TOKENS = re.compile(r"(\d+) (?:tokens )?in the messages|requested tokens
 
 
 from .asking import BudgetExceeded  # noqa: E402 - defined beside the roles that catch it
+from .ratelimit import RateLimiter  # noqa: E402
 from .fitting import FIT_CHARS_PER_TOKEN, Fitted, estimate_tokens, fit_to_context  # noqa: E402
 
 
@@ -63,6 +64,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"  # newer OpenAI models want the latter
     min_answer_tokens: int = 256  # a budget may shrink max_tokens, but not below this (or the request's own)
     context_tokens: int = 0  # the model's context length (prompt + answer); 0: unknown, prompts are sent whole
+    requests_per_minute: int = 0  # 0: no limit; one limit for every run that shares this gateway
+    tokens_per_minute: int = 0  # prompt estimate + max_tokens of each request; 0: no limit
+    rate_window_s: float = 60.0  # the "minute" of the rate limits (shorter in tests)
     prices_path: str | None = None  # None: actors/prices.json
 
     def __repr__(self) -> str:  # the key must not leak through a logged config
@@ -89,6 +93,7 @@ class Gateway:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: openai.AsyncOpenAI | None = None
         self._slots: asyncio.Semaphore | None = None
+        self._rate: RateLimiter | None = None
         self._settled: asyncio.Condition | None = None  # notified when a reservation turns into usage
 
     # --- budgets -----------------------------------------------------------------------------
@@ -165,6 +170,7 @@ class Gateway:
         prompt_estimate = estimate_tokens(fit.messages)
         async with self._slots:
             allowed = await self._reserve(keys, prompt_estimate, fit.max_tokens)
+            await self._rate.acquire(prompt_estimate + allowed)
             outcome = _Outcome()
             try:
                 outcome = await self._send_with_retries(run_id, purpose, task_id, fit.messages, schema, allowed)
@@ -324,6 +330,7 @@ class Gateway:
         )
         self._slots = asyncio.Semaphore(self.config.concurrency)
         self._settled = asyncio.Condition()
+        self._rate = RateLimiter(self.config.requests_per_minute, self.config.tokens_per_minute, self.config.rate_window_s)
         for b in self._budgets.values():
             b.reserved = 0  # requests of a finished loop are gone
 

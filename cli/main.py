@@ -122,14 +122,15 @@ def audit_command(run: str, fmt: str, store_path: str) -> None:
 @model_options
 @settings_options
 def submit_command(issue_file: Path, repo, repos_dir, out, workers, instances, batch_budget, batch_name, store_path, llm,
-                   base_url, local_port, model, timeout, concurrency, response_format, **settings) -> None:
+                   base_url, local_port, model, timeout, concurrency, response_format, rpm, tpm, **settings) -> None:
     """Resolve ISSUE_FILE (a SWE-bench instance record) with the MAGIS team, or, for a .jsonl
     dataset, every instance in it as a batch (resumable: run the same command again)."""
     llm = resolve_llm(llm, base_url)
     run_config = run_settings(default_model(llm, model), **settings)
+    limits = dict(timeout=timeout, concurrency=concurrency, response_format=response_format, rpm=rpm, tpm=tpm)
     if issue_file.suffix == ".jsonl":
         return submit_batch(issue_file, repos_dir, out, workers, instances, batch_budget, batch_name or out.stem,
-                            store_path, llm, base_url, local_port, timeout, concurrency, response_format, run_config)
+                            store_path, llm, base_url, local_port, limits, run_config)
     from magis_ray.actors.deployment import new_run_id, run_issue
 
     issue = load_issue(issue_file)
@@ -140,14 +141,14 @@ def submit_command(issue_file: Path, repo, repos_dir, out, workers, instances, b
         click.echo(f"run {run_id}: {issue.instance_id} ({issue.repo} @ {issue.base_commit[:10]})", err=True)
         end = run_issue(
             store_path=store_path, issue=msgspec.structs.replace(issue, repo_path=repo_path), settings=run_config,
-            repo_path=repo_path, gateway_config=gateway_config(endpoint, run_config.model, timeout, concurrency, response_format),
+            repo_path=repo_path, gateway_config=gateway_config(endpoint, run_config.model, limits),
             run_id=run_id,
         )
     conclude(store_path, run_id, end)
 
 
 def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_budget, batch_name, store_path, llm,
-                 base_url, local_port, timeout, concurrency, response_format, run_config) -> None:
+                 base_url, local_port, limits, run_config) -> None:
     from tqdm import tqdm
 
     from magis_ray.actors.batch import BatchRunner, batch_settings, read_batch_items
@@ -169,7 +170,7 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
         raise BadInput("--workers must be at least 1")
     with model_endpoint(llm, base_url, store_path, local_port) as endpoint:
         _ensure_store(store_path)
-        deployment = Deployment(store_path, gateway_config(endpoint, run_config.model, timeout, concurrency, response_format))
+        deployment = Deployment(store_path, gateway_config(endpoint, run_config.model, limits))
         with open_store(store_path) as store:
             settings = batch_settings(run_config, batch_name, batch_budget, deployment, store)
             with tqdm(total=len(items), unit="instance", desc=f"batch {batch_name}", file=sys.stderr) as bar:
@@ -215,7 +216,7 @@ def print_batch_summary(results, out: Path) -> None:
 @click.option("--repo", "repo", type=click.Path(), help="Where the repository is now, if it moved.")
 @store_option
 @model_options
-def resume_command(run, repo, store_path, llm, base_url, local_port, model, timeout, concurrency, response_format) -> None:
+def resume_command(run, repo, store_path, llm, base_url, local_port, model, timeout, concurrency, response_format, rpm, tpm) -> None:
     """Go on with a run cut off by a crash, kill -9, Ctrl-C or a lost model: recorded answers
     are reused, never paid for again, and nothing is written twice."""
     from magis_ray.actors.continuation import CannotResume, resume_point
@@ -236,7 +237,10 @@ def resume_command(run, repo, store_path, llm, base_url, local_port, model, time
         click.echo(f"resuming run {run_id} from event {point.kept_version} ({point.superseded} superseded)", err=True)
         end = resume_issue(
             store_path=store_path, run_id=run_id, point=point, repo_path=repo_path,
-            gateway_config=gateway_config(endpoint, model or point.started.settings.model, timeout, concurrency, response_format),
+            gateway_config=gateway_config(
+                endpoint, model or point.started.settings.model,
+                dict(timeout=timeout, concurrency=concurrency, response_format=response_format, rpm=rpm, tpm=tpm),
+            ),
         )
     conclude(store_path, run_id, end)
 

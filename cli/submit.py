@@ -91,14 +91,16 @@ def resolve_llm(llm: str, base_url: str | None) -> str:
     return "openai" if base_url or os.environ.get("OPENAI_API_KEY") else "local"
 
 
-def gateway_config(endpoint: Endpoint, model: str, timeout, concurrency, response_format):
+def gateway_config(endpoint: Endpoint, model: str, limits: dict):
+    """`limits`: the model options' timeout, concurrency, response_format, rpm and tpm."""
     from magis_ray.actors.gateway import GatewayConfig
 
     extra = {"max_tokens": endpoint.max_tokens} if endpoint.max_tokens else {}
     return GatewayConfig(
-        base_url=endpoint.base_url or None, model=model or endpoint.model, timeout_s=timeout,
-        concurrency=endpoint.concurrency or concurrency, response_format=endpoint.response_format or response_format,
-        context_tokens=endpoint.context_tokens, **extra,
+        base_url=endpoint.base_url or None, model=model or endpoint.model, timeout_s=limits["timeout"],
+        concurrency=endpoint.concurrency or limits["concurrency"],
+        response_format=endpoint.response_format or limits["response_format"], context_tokens=endpoint.context_tokens,
+        requests_per_minute=limits["rpm"], tokens_per_minute=limits["tpm"], **extra,
     )
 
 
@@ -166,6 +168,8 @@ def model_options(f):
         click.option("--model", envvar="MAGIS_MODEL", default="", help="Model name (env MAGIS_MODEL)."),
         click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds per model request."),
         click.option("--concurrency", type=int, default=8, show_default=True, help="Model requests in flight at once."),
+        click.option("--rpm", type=int, default=0, help="Most model requests per minute, for all runs together (0: no limit)."),
+        click.option("--tpm", type=int, default=0, help="Most model tokens per minute, for all runs together (0: no limit)."),
         click.option("--response-format", type=click.Choice(["json_schema", "json_object", "none"]), default="json_schema",
                      show_default=True, help="How answer schemas are sent (llama.cpp wants json_object)."),
     ]):
