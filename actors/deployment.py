@@ -20,11 +20,13 @@ INTERRUPTED = "interrupted by the user"
 
 
 def ensure_ray(address: str | None = None) -> None:
+    """Join the cluster RAY_ADDRESS names (as `ray job submit` sets it), else start a Ray of our
+    own: never a cluster that merely happens to run on this machine."""
     if not ray.is_initialized():
         # Ray announces its (kept) default of token authentication on every start; not news to our users.
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         ray.init(
-            address=address or os.environ.get("RAY_ADDRESS") or None, namespace=NAMESPACE,
+            address=address or os.environ.get("RAY_ADDRESS") or "local", namespace=NAMESPACE,
             include_dashboard=False, log_to_driver=False, configure_logging=False,
         )
 

@@ -41,7 +41,7 @@ class Recreating:
         for retry in range(ACTOR_RETRIES + 1):
             try:
                 return ray.get(self._ref)
-            except ray.exceptions.ActorDiedError as exc:
+            except ray.exceptions.RayActorError as exc:  # died, or its node crashed (unavailable)
                 if retry == ACTOR_RETRIES:
                     raise
                 log.warning("role actor died; recreating it from the log", run=self._run_id, error=str(exc).splitlines()[0])

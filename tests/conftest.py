@@ -14,7 +14,8 @@ sys.path.insert(0, str(Path(__file__).parent))  # the helpers beside the tests (
 def ray_session():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, namespace="magis", log_to_driver=False)
+    # "local": a Ray of this test module's own, even if a cluster runs on the machine
+    ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="magis", log_to_driver=False)
     yield
     from magis_ray.actors import remote
 
