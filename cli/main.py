@@ -8,6 +8,8 @@ from pathlib import Path
 import click
 import msgspec
 
+from .batch import submit_batch
+from .divergence import describe_side, first_difference
 from .submit import (
     default_model, gateway_config, load_issue, locate_repo, model_endpoint, model_options, report, resolve_llm, run_settings,
     settings_options, write_outputs,
@@ -147,70 +149,6 @@ def submit_command(issue_file: Path, repo, repos_dir, out, workers, instances, b
     conclude(store_path, run_id, end)
 
 
-def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_budget, batch_name, store_path, llm,
-                 base_url, local_port, limits, run_config) -> None:
-    from tqdm import tqdm
-
-    from magis_ray.actors.batch import BatchRunner, batch_settings, read_batch_items
-    from magis_ray.actors.deployment import Deployment
-    from magis_ray.store import open_store
-
-    from .source import BadInput
-
-    try:
-        items = read_batch_items(dataset.read_bytes().splitlines(), dataset.name)
-    except OSError as exc:
-        raise BadInput(f"cannot read {dataset}: {exc.strerror}") from None
-    if instances:
-        unknown = set(instances) - {i.instance_id for i in items}
-        if unknown:
-            raise BadInput(f"not in {dataset.name}: {', '.join(sorted(unknown))}")
-        items = [i for i in items if i.instance_id in set(instances)]
-    if workers < 1:
-        raise BadInput("--workers must be at least 1")
-    with model_endpoint(llm, base_url, store_path, local_port) as endpoint:
-        _ensure_store(store_path)
-        deployment = Deployment(store_path, gateway_config(endpoint, run_config.model, limits))
-        with open_store(store_path) as store:
-            settings = batch_settings(run_config, batch_name, batch_budget, deployment, store)
-            with tqdm(total=len(items), unit="instance", desc=f"batch {batch_name}", file=sys.stderr) as bar:
-                def progress(result) -> None:
-                    bar.update(1)
-                    bar.set_postfix_str(f"{result.instance_id}: {result.status}", refresh=True)
-
-                try:
-                    results = BatchRunner(deployment, store, settings, repos_dir, workers, progress).run(items)
-                except KeyboardInterrupt:
-                    click.echo(f"magis-ray: interrupted; run the same command again to resume batch {batch_name}", err=True)
-                    sys.exit(130)
-            write_predictions(store, results, out, settings.model)
-    print_batch_summary(results, out)
-
-
-def write_predictions(store, results, out: Path, model: str) -> None:
-    """SWE-bench's predictions format exactly; an instance with no finished run predicts no patch."""
-    from magis_ray.events.projections import fold, prediction
-
-    with out.open("w") as f:
-        for result in results:
-            if result.run_id and result.status in ("finished", "skipped"):
-                line = prediction(fold(store.read(result.run_id)), f"magis-ray/{model}")
-            else:
-                line = {"instance_id": result.instance_id, "model_name_or_path": f"magis-ray/{model}", "model_patch": ""}
-            f.write(json.dumps(line) + "\n")
-
-
-def print_batch_summary(results, out: Path) -> None:
-    counts: dict[str, int] = {}
-    for result in results:
-        counts[result.status] = counts.get(result.status, 0) + 1
-        if result.status in ("error", "failed"):
-            click.echo(f"{result.instance_id}: {result.status}: {result.outcome}")
-    patched = sum(r.outcome == "patched" for r in results)
-    click.echo(f"{len(results)} instances: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; {patched} patched")
-    click.echo(f"predictions: {out}")
-
-
 @cli.command("resume")
 @click.argument("run")
 @click.option("--repo", "repo", type=click.Path(), help="Where the repository is now, if it moved.")
@@ -287,39 +225,6 @@ def replay_command(run, repo, store_path) -> None:
     if where:
         click.echo(f"  first difference: {where}")
     sys.exit(1)
-
-
-def describe_side(event) -> str:
-    """An event as one JSON line, long texts cut so both sides fit on a screen."""
-    if event is None:
-        return "(nothing)"
-    from magis_ray.events.codec import to_builtins
-
-    def cut(value):
-        if isinstance(value, str):
-            return value if len(value) <= 300 else value[:300] + f"... ({len(value) - 300} more characters)"
-        if isinstance(value, list):
-            return [cut(v) for v in value]
-        if isinstance(value, dict):
-            return {k: cut(v) for k, v in value.items()}
-        return value
-
-    return json.dumps(cut(to_builtins(event)))
-
-
-def first_difference(logged, replayed) -> str:
-    """Where two exchanges' prompts part: the message and the text around the first change."""
-    from magis_ray.events.schema import LLMExchanged
-
-    if not (isinstance(logged, LLMExchanged) and isinstance(replayed, LLMExchanged)):
-        return ""
-    for index, (a, b) in enumerate(zip(logged.messages, replayed.messages)):
-        if a.content != b.content:
-            at = next((i for i, (x, y) in enumerate(zip(a.content, b.content)) if x != y), min(len(a.content), len(b.content)))
-            return f"message {index + 1} ({a.role}) at character {at}: log {a.content[max(0, at - 30):at + 40]!r}, replay {b.content[max(0, at - 30):at + 40]!r}"
-    if len(logged.messages) != len(replayed.messages):
-        return f"{len(logged.messages)} messages in the log, {len(replayed.messages)} in the replay"
-    return ""
 
 
 def repo_of(started, repo: str | None) -> str:

@@ -10,7 +10,6 @@ import threading
 import time
 from pathlib import Path
 
-import pygit2
 import pytest
 from checks import assert_consistent_log
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, write_issue

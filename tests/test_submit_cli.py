@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pygit2
-import pytest
 from conftest import run_pytest
 from gitfixtures import checkout
 from scenarios import MEAN_FIX, calc_issue, write_issue
