@@ -1,6 +1,7 @@
 """Shared fixtures: a real Ray session per module that needs it, a scripted model, the calc repo."""
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,12 @@ def calc_repo(tmp_path):
     path = tmp_path / "calc"
     repo, base = make_calc_repo(path)
     return path, base
+
+
+def interruptible() -> None:
+    """For a child that a test stops with SIGINT: a shell that started the tests in the
+    background ignores SIGINT, and the child would inherit that and never see Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run_pytest(checkout: Path, *args: str) -> subprocess.CompletedProcess:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from checks import assert_consistent_log
+from conftest import interruptible
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, write_issue
 
 from magis_ray.actors.diffs import file_diff
@@ -115,7 +116,8 @@ def test_sigkill_then_resume_pays_nothing_twice(kill_at, issue_file, tmp_path):
 def test_ctrl_c_ends_the_log_cleanly_and_resume_finishes(issue_file, tmp_path):
     store = tmp_path / "store"
     with ScriptedServer(team()) as server:
-        driver = start(["submit", str(issue_file), "--store", str(store), "--base-url", server.base_url, "--model", "m"], tmp_path)
+        driver = start(["submit", str(issue_file), "--store", str(store), "--base-url", server.base_url, "--model", "m"],
+                       tmp_path, preexec_fn=interruptible)
         run_id = wait_for_events(store, 15)
         driver.send_signal(signal.SIGINT)
         out, err = driver.communicate(timeout=60)

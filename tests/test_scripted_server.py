@@ -11,6 +11,8 @@ import threading
 import openai
 import pytest
 
+from conftest import interruptible
+
 from magis_ray.actors.scripted_server import Rule, Script, ScriptedRequest, ScriptedServer
 
 
@@ -209,6 +211,7 @@ def test_cli_serves_a_script_until_interrupted(tmp_path):
         [sys.executable, "-m", "magis_ray.actors.scripted_server", str(path), "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,
+        preexec_fn=interruptible,
     )
     try:
         line = process.stdout.readline()
