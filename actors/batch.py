@@ -52,8 +52,10 @@ def runs_by_instance(store, batch: str) -> dict[str, list[tuple[str, list]]]:
 
 class BatchRunner:
     def __init__(self, deployment: Deployment, store, settings: RunSettings, repos_dir: str | None, workers: int,
-                 on_result: Callable[[BatchResult], None] = lambda result: None):
+                 on_result: Callable[[BatchResult], None] = lambda result: None, budget: int = 0):
+        """`budget`: the most tokens all the batch's runs may spend, earlier ones included (0: no limit)."""
         self._deployment = deployment
+        self._budget = budget
         self._store = store  # read side, in the driver
         self._settings = settings
         self._repos_dir = repos_dir
@@ -62,6 +64,10 @@ class BatchRunner:
 
     def run(self, items: Iterable[BatchItem]) -> list[BatchResult]:
         earlier = runs_by_instance(self._store, self._settings.batch)
+        if self._budget:
+            # what is left after the tokens its earlier runs (before a crash, say) already spent
+            spent = sum(tokens_spent(events) for runs in earlier.values() for _, events in runs)
+            ray.get(self._deployment.gateway.set_budget.remote(batch_budget_key(self._settings.batch), max(self._budget - spent, 1)))
         queue: deque[tuple[BatchItem, str, ResumePoint | None]] = deque()
         results: dict[str, BatchResult] = {}
         order: list[str] = []
@@ -135,12 +141,8 @@ class BatchRunner:
             raise
 
 
-def batch_settings(settings: RunSettings, batch: str, budget: int, deployment: Deployment, store) -> RunSettings:
-    """The runs' settings, and the batch's shared budget on the gateway: what is left of it after
-    the tokens its earlier runs (before a crash, say) already spent."""
-    if budget:
-        spent = sum(tokens_spent(events) for runs in runs_by_instance(store, batch).values() for _, events in runs)
-        ray.get(deployment.gateway.set_budget.remote(batch_budget_key(batch), max(budget - spent, 1)))
+def batch_settings(settings: RunSettings, batch: str) -> RunSettings:
+    """The runs' settings, marked as the batch's (resume finds them by it)."""
     return msgspec.structs.replace(settings, batch=batch)
 
 

@@ -2,6 +2,9 @@
 tests, and the reference the Ray deployment must match."""
 from __future__ import annotations
 
+import asyncio
+import threading
+
 from magis_ray.events.schema import TaskFinished
 
 from .lanes import Lanes
@@ -32,16 +35,11 @@ class LocalLLM:
     """The async Gateway behind a synchronous port, on an event loop of its own thread."""
 
     def __init__(self, gateway):
-        import asyncio
-        import threading
-
         self._gateway = gateway
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="gateway-loop", daemon=True).start()
 
     def exchange(self, **request):
-        import asyncio
-
         return asyncio.run_coroutine_threadsafe(self._gateway.exchange(**request), self._loop).result()
 
     def close(self) -> None:

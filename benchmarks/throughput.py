@@ -210,7 +210,7 @@ def run_level(workers: int, batch_items, tmp: Path, config, repos: Path, name: s
     store_path = tmp / f"store-{name}"
     deployment = TimedDeployment(str(store_path), config)
     with open_store(str(store_path), create=True) as store:
-        settings = batch_settings(RunSettings(top_k=4, model="scripted"), name, 0, deployment, store)
+        settings = batch_settings(RunSettings(top_k=4, model="scripted"), name)
         if sampler:
             sampler.begin()
         busy0, total0 = machine_busy()

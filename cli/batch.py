@@ -36,14 +36,14 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
         open_store(store_path, create=True).close()
         deployment = Deployment(store_path, gateway_config(endpoint, run_config.model, limits))
         with open_store(store_path) as store:
-            settings = batch_settings(run_config, batch_name, batch_budget, deployment, store)
+            settings = batch_settings(run_config, batch_name)
             with tqdm(total=len(items), unit="instance", desc=f"batch {batch_name}", file=sys.stderr) as bar:
                 def progress(result) -> None:
                     bar.update(1)
                     bar.set_postfix_str(f"{result.instance_id}: {result.status}", refresh=True)
 
                 try:
-                    results = BatchRunner(deployment, store, settings, repos_dir, workers, progress).run(items)
+                    results = BatchRunner(deployment, store, settings, repos_dir, workers, progress, batch_budget).run(items)
                 except KeyboardInterrupt:
                     click.echo(f"magis-ray: interrupted; run the same command again to resume batch {batch_name}", err=True)
                     sys.exit(130)

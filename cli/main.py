@@ -192,7 +192,7 @@ def replay_command(run, repo, store_path) -> None:
     (no model call): exit 1 and show both sides of the first event that differs. RUN may be a
     .jsonl file of `magis-ray events`."""
     from magis_ray.actors.replay import CannotReplay, replay_run
-    from magis_ray.events.projections import audit_html, audit_json, final_diff, fold, metrics
+    from magis_ray.events.projections import audit_json, final_diff, fold, metrics
     from magis_ray.store import open_store
     from magis_ray.store.memory import InMemoryStore
 
@@ -200,11 +200,11 @@ def replay_command(run, repo, store_path) -> None:
 
     events = load_run(store_path, run)
     view = fold(events)
-    audit_json(view), audit_html(view)
     total = metrics(view)["total"]
     click.echo(
         f"projections rebuilt from {len(events)} events: {len(final_diff(view).splitlines())} diff lines, "
-        f"{total['calls']} model calls, {total['prompt_tokens'] + total['completion_tokens']} tokens"
+        f"{len(audit_json(view)['timeline'])} audit entries, {total['calls']} model calls, "
+        f"{total['prompt_tokens'] + total['completion_tokens']} tokens"
     )
     # the summary memory as the run saw it: the store's, or none for a log read from a file
     memory = InMemoryStore() if run.endswith(".jsonl") else open_store(store_path)

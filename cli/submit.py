@@ -199,5 +199,5 @@ def run_settings(model: str, top_k, max_files, max_review_rounds, no_qa, no_hint
     return RunSettings(
         top_k=top_k, max_files=max_files, max_review_rounds=max_review_rounds, use_qa=not no_qa,
         use_hints=not no_hints, use_memory=not no_memory, token_budget=token_budget,
-        model=model or os.environ.get("MAGIS_MODEL", ""),
+        model=model,
     )

@@ -137,8 +137,8 @@ def run_batch(server, store_path, repos, count, *, workers, concurrency=8, budge
         base_url=server.base_url, api_key="k", model="m", backoff_base_s=0.01, concurrency=concurrency,
     ))
     with open_store(str(store_path), create=True) as store:
-        settings = batch_settings(SETTINGS, batch, budget, deployment, store)
-        return BatchRunner(deployment, store, settings, str(repos[0]), workers).run(items_of(repos, count))
+        settings = batch_settings(SETTINGS, batch)
+        return BatchRunner(deployment, store, settings, str(repos[0]), workers, budget=budget).run(items_of(repos, count))
 
 
 def logs_of(store_path) -> dict[str, list]:
