@@ -310,7 +310,10 @@ def test_a_node_lost_mid_batch_its_runs_go_on_elsewhere_and_nothing_is_paid_twic
         assert len(ids) == len(set(ids))
         exchanges = [(r.event.purpose, r.event.task_id, tuple(r.event.messages)) for r in events if isinstance(r.event, LLMExchanged)]
         assert len(exchanges) == len(set(exchanges)), "an exchange is in the log twice"
-        assert not any(r.node == victim for r in events if r.time > removed_at + 0.5), "an event from the lost node"
+        # a crashed node's processes may finish an append in flight until they notice their raylet is
+        # gone (seconds); the checks above show that even so nothing is in the log twice
+        grace_s = 0.5 if graceful else 10.0
+        assert not any(r.node == victim for r in events if r.time > removed_at + grace_s), "an event from the lost node"
     # the lane that was on the lost node finished elsewhere
     lane = [r for r in logs[victim_run] if r.actor == victim_lane]
     assert lane[0].node == victim and lane[-1].node != victim and isinstance(lane[-1].event, TaskFinished)
