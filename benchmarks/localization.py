@@ -3,9 +3,9 @@
     python benchmarks/localization.py --dataset /work/shared/swebench/lite-dev.jsonl --repos-dir /work/repos \\
         [--instances ID ...] [--ks 1 3 5 10] [--no-hints]
 
-For each instance: the documents of its base commit (actors.ranking.select_documents), ranked
+For each instance: the documents of its base commit (actors.code.ranking.select_documents), ranked
 for the issue as the Custodian reads it (problem statement and hints) by the code scheme
-(actors.ranking.localize_files) and by the plain baseline (plain=True). Recall@k = the share of
+(actors.code.ranking.localize_files) and by the plain baseline (plain=True). Recall@k = the share of
 gold files in the top k, averaged over the instances that could be read. Goal: the code scheme
 beats the baseline at every k.
 """
@@ -16,10 +16,10 @@ import sys
 import time
 from statistics import mean
 
-from magis_ray.actors.ranking import localize_files, select_documents
-from magis_ray.actors.repository import RepoSnapshot, find_repo
-from magis_ray.actors.swebench import Instance, gold_files, load_dataset
-from magis_ray.events.evaluation import file_recall
+from magis_ray.actors.code.ranking import localize_files, select_documents
+from magis_ray.actors.code.repository import RepoSnapshot, find_repo
+from magis_ray.actors.swebench.instances import Instance, gold_files, load_dataset
+from magis_ray.actors.swebench.metrics import file_recall
 
 SCHEMES = {"code": False, "plain": True}  # name -> plain=
 

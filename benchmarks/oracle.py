@@ -1,5 +1,5 @@
 """Does the whole pipeline reproduce the gold patch when every answer is right? For each instance,
-the oracle (actors/oracle.py) answers every step of a real run (Custodian, Manager, meeting, plan,
+the oracle (actors/swebench/oracle.py) answers every step of a real run (Custodian, Manager, meeting, plan,
 Developers, QA; real gateway over HTTP; a real SQLite store); the run's diff must apply to the base
 commit and leave every file the gold patch touches byte-identical to the gold patch's result.
 
@@ -19,9 +19,9 @@ import time
 
 import structlog
 
-from magis_ray.actors.oracle import build_oracle, compare_with_gold, run_oracle
-from magis_ray.actors.repository import RepoError, find_repo
-from magis_ray.actors.swebench import Instance, PatchError, load_dataset
+from magis_ray.actors.swebench.oracle import build_oracle, compare_with_gold, run_oracle
+from magis_ray.actors.code.repository import RepoError, find_repo
+from magis_ray.actors.swebench.instances import Instance, PatchError, load_dataset
 from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import RunFailed, RunSettings
 from magis_ray.store import open_store

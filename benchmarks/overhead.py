@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))  # the calc fixture
 
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, calc_issue, make_calc_repo  # noqa: E402
 
-from magis_ray.actors.deployment import Deployment, ensure_ray  # noqa: E402
-from magis_ray.actors.gateway import GatewayConfig  # noqa: E402
-from magis_ray.actors.scripted_server import ScriptedServer  # noqa: E402
-from magis_ray.actors.scripted_team import ScriptedTeam  # noqa: E402
+from magis_ray.actors.runtime.deployment import Deployment, ensure_ray  # noqa: E402
+from magis_ray.actors.model.gateway import GatewayConfig  # noqa: E402
+from magis_ray.actors.model.scripted_server import ScriptedServer  # noqa: E402
+from magis_ray.actors.model.scripted_team import ScriptedTeam  # noqa: E402
 from magis_ray.events.schema import LLMExchanged, PlanMade, RunFinished, RunSettings  # noqa: E402
 from magis_ray.store import open_store  # noqa: E402
 

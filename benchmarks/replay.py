@@ -18,11 +18,11 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))  # the calc fixture
 
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, calc_issue, make_calc_repo  # noqa: E402
 
-from magis_ray.actors.deployment import Deployment, ensure_ray  # noqa: E402
-from magis_ray.actors.gateway import GatewayConfig  # noqa: E402
-from magis_ray.actors.replay import replay_run  # noqa: E402
-from magis_ray.actors.scripted_server import ScriptedServer  # noqa: E402
-from magis_ray.actors.scripted_team import ScriptedTeam  # noqa: E402
+from magis_ray.actors.runtime.deployment import Deployment, ensure_ray  # noqa: E402
+from magis_ray.actors.model.gateway import GatewayConfig  # noqa: E402
+from magis_ray.actors.runtime.replay import replay_run  # noqa: E402
+from magis_ray.actors.model.scripted_server import ScriptedServer  # noqa: E402
+from magis_ray.actors.model.scripted_team import ScriptedTeam  # noqa: E402
 from magis_ray.events.schema import RunFinished, RunSettings  # noqa: E402
 from magis_ray.store import open_store  # noqa: E402
 

@@ -40,11 +40,11 @@ import ray  # noqa: E402
 from overhead import critical_path  # noqa: E402
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, calc_issue, make_calc_repo  # noqa: E402
 
-from magis_ray.actors.batch import BatchItem, BatchRunner, batch_settings  # noqa: E402
-from magis_ray.actors.deployment import Deployment, ensure_ray  # noqa: E402
-from magis_ray.actors.gateway import GatewayConfig  # noqa: E402
-from magis_ray.actors.scripted_server import ScriptedServer  # noqa: E402
-from magis_ray.actors.scripted_team import ScriptedTeam  # noqa: E402
+from magis_ray.actors.runtime.batch import BatchItem, BatchRunner, batch_settings  # noqa: E402
+from magis_ray.actors.runtime.deployment import Deployment, ensure_ray  # noqa: E402
+from magis_ray.actors.model.gateway import GatewayConfig  # noqa: E402
+from magis_ray.actors.model.scripted_server import ScriptedServer  # noqa: E402
+from magis_ray.actors.model.scripted_team import ScriptedTeam  # noqa: E402
 from magis_ray.events.codec import new_event  # noqa: E402
 from magis_ray.events.schema import LLMExchanged, Message, PlanMade, RunSettings, RunStarted  # noqa: E402
 from magis_ray.store import open_store  # noqa: E402

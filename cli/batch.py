@@ -15,8 +15,8 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
                  base_url, local_port, limits, run_config) -> None:
     from tqdm import tqdm
 
-    from magis_ray.actors.batch import BatchRunner, batch_settings, read_batch_items
-    from magis_ray.actors.deployment import Deployment
+    from magis_ray.actors.runtime.batch import BatchRunner, batch_settings, read_batch_items
+    from magis_ray.actors.runtime.deployment import Deployment
     from magis_ray.store import open_store
 
     from .source import BadInput

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from magis_ray.actors.swebench import Instance
+    from magis_ray.actors.swebench.instances import Instance
 
 # The metric modules import pygit2: they are imported inside the functions, so that registering
 # this command keeps `magis-ray --help` free of heavy imports.
@@ -57,10 +57,10 @@ class Row:
 
 def evaluate_run(view, instance: Instance, repo_path: str, test_cmd: str | None) -> tuple[Row, str]:
     """The row of one folded run, and its diff."""
-    from magis_ray.actors.diffs import changed_line_ranges
-    from magis_ray.actors.repository import RepoSnapshot
-    from magis_ray.actors.swebench import check_applies, gold_files, run_tests
-    from magis_ray.events.evaluation import complexity, file_recall, line_coverage
+    from magis_ray.actors.code.diffs import changed_line_ranges
+    from magis_ray.actors.code.repository import RepoSnapshot
+    from magis_ray.actors.swebench.instances import check_applies, gold_files, run_tests
+    from magis_ray.actors.swebench.metrics import complexity, file_recall, line_coverage
     from magis_ray.events.projections import final_diff
 
     row = Row(instance.instance_id, instance.repo, view.run_id)
@@ -85,7 +85,7 @@ def evaluate_run(view, instance: Instance, repo_path: str, test_cmd: str | None)
 
 def repo_for(instance: Instance, view, repos_dir: str | None) -> str:
     """--repos-dir/owner__name when given, else where the run found the repository."""
-    from magis_ray.actors.repository import find_repo
+    from magis_ray.actors.code.repository import find_repo
 
     if repos_dir:
         return str(find_repo(instance.repo, repos_dir=repos_dir))
@@ -138,7 +138,7 @@ def gather(store, instances: dict[str, Instance], runs: tuple[str, ...], repos_d
 
 
 def summarize(rows: list[Row]) -> dict:
-    from magis_ray.events.evaluation import Complexity, complexity_summary, histogram, recall_curve
+    from magis_ray.actors.swebench.metrics import Complexity, complexity_summary, histogram, recall_curve
 
     ok = [r for r in rows if not r.error]
     tested = [r for r in ok if r.resolved is not None]
@@ -356,7 +356,7 @@ def coverage_png(summary: dict) -> bytes:
 def eval_command(store_path: str, dataset: Path, runs: tuple[str, ...], repos_dir, json_out, plots, test_cmd, predictions) -> None:
     """Evaluate runs against a SWE-bench dataset: applied, file recall, line coverage, change
     complexity, and resolved (with --test-cmd, or the official harness where Docker runs)."""
-    from magis_ray.actors.swebench import docker_available, harness_command, load_dataset
+    from magis_ray.actors.swebench.instances import docker_available, harness_command, load_dataset
     from magis_ray.events.projections import fold, prediction
     from magis_ray.store import open_store
 

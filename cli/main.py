@@ -133,7 +133,7 @@ def submit_command(issue_file: Path, repo, repos_dir, out, workers, instances, b
     if issue_file.suffix == ".jsonl":
         return submit_batch(issue_file, repos_dir, out, workers, instances, batch_budget, batch_name or out.stem,
                             store_path, llm, base_url, local_port, limits, run_config)
-    from magis_ray.actors.deployment import new_run_id, run_issue
+    from magis_ray.actors.runtime.deployment import new_run_id, run_issue
 
     issue = load_issue(issue_file)
     repo_path = locate_repo(issue, repo, repos_dir)
@@ -157,8 +157,8 @@ def submit_command(issue_file: Path, repo, repos_dir, out, workers, instances, b
 def resume_command(run, repo, store_path, llm, base_url, local_port, model, timeout, concurrency, response_format, rpm, tpm) -> None:
     """Go on with a run cut off by a crash, kill -9, Ctrl-C or a lost model: recorded answers
     are reused, never paid for again, and nothing is written twice."""
-    from magis_ray.actors.continuation import CannotResume, resume_point
-    from magis_ray.actors.deployment import resume_issue
+    from magis_ray.actors.runtime.continuation import CannotResume, resume_point
+    from magis_ray.actors.runtime.deployment import resume_issue
     from magis_ray.store import open_store
 
     from .source import BadInput, resolve_run_id
@@ -191,7 +191,7 @@ def replay_command(run, repo, store_path) -> None:
     """Rebuild every projection from the log, and re-execute the team with the recorded answers
     (no model call): exit 1 and show both sides of the first event that differs. RUN may be a
     .jsonl file of `magis-ray events`."""
-    from magis_ray.actors.replay import CannotReplay, replay_run
+    from magis_ray.actors.runtime.replay import CannotReplay, replay_run
     from magis_ray.events.projections import audit_json, final_diff, fold, metrics
     from magis_ray.store import open_store
     from magis_ray.store.memory import InMemoryStore
@@ -229,7 +229,7 @@ def replay_command(run, repo, store_path) -> None:
 
 def repo_of(started, repo: str | None) -> str:
     """Where the run's repository is: the --repo given, else where the run found it."""
-    from magis_ray.actors.repository import RepoError, RepoSnapshot
+    from magis_ray.actors.code.repository import RepoError, RepoSnapshot
 
     from .source import BadInput
 
@@ -245,7 +245,7 @@ def repo_of(started, repo: str | None) -> str:
 
 def conclude(store_path: str, run_id: str, end) -> None:
     """Write the diff and the audit, print the summary; a failed run exits non-zero."""
-    from magis_ray.actors.deployment import INTERRUPTED
+    from magis_ray.actors.runtime.deployment import INTERRUPTED
     from magis_ray.events.schema import RunFailed
 
     report(run_id, end, *write_outputs(store_path, run_id))
@@ -269,7 +269,7 @@ cli.add_command(eval_command)
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .logs import configure_logging
+    from magis_ray.actors.runtime.logs import configure_logging
 
     configure_logging()
     try:

@@ -12,7 +12,7 @@ from .source import BadInput
 
 
 def load_issue(path: Path):
-    from magis_ray.actors.issue import BadIssue, parse_issue
+    from magis_ray.actors.runtime.issue import BadIssue, parse_issue
 
     try:
         data = path.read_bytes()
@@ -25,7 +25,7 @@ def load_issue(path: Path):
 
 
 def locate_repo(issue, repo: str | None, repos_dir: str | None) -> str:
-    from magis_ray.actors.repository import RepoError, RepoSnapshot, find_repo
+    from magis_ray.actors.code.repository import RepoError, RepoSnapshot, find_repo
 
     try:
         path = find_repo(issue.repo, repo_path=repo or issue.repo_path, repos_dir=repos_dir)
@@ -93,7 +93,7 @@ def resolve_llm(llm: str, base_url: str | None) -> str:
 
 def gateway_config(endpoint: Endpoint, model: str, limits: dict):
     """`limits`: the model options' timeout, concurrency, response_format, rpm and tpm."""
-    from magis_ray.actors.gateway import GatewayConfig
+    from magis_ray.actors.model.gateway import GatewayConfig
 
     extra = {"max_tokens": endpoint.max_tokens} if endpoint.max_tokens else {}
     return GatewayConfig(
@@ -111,10 +111,10 @@ def default_model(llm: str, model: str) -> str:
     if llm.startswith("scripted:"):
         return "scripted"
     if llm == "local":
-        from magis_ray.actors.local_model import MODEL_NAME
+        from magis_ray.actors.model.local_model import MODEL_NAME
 
         return MODEL_NAME
-    from magis_ray.actors.gateway import DEFAULT_MODEL
+    from magis_ray.actors.model.gateway import DEFAULT_MODEL
 
     return os.environ.get("MAGIS_MODEL") or DEFAULT_MODEL
 
@@ -123,7 +123,7 @@ def default_model(llm: str, model: str) -> str:
 def model_endpoint(llm: str, base_url: str | None, store_path: str, local_port: int = 0):
     """The model to talk to; `scripted:FILE` and `local` serve one on loopback meanwhile."""
     if llm.startswith("scripted:"):
-        from magis_ray.actors.scripted_server import Script, ScriptedServer
+        from magis_ray.actors.model.scripted_server import Script, ScriptedServer
 
         path = llm.removeprefix("scripted:")
         try:
@@ -134,7 +134,7 @@ def model_endpoint(llm: str, base_url: str | None, store_path: str, local_port: 
             yield Endpoint(server.base_url)
         return
     if llm == "local":
-        from magis_ray.actors.local_model import LocalModelError, LocalModelServer
+        from magis_ray.actors.model.local_model import LocalModelError, LocalModelServer
 
         folder = Path(store_path).parent if store_path.endswith(".sqlite3") else Path(store_path)
         folder.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ def ray_session():
     # "local": a Ray of this test module's own, even if a cluster runs on the machine
     ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="magis", log_to_driver=False)
     yield
-    from magis_ray.actors import remote
+    from magis_ray.actors.runtime import remote
 
     remote._shared.clear()
     ray.shutdown()

@@ -13,7 +13,7 @@ the second is approved. T2 fails (its line location gets no usable answer: StepF
 TaskFinished "failed") unless `fix_texts=True`, when it is patched and approved too. Every
 model call is an LLMExchanged in the lane of the actor that made it, with tokens, latency and
 cost. Patches are real: the base text is read from the repository at `base_commit`, the new
-text made by actors.edits.apply_edits and the diff by actors.diffs.file_diff.
+text made by actors.code.edits.apply_edits and the diff by actors.code.diffs.file_diff.
 
 Actors (lanes) follow the real team: "supervisor", "custodian", "custodian:<path>",
 "manager", "manager:<path>", "manager:T1", "developer:T1", "developer:T1:meeting", "qa:T1".
@@ -26,8 +26,8 @@ from pathlib import Path
 import pygit2
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX
 
-from magis_ray.actors.diffs import file_diff
-from magis_ray.actors.edits import apply_edits
+from magis_ray.actors.code.diffs import file_diff
+from magis_ray.actors.code.edits import apply_edits
 from magis_ray.events import schema as ev
 from magis_ray.events.schema import AnyEvent, Edit, LineRange, Message, NewEvent
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gitfixtures import make_repo
 
-from magis_ray.actors.issue import IssueRecord
+from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.events.schema import Edit, LineRange
 
 STATS = '''"""Small statistics helpers."""

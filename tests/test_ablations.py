@@ -6,10 +6,10 @@ import msgspec
 from checks import assert_consistent_log
 from scenarios import MEAN_FIX, calc_issue
 
-from magis_ray.actors.gateway import Gateway, GatewayConfig
-from magis_ray.actors.inprocess import LocalLLM, run_in_process
-from magis_ray.actors.scripted_server import ScriptedServer
-from magis_ray.actors.scripted_team import ScriptedTeam
+from magis_ray.actors.model.gateway import Gateway, GatewayConfig
+from magis_ray.actors.runtime.inprocess import LocalLLM, run_in_process
+from magis_ray.actors.model.scripted_server import ScriptedServer
+from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.events.projections import fold, metrics
 from magis_ray.events.schema import FileSummarized, QAAssigned, ReviewIssued, RunFailed, RunFinished, RunSettings, TaskFinished
 from magis_ray.store.memory import InMemoryStore

@@ -14,8 +14,8 @@ import msgspec
 import pytest
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, calc_issue
 
-from magis_ray.actors.scripted_server import ScriptedServer
-from magis_ray.actors.scripted_team import ScriptedTeam
+from magis_ray.actors.model.scripted_server import ScriptedServer
+from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.events.projections import fold, metrics
 from magis_ray.events.schema import RunStarted
 from magis_ray.store import open_store

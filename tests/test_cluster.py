@@ -16,10 +16,10 @@ import pytest
 from checks import assert_consistent_log
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, make_calc_repo
 
-from magis_ray.actors.diffs import file_diff
-from magis_ray.actors.edits import apply_edits
-from magis_ray.actors.scripted_server import Rule, ScriptedServer
-from magis_ray.actors.scripted_team import ScriptedTeam
+from magis_ray.actors.code.diffs import file_diff
+from magis_ray.actors.code.edits import apply_edits
+from magis_ray.actors.model.scripted_server import Rule, ScriptedServer
+from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.events.projections import final_diff, fold, metrics
 from magis_ray.events.schema import LLMExchanged, RunFinished, RunSettings, TaskFinished
 from magis_ray.store import open_store
@@ -67,7 +67,7 @@ def cluster():
     import ray
     from ray.cluster_utils import Cluster
 
-    from magis_ray.actors import remote
+    from magis_ray.actors.runtime import remote
 
     # a temp dir of its own for the sessions and logs, removed afterwards (short: Ray's socket paths
     # stay under 108 characters). Cluster still names its address in /tmp/ray/ray_current_cluster
@@ -119,7 +119,7 @@ def repos(tmp_path):
 
 
 def items_of(repos, count: int):
-    from magis_ray.actors.batch import BatchItem
+    from magis_ray.actors.runtime.batch import BatchItem
 
     path, base = repos
     return [
@@ -129,9 +129,9 @@ def items_of(repos, count: int):
 
 
 def run_batch(server, store_path, repos, count, *, workers, concurrency=8, budget=0, batch="cluster"):
-    from magis_ray.actors.batch import BatchRunner, batch_settings
-    from magis_ray.actors.deployment import Deployment
-    from magis_ray.actors.gateway import GatewayConfig
+    from magis_ray.actors.runtime.batch import BatchRunner, batch_settings
+    from magis_ray.actors.runtime.deployment import Deployment
+    from magis_ray.actors.model.gateway import GatewayConfig
 
     deployment = Deployment(str(store_path), GatewayConfig(
         base_url=server.base_url, api_key="k", model="m", backoff_base_s=0.01, concurrency=concurrency,
@@ -168,8 +168,8 @@ def fingerprint(events) -> dict[str, list[tuple]]:
 
 def reference_run(repos) -> list:
     """The same issue by the team without Ray (every role in this process): what each cluster run must equal."""
-    from magis_ray.actors.gateway import Gateway, GatewayConfig
-    from magis_ray.actors.inprocess import LocalLLM, run_in_process
+    from magis_ray.actors.model.gateway import Gateway, GatewayConfig
+    from magis_ray.actors.runtime.inprocess import LocalLLM, run_in_process
     from magis_ray.store.memory import InMemoryStore
 
     path, base = repos

@@ -11,9 +11,9 @@ import re
 
 import pytest
 
-from magis_ray.actors.fitting import CUT_MARKER, FIT_CHARS_PER_TOKEN, estimate_tokens, fit_to_context, fitted_from
-from magis_ray.actors.gateway import Gateway, GatewayConfig
-from magis_ray.actors.scripted_server import Rule, ScriptedRequest, ScriptedServer
+from magis_ray.actors.model.fitting import CUT_MARKER, FIT_CHARS_PER_TOKEN, estimate_tokens, fit_to_context, fitted_from
+from magis_ray.actors.model.gateway import Gateway, GatewayConfig
+from magis_ray.actors.model.scripted_server import Rule, ScriptedRequest, ScriptedServer
 from magis_ray.events.schema import LLMExchanged, Message
 
 INSTRUCTION = 'Answer as JSON: {"ranges": [{"start": 10, "end": 12}], "reason": "one sentence"}'

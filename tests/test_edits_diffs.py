@@ -1,4 +1,4 @@
-"""Line edits (actors/edits.py) and git-style diffs (actors/diffs.py), the diffs checked by real git."""
+"""Line edits (actors/code/edits.py) and git-style diffs (actors/code/diffs.py), the diffs checked by real git."""
 from __future__ import annotations
 
 import random
@@ -8,8 +8,8 @@ import subprocess
 import pytest
 from gitfixtures import checkout, git, make_repo, read_tree_files
 
-from magis_ray.actors.diffs import changed_line_ranges, file_diff, join_diffs
-from magis_ray.actors.edits import (
+from magis_ray.actors.code.diffs import changed_line_ranges, file_diff, join_diffs
+from magis_ray.actors.code.edits import (
     InvalidEdits,
     apply_edits,
     check_ranges,

@@ -1,5 +1,5 @@
-"""The evaluation: every metric on constructed diffs with known answers (events/evaluation.py),
-the dataset loader and `git apply` against a real repository (actors/swebench.py), and the
+"""The evaluation: every metric on constructed diffs with known answers (actors/swebench/metrics.py),
+the dataset loader and `git apply` against a real repository (actors/swebench/instances.py), and the
 `eval` command end to end on a real store, repository and test run (cli/evaluate.py)."""
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from gitfixtures import make_repo
 from runs import constructed_run, fixed_new_events, read_base
 from scenarios import MEAN_FIX, SHOUT_FIX, make_calc_repo
 
-from magis_ray.actors.diffs import changed_line_ranges, file_diff, join_diffs
-from magis_ray.actors.edits import apply_edits
-from magis_ray.actors.swebench import (
+from magis_ray.actors.code.diffs import changed_line_ranges, file_diff, join_diffs
+from magis_ray.actors.code.edits import apply_edits
+from magis_ray.actors.swebench.instances import (
     Instance, apply_patch, check_applies, gold_files, load_dataset, parse_test_list, run_tests,
 )
 from magis_ray.cli.evaluate import eval_command
 from magis_ray.cli.source import BadInput
-from magis_ray.events.evaluation import (
+from magis_ray.actors.swebench.metrics import (
     complexity, complexity_summary, file_recall, histogram, hunk_counts, line_coverage, recall_curve, scopes,
 )
 from magis_ray.events.schema import RunStarted
@@ -315,7 +315,7 @@ def invoke(*args: str, docker: bool = False, monkeypatch=None):
     group = click.Group()
     group.add_command(eval_command)
     if monkeypatch is not None:
-        monkeypatch.setattr("magis_ray.actors.swebench.docker_available", lambda: docker)
+        monkeypatch.setattr("magis_ray.actors.swebench.instances.docker_available", lambda: docker)
     return CliRunner().invoke(group, ["eval", *map(str, args)])
 
 

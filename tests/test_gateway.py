@@ -8,8 +8,8 @@ import msgspec
 import pytest
 import structlog
 
-from magis_ray.actors.fitting import CUT_MARKER
-from magis_ray.actors.gateway import (
+from magis_ray.actors.model.fitting import CUT_MARKER
+from magis_ray.actors.model.gateway import (
     BudgetExceeded,
     Gateway,
     GatewayConfig,
@@ -18,7 +18,7 @@ from magis_ray.actors.gateway import (
     price_for,
     PRICES_PATH,
 )
-from magis_ray.actors.scripted_server import Rule, Script, ScriptedServer
+from magis_ray.actors.model.scripted_server import Rule, Script, ScriptedServer
 from magis_ray.events.schema import LLMExchanged, Message
 
 SCHEMA = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}

@@ -7,10 +7,10 @@ import pytest
 from checks import assert_consistent_log, assert_diff_applies
 from scenarios import MEAN_FIX, calc_issue
 
-from magis_ray.actors.gateway import Gateway, GatewayConfig
-from magis_ray.actors.inprocess import LocalLLM, run_in_process
-from magis_ray.actors.scripted_server import Rule, ScriptedServer
-from magis_ray.actors.scripted_team import ScriptedTeam
+from magis_ray.actors.model.gateway import Gateway, GatewayConfig
+from magis_ray.actors.runtime.inprocess import LocalLLM, run_in_process
+from magis_ray.actors.model.scripted_server import Rule, ScriptedServer
+from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.events.projections import fold
 from magis_ray.events.schema import FileJudged, LLMExchanged, RunFailed, RunFinished, RunSettings, StepFailed, TaskFinished
 from magis_ray.store import open_store

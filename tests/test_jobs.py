@@ -21,10 +21,10 @@ import pytest
 from checks import assert_consistent_log
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, make_calc_repo
 
-from magis_ray.actors.diffs import file_diff
-from magis_ray.actors.edits import apply_edits
-from magis_ray.actors.scripted_server import ScriptedServer
-from magis_ray.actors.scripted_team import ScriptedTeam
+from magis_ray.actors.code.diffs import file_diff
+from magis_ray.actors.code.edits import apply_edits
+from magis_ray.actors.model.scripted_server import ScriptedServer
+from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import RunFinished, RunStarted
 from magis_ray.store import open_store

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from magis_ray.actors.journal import Divergence, Journal, RunClosed, RunWriter, lanes_of
+from magis_ray.actors.runtime.journal import Divergence, Journal, RunClosed, RunWriter, lanes_of
 from magis_ray.events.codec import new_event
 from magis_ray.events.schema import LLMExchanged, MeetingUtterance, Message, RunFinished, RunResumed
 from magis_ray.store import ConcurrencyConflict
@@ -75,7 +75,7 @@ def test_a_second_writer_fences_out_the_first():
 
 
 def test_a_prompt_cut_to_fit_the_context_matches_the_whole_one():
-    from magis_ray.actors.fitting import fit_to_context
+    from magis_ray.actors.model.fitting import fit_to_context
 
     whole = [Message("system", "You are a developer."), Message("user", "line\n" * 4000 + 'Answer as JSON: {"ranges": []}')]
     fitted = fit_to_context(whole, 200, 1024)

@@ -90,7 +90,7 @@ def model_server_pids() -> list[int]:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if b"magis_ray.actors.local_model" in (entry / "cmdline").read_bytes():  # the server's wrapper
+                if b"magis_ray.actors.model.local_model" in (entry / "cmdline").read_bytes():  # the server's wrapper
                     pids.append(int(entry.name))
             except OSError:
                 continue

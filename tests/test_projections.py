@@ -218,7 +218,7 @@ def _resume_scenario(repo_path, base):
     cut = next(i for i, (_, e) in enumerate(pairs) if isinstance(e, ev.ReviewIssued) and not e.approved) + 1
     readme = read_base(repo_path, base)["README.md"]
     junk_text = readme[0] + "Superseded line.\n"
-    from magis_ray.actors.diffs import file_diff
+    from magis_ray.actors.code.diffs import file_diff
 
     junk = [
         ("developer:T1", ev.LLMExchanged(purpose="write_code", model=MODEL, messages=[ev.Message("user", "x")],

@@ -1,4 +1,4 @@
-"""BM25 file localization (actors/ranking.py)."""
+"""BM25 file localization (actors/code/ranking.py)."""
 from __future__ import annotations
 
 import random
@@ -8,7 +8,7 @@ import pytest
 from gitfixtures import make_repo
 from rank_bm25 import BM25Okapi
 
-from magis_ray.actors.ranking import (
+from magis_ray.actors.code.ranking import (
     BM25Index,
     code_tokens,
     crash_sites,
@@ -23,7 +23,7 @@ from magis_ray.actors.ranking import (
     rank_files,
     select_documents,
 )
-from magis_ray.actors.repository import RepoSnapshot
+from magis_ray.actors.code.repository import RepoSnapshot
 
 # --- tokens ----------------------------------------------------------------------------------
 

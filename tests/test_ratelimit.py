@@ -4,9 +4,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from magis_ray.actors.gateway import Gateway, GatewayConfig
-from magis_ray.actors.ratelimit import RateLimiter
-from magis_ray.actors.scripted_server import Rule, ScriptedServer
+from magis_ray.actors.model.gateway import Gateway, GatewayConfig
+from magis_ray.actors.model.ratelimit import RateLimiter
+from magis_ray.actors.model.scripted_server import Rule, ScriptedServer
 from magis_ray.events.schema import Message
 
 

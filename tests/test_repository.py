@@ -1,4 +1,4 @@
-"""Read-only repository access (actors/repository.py) on real git repositories."""
+"""Read-only repository access (actors/code/repository.py) on real git repositories."""
 from __future__ import annotations
 
 import pickle
@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from gitfixtures import Submodule, Symlink, commit_files, git, make_repo
 
-from magis_ray.actors.repository import (
+from magis_ray.actors.code.repository import (
     FileEntry,
     RepoError,
     RepoSnapshot,

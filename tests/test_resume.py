@@ -15,10 +15,10 @@ from checks import assert_consistent_log
 from conftest import interruptible
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, write_issue
 
-from magis_ray.actors.diffs import file_diff
-from magis_ray.actors.edits import apply_edits
-from magis_ray.actors.scripted_server import ScriptedServer
-from magis_ray.actors.scripted_team import ScriptedTeam
+from magis_ray.actors.code.diffs import file_diff
+from magis_ray.actors.code.edits import apply_edits
+from magis_ray.actors.model.scripted_server import ScriptedServer
+from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import LLMExchanged, RunFailed, RunFinished, RunResumed, TaskFinished
 from magis_ray.store import open_store
@@ -157,7 +157,7 @@ def test_replay_finds_no_divergence_and_a_changed_prompt_is_reported(issue_file,
         assert len(server.requests) == sent  # replay never asks the model
     prompts = tmp_path / "prompts"
     prompts.mkdir()
-    original = (Path(__file__).parents[1] / "actors" / "prompts" / "review_patch.txt").read_text()
+    original = (Path(__file__).parents[1] / "actors" / "model" / "prompts" / "review_patch.txt").read_text()
     (prompts / "review_patch.txt").write_text(original.replace("Review the change:", "Review this change:"))
     env_prompt = {"MAGIS_PROMPTS_DIR": str(prompts)}
     proc = subprocess.run([*MAGIS, "replay", run_id, "--store", str(store)], cwd=tmp_path, capture_output=True, text=True,
@@ -182,8 +182,8 @@ def dev_actor_pids() -> list[int]:
 
 @pytest.mark.usefixtures("ray_session")
 def test_a_developer_actor_killed_mid_task_is_recreated_from_the_log(calc_repo, tmp_path):
-    from magis_ray.actors.deployment import run_issue
-    from magis_ray.actors.gateway import GatewayConfig
+    from magis_ray.actors.runtime.deployment import run_issue
+    from magis_ray.actors.model.gateway import GatewayConfig
     from magis_ray.events.schema import RunSettings
 
     repo_path, base = calc_repo

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import interruptible
 
-from magis_ray.actors.scripted_server import Rule, Script, ScriptedRequest, ScriptedServer
+from magis_ray.actors.model.scripted_server import Rule, Script, ScriptedRequest, ScriptedServer
 
 
 def client_for(server: ScriptedServer) -> openai.OpenAI:
@@ -208,7 +208,7 @@ def test_cli_serves_a_script_until_interrupted(tmp_path):
     path = tmp_path / "script.json"
     path.write_text('{"rules": [{"reply": "from the cli"}]}')
     process = subprocess.Popen(
-        [sys.executable, "-m", "magis_ray.actors.scripted_server", str(path), "--port", "0"],
+        [sys.executable, "-m", "magis_ray.actors.model.scripted_server", str(path), "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,
         preexec_fn=interruptible,

@@ -12,8 +12,8 @@ from conftest import run_pytest
 from gitfixtures import checkout
 from scenarios import MEAN_FIX, calc_issue, write_issue
 
-from magis_ray.actors.scripted_server import ScriptedServer
-from magis_ray.actors.scripted_team import ScriptedTeam
+from magis_ray.actors.model.scripted_server import ScriptedServer
+from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.events.schema import RunFailed
 from magis_ray.store import open_store
 

@@ -7,10 +7,10 @@ from checks import assert_consistent_log, assert_diff_applies
 from gitfixtures import commit_files
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, calc_issue
 
-from magis_ray.actors.deployment import run_issue
-from magis_ray.actors.gateway import GatewayConfig
-from magis_ray.actors.scripted_server import ScriptedServer
-from magis_ray.actors.scripted_team import ScriptedTeam
+from magis_ray.actors.runtime.deployment import run_issue
+from magis_ray.actors.model.gateway import GatewayConfig
+from magis_ray.actors.model.scripted_server import ScriptedServer
+from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.events.projections import fold, metrics
 from magis_ray.events.schema import FileSummarized, LLMExchanged, PlanMade, ReviewIssued, RunFinished, RunSettings, TaskFinished
 from magis_ray.store import open_store

@@ -8,10 +8,10 @@ from typing import Callable, Protocol
 
 from magis_ray.events.schema import FileJudged, FilesLocated, FilesRanked, FileSummarized, RankedFile, RunSettings
 
-from ..answers import CommitMessageAnswer, RelevanceAnswer, SummaryAnswer
-from ..asking import Asker, StepFailed
-from ..ranking import localize_files, select_documents
-from ..repository import RepoSnapshot
+from magis_ray.actors.model.answers import CommitMessageAnswer, RelevanceAnswer, SummaryAnswer
+from magis_ray.actors.model.asking import Asker, StepFailed
+from magis_ray.actors.code.ranking import localize_files, select_documents
+from magis_ray.actors.code.repository import RepoSnapshot
 
 # The model reads at most this much of a file to summarize it; the rest is cut with a marker.
 SUMMARY_CHARS = 12_000

@@ -10,10 +10,10 @@ from magis_ray.events.schema import (
 )
 from magis_ray.events.schema import StepFailed as StepFailedEvent
 
-from ..answers import CodeAnswer, LinesAnswer, PersonaAnswer
-from ..asking import Asker, StepFailed
-from ..diffs import file_diff
-from ..edits import apply_edits, check_ranges, numbered
+from magis_ray.actors.model.answers import CodeAnswer, LinesAnswer, PersonaAnswer
+from magis_ray.actors.model.asking import Asker, StepFailed
+from magis_ray.actors.code.diffs import file_diff
+from magis_ray.actors.code.edits import apply_edits, check_ranges, numbered
 
 
 class Reviewer(Protocol):

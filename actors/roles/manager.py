@@ -7,10 +7,10 @@ from typing import Callable
 
 from magis_ray.events.schema import DeveloperRecruited, MeetingUtterance, PlanMade, StepFailed as StepFailedEvent, TaskDefined
 
-from ..answers import PersonaAnswer, PlanAnswer, TaskAnswer, UtteranceAnswer
-from ..asking import Asker, StepFailed
-from ..repository import UnsafePath, safe_repo_path
-from .custodian import LocatedFile, clip
+from magis_ray.actors.model.answers import PersonaAnswer, PlanAnswer, TaskAnswer, UtteranceAnswer
+from magis_ray.actors.model.asking import Asker, StepFailed
+from magis_ray.actors.code.repository import UnsafePath, safe_repo_path
+from magis_ray.actors.roles.custodian import LocatedFile, clip
 
 EXCERPT_CHARS = 3_000
 

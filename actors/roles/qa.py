@@ -4,8 +4,8 @@ from __future__ import annotations
 from magis_ray.events.schema import PatchProposed, QAAssigned, ReviewIssued
 from magis_ray.events.schema import StepFailed as StepFailedEvent
 
-from ..answers import ReviewAnswer
-from ..asking import Asker, StepFailed
+from magis_ray.actors.model.answers import ReviewAnswer
+from magis_ray.actors.model.asking import Asker, StepFailed
 
 
 class QAEngineer:

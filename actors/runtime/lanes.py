@@ -5,8 +5,8 @@ import threading
 
 from magis_ray.events.schema import Recorded
 
-from .asking import Asker, LLMPort
-from .journal import EventSink, Journal
+from magis_ray.actors.model.asking import Asker, LLMPort
+from magis_ray.actors.runtime.journal import EventSink, Journal
 
 
 class Lanes:

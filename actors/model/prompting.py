@@ -18,7 +18,7 @@ def _template_text(name: str) -> str:
     override = os.environ.get("MAGIS_PROMPTS_DIR")
     if override and (Path(override) / f"{name}.txt").is_file():
         return (Path(override) / f"{name}.txt").read_text(encoding="utf-8")
-    return resources.files("magis_ray.actors.prompts").joinpath(f"{name}.txt").read_text(encoding="utf-8")
+    return resources.files("magis_ray.actors.model.prompts").joinpath(f"{name}.txt").read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=None)

@@ -20,7 +20,7 @@ import numpy as np
 from rank_bm25 import BM25Okapi
 
 if TYPE_CHECKING:
-    from .repository import RepoSnapshot
+    from magis_ray.actors.code.repository import RepoSnapshot
 
 # --- tokens ----------------------------------------------------------------------------------
 

@@ -11,8 +11,8 @@ import msgspec
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from .services import CustodianService, DeveloperService, GatewayService, QAService, StoreService
-from .supervisor import SupervisorService
+from magis_ray.actors.runtime.services import CustodianService, DeveloperService, GatewayService, QAService, StoreService
+from magis_ray.actors.runtime.supervisor import RoleActors, SupervisorService
 
 NAMESPACE = "magis"
 # Role actors wait on the model, not the CPU: they take no CPU slot, so a 2-core machine runs
@@ -63,7 +63,8 @@ def gateway_actor(config, name: str = "gateway"):
 
 
 def supervisor_actor(*args):
-    return actor_classes()["supervisor"].options(scheduling_strategy=here()).remote(*args)
+    roles = RoleActors(custodian=custodian_actor, developer=developer_actor, qa=qa_actor)
+    return actor_classes()["supervisor"].options(scheduling_strategy=here()).remote(*args, roles=roles)
 
 
 def custodian_actor(*args):

@@ -7,7 +7,7 @@ client talks to it over HTTP. Each request names its step with the headers the g
     with ScriptedServer(Script([Rule(purpose="summarize_file", reply="A parser.")])) as server:
         client = openai.OpenAI(base_url=server.base_url, api_key="x")
 
-CLI: python -m magis_ray.actors.scripted_server SCRIPT.json --port 8765
+CLI: python -m magis_ray.actors.model.scripted_server SCRIPT.json --port 8765
 """
 from __future__ import annotations
 

@@ -7,10 +7,10 @@ import threading
 
 from magis_ray.events.schema import TaskFinished
 
-from .lanes import Lanes
-from .roles.developer import Assignment, Developer
-from .roles.manager import parallel
-from .roles.qa import QAEngineer
+from magis_ray.actors.runtime.lanes import Lanes
+from magis_ray.actors.roles.developer import Assignment, Developer
+from magis_ray.actors.roles.manager import parallel
+from magis_ray.actors.roles.qa import QAEngineer
 
 
 def run_task(lanes: Lanes, work: Assignment, reviewer=None) -> TaskFinished:
@@ -48,10 +48,10 @@ class LocalLLM:
 
 def run_in_process(*, store, issue, settings, repo_path: str, llm, run_id: str, recorded=None):
     """One run with every role in this process; returns the terminal event."""
-    from .journal import RunWriter, lanes_of
-    from .repository import RepoSnapshot
-    from .roles.custodian import Custodian
-    from .team import Team
+    from magis_ray.actors.runtime.journal import RunWriter, lanes_of
+    from magis_ray.actors.code.repository import RepoSnapshot
+    from magis_ray.actors.roles.custodian import Custodian
+    from magis_ray.actors.runtime.team import Team
 
     snapshot = RepoSnapshot.open(repo_path, issue.base_commit)
     lanes = Lanes(run_id, RunWriter(store, run_id), llm, lanes_of(recorded or []))

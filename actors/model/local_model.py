@@ -119,7 +119,7 @@ class LocalModelServer:
         self._log = open(self.log_path, "ab")
         self._log_offset = self._log.tell()
         command = [
-            sys.executable, "-m", "magis_ray.actors.local_model",
+            sys.executable, "-m", "magis_ray.actors.model.local_model",
             "--model", str(model), "--model_alias", self.model_name,
             "--host", LOOPBACK, "--port", str(self.port),
             "--n_ctx", str(self.context_tokens), "--n_threads", str(self.threads),

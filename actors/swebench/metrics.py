@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from statistics import mean
 from typing import Iterable, Mapping, Sequence
 
-from magis_ray.actors.diffs import changed_line_ranges
+from magis_ray.actors.code.diffs import changed_line_ranges
 
 Ranges = Mapping[str, Sequence[tuple[int, int]]]  # path -> (start, end) in base lines; (p, p - 1) inserts before p
 

@@ -9,8 +9,8 @@ import structlog
 
 from magis_ray.events.schema import LLMExchanged, Message, NewEvent, PatchProposed, QAAssigned, Recorded, RunSettings, TaskFinished
 
-from .journal import RunWriter
-from .lanes import Lanes
+from magis_ray.actors.runtime.journal import RunWriter
+from magis_ray.actors.runtime.lanes import Lanes
 
 # Each role actor's process imports only what its role needs (inside the constructors and
 # methods): a Developer has no use for BM25 or pygit2.
@@ -52,7 +52,7 @@ class GatewayService:
     """The LLM gateway as an async actor: many requests in flight, one concurrency limit and budget."""
 
     def __init__(self, config):
-        from .gateway import Gateway
+        from magis_ray.actors.model.gateway import Gateway
 
         self._gateway = Gateway(config)
         self._batch_of: dict[str, str] = {}  # run id -> its batch's budget key
@@ -111,7 +111,7 @@ class GatewayLLM:
 def lanes_for(run_id: str, store, gateway, recorded: dict[str, list[Recorded]] | None) -> Lanes:
     """The lanes of a role actor; its events say which node it ran on. Its log lines (JSON, in
     Ray's worker logs) name the run."""
-    from magis_ray.cli.logs import configure_logging
+    from magis_ray.actors.runtime.logs import configure_logging
 
     configure_logging()
     structlog.contextvars.bind_contextvars(run=run_id)
@@ -125,8 +125,8 @@ class CustodianService:
     """Runs where the repository is: it reads every file at the base commit."""
 
     def __init__(self, run_id, repo_path, commit, repo, settings: RunSettings, store, gateway, recorded):
-        from .repository import RepoSnapshot
-        from .roles.custodian import Custodian
+        from magis_ray.actors.code.repository import RepoSnapshot
+        from magis_ray.actors.roles.custodian import Custodian
 
         self._custodian = Custodian(
             RepoSnapshot.open(repo_path, commit), StoreMemory(store), lanes_for(run_id, store, gateway, recorded), repo, settings,
@@ -141,7 +141,7 @@ class QAService:
         self._lanes = lanes_for(run_id, store, gateway, recorded)
 
     def review(self, qa: QAAssigned, patch: PatchProposed, issue_text: str, task_description: str):
-        from .roles.qa import QAEngineer
+        from magis_ray.actors.roles.qa import QAEngineer
 
         return QAEngineer(self._lanes(f"qa:{patch.task_id}"), issue_text, task_description).review(qa, patch)
 
@@ -161,7 +161,7 @@ class DeveloperService:
         self._lanes = lanes_for(run_id, store, gateway, recorded)
 
     def run(self, work, qa_actor) -> TaskFinished:
-        from .roles.developer import Developer
+        from magis_ray.actors.roles.developer import Developer
 
         reviewer = RemoteReviewer(qa_actor, work.issue_text, work.task.description)
         return Developer(work, self._lanes(f"developer:{work.task.task_id}"), reviewer).run()

@@ -9,13 +9,13 @@ import structlog
 
 from magis_ray.events.schema import RunFailed, RunFinished, RunSettings, RunStarted, TaskDefined, TaskFinished
 
-from .asking import Asker, BudgetExceeded, ModelUnavailable
-from .issue import IssueRecord
-from .journal import Divergence
-from .repository import RepoSnapshot
-from .roles.custodian import LocatedFile
-from .roles.developer import Assignment
-from .roles.manager import Manager
+from magis_ray.actors.model.asking import Asker, BudgetExceeded, ModelUnavailable
+from magis_ray.actors.runtime.issue import IssueRecord
+from magis_ray.actors.runtime.journal import Divergence
+from magis_ray.actors.code.repository import RepoSnapshot
+from magis_ray.actors.roles.custodian import LocatedFile
+from magis_ray.actors.roles.developer import Assignment
+from magis_ray.actors.roles.manager import Manager
 
 log = structlog.get_logger()
 

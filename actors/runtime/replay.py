@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from magis_ray.events.history import effective
 from magis_ray.events.schema import TERMINAL_EVENTS, Recorded, RunStarted
 
-from .inprocess import ThreadWorkforce
-from .issue import IssueRecord
-from .journal import Divergence, lanes_of
-from .lanes import Lanes
-from .repository import RepoSnapshot
-from .roles.custodian import Custodian
-from .team import Team
+from magis_ray.actors.runtime.inprocess import ThreadWorkforce
+from magis_ray.actors.runtime.issue import IssueRecord
+from magis_ray.actors.runtime.journal import Divergence, lanes_of
+from magis_ray.actors.runtime.lanes import Lanes
+from magis_ray.actors.code.repository import RepoSnapshot
+from magis_ray.actors.roles.custodian import Custodian
+from magis_ray.actors.runtime.team import Team
 
 
 class CannotReplay(Exception):

@@ -18,8 +18,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .diffs import changed_line_ranges
-from .issue import IssueRecord
+from magis_ray.actors.code.diffs import changed_line_ranges
+from magis_ray.actors.runtime.issue import IssueRecord
 
 REQUIRED_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "patch")
 OPTIONAL_TEXT_FIELDS = ("hints_text", "test_patch", "version")

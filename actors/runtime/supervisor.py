@@ -3,6 +3,7 @@ QA Engineers as actors, runs the plan's stages, and recreates a role actor that 
 rebuilt from the log so that nothing it recorded is redone or paid for again."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import ray
@@ -10,12 +11,12 @@ import structlog
 
 from magis_ray.events.schema import Recorded, RunSettings, TaskDefined, TaskFinished
 
-from .issue import IssueRecord
-from .journal import lanes_of
-from .repository import RepoSnapshot
-from .roles.developer import Assignment
-from .services import lanes_for
-from .team import Team
+from magis_ray.actors.runtime.issue import IssueRecord
+from magis_ray.actors.runtime.journal import lanes_of
+from magis_ray.actors.code.repository import RepoSnapshot
+from magis_ray.actors.roles.developer import Assignment
+from magis_ray.actors.runtime.services import lanes_for
+from magis_ray.actors.runtime.team import Team
 
 log = structlog.get_logger()
 # How often a role actor that died is recreated before its work counts as failed.
@@ -25,6 +26,17 @@ ACTOR_RETRIES = 2
 def lanes_named(recorded: dict[str, list[Recorded]], *names: str) -> dict[str, list[Recorded]]:
     """The recorded lanes an actor needs: exactly these names, or below one ("custodian:...")."""
     return {lane: events for lane, events in recorded.items() if lane in names or lane.startswith(tuple(n + ":" for n in names))}
+
+
+@dataclass(frozen=True)
+class RoleActors:
+    """How a supervisor makes its children, handed in by remote.py (the one place Ray is applied),
+    so that the supervisor never imports it back: each takes the service's arguments and returns
+    an actor handle."""
+
+    custodian: Callable[..., object]
+    developer: Callable[..., object]
+    qa: Callable[..., object]
 
 
 class Recreating:
@@ -58,7 +70,7 @@ class Recreating:
 
 class SupervisorService:
     def __init__(self, run_id: str, issue: IssueRecord, settings: RunSettings, repo_path: str,
-                 store, gateway, recorded: list[Recorded] | None = None):
+                 store, gateway, recorded: list[Recorded] | None = None, *, roles: RoleActors):
         self.run_id = run_id
         self.issue = issue
         self.settings = settings
@@ -66,6 +78,7 @@ class SupervisorService:
         self.store = store
         self.gateway = gateway
         self.recorded = lanes_of(recorded or [])
+        self.roles = roles
 
     def run(self):
         snapshot = RepoSnapshot.open(self.repo_path, self.issue.base_commit)
@@ -93,10 +106,8 @@ class RemoteLocator:
         self._actors = self._make(supervisor.recorded)
 
     def _make(self, recorded) -> tuple:
-        from .remote import custodian_actor
-
         s = self._s
-        return (custodian_actor(
+        return (s.roles.custodian(
                 s.run_id, s.repo_path, self._commit_id, s.issue.repo, s.settings, s.store, s.gateway, lanes_named(recorded, "custodian"),
         ),)
 
@@ -127,11 +138,9 @@ class RayWorkforce:
             self._ready[task.task_id] = self._make(task.task_id, self._s.recorded)
 
     def _make(self, task_id: str, recorded) -> tuple:
-        from .remote import developer_actor, qa_actor
-
         s = self._s
-        developer = developer_actor(s.run_id, s.store, s.gateway, {k: v for k, v in recorded.items() if k == f"developer:{task_id}"})
-        qa = qa_actor(s.run_id, s.store, s.gateway, lanes_named(recorded, f"qa:{task_id}"))
+        developer = s.roles.developer(s.run_id, s.store, s.gateway, {k: v for k, v in recorded.items() if k == f"developer:{task_id}"})
+        qa = s.roles.qa(s.run_id, s.store, s.gateway, lanes_named(recorded, f"qa:{task_id}"))
         return developer, qa
 
     def run_stage(self, assignments: list[Assignment]) -> list[TaskFinished]:

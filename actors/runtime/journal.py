@@ -11,7 +11,7 @@ from typing import Iterable, Protocol, Sequence
 from magis_ray.events.codec import new_event
 from magis_ray.events.schema import TERMINAL_EVENTS, AnyEvent, LLMExchanged, NewEvent, Recorded, RunResumed
 
-from .fitting import fitted_from
+from magis_ray.actors.model.fitting import fitted_from
 
 
 class Divergence(Exception):

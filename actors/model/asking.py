@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Callable, Protocol, TypeVar
 
-from magis_ray.events.schema import LLMExchanged, Message
+from magis_ray.events.schema import AnyEvent, LLMExchanged, Message
 
-from .answers import Answer, json_schema, parse_answer
-from .journal import Journal
-from .prompting import render
+from magis_ray.actors.model.answers import Answer, json_schema, parse_answer
+from magis_ray.actors.model.prompting import render
 
 A = TypeVar("A", bound=Answer)
 
@@ -25,6 +24,15 @@ class BudgetExceeded(Exception):
     """A request would push a token budget past its limit; raised before anything is sent."""
 
 
+class JournalPort(Protocol):
+    """A lane's journal as a role sees it (the runtime's Journal): emit an event, or find the
+    exchange this request already had in the log (on resume and replay)."""
+
+    def emit(self, event: AnyEvent, caused_by: str = "") -> str: ...
+
+    def recorded_exchange(self, probe: LLMExchanged) -> LLMExchanged | None: ...
+
+
 class LLMPort(Protocol):
     """The gateway as a role sees it: one request in, one recorded exchange out."""
 
@@ -34,7 +42,7 @@ class LLMPort(Protocol):
 
 
 class Asker:
-    def __init__(self, journal: Journal, llm: LLMPort, run_id: str, max_corrections: int = 2):
+    def __init__(self, journal: JournalPort, llm: LLMPort, run_id: str, max_corrections: int = 2):
         self.journal = journal
         self._llm = llm
         self._run_id = run_id

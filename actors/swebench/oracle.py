@@ -22,12 +22,12 @@ import msgspec
 
 from magis_ray.events.schema import Edit, RunFailed, RunFinished, RunSettings
 
-from .edits import apply_edits, edits_from_texts
-from .ranking import localize_files, select_documents
-from .repository import RepoSnapshot
-from .scripted_server import ScriptedRequest, ScriptedServer
-from .scripted_team import ScriptedTeam
-from .swebench import Instance, ScratchIndex, gold_files
+from magis_ray.actors.code.edits import apply_edits, edits_from_texts
+from magis_ray.actors.code.ranking import localize_files, select_documents
+from magis_ray.actors.code.repository import RepoSnapshot
+from magis_ray.actors.model.scripted_server import ScriptedRequest, ScriptedServer
+from magis_ray.actors.model.scripted_team import ScriptedTeam
+from magis_ray.actors.swebench.instances import Instance, ScratchIndex, gold_files
 
 # The template line that names the step's file, matched as a whole line, so that a path quoted
 # in the issue text (which comes first) is not taken for it.
@@ -136,8 +136,8 @@ def run_oracle(instance: Instance, repo_path: str, store, run_id: str, settings:
                oracle: Oracle | None = None) -> RunFinished | RunFailed:
     """One whole run of `instance` in this process (real gateway over HTTP, the given store),
     the model being the oracle. Returns the run's terminal event."""
-    from .gateway import Gateway, GatewayConfig
-    from .inprocess import LocalLLM, run_in_process
+    from magis_ray.actors.model.gateway import Gateway, GatewayConfig
+    from magis_ray.actors.runtime.inprocess import LocalLLM, run_in_process
 
     oracle = oracle or build_oracle(instance, repo_path, settings)
     issue = msgspec.structs.replace(instance.issue(), repo_path=str(repo_path))  # the run records where it was

@@ -10,7 +10,7 @@ from typing import Callable
 
 from magis_ray.events.schema import Edit
 
-from .scripted_server import Rule, ScriptedRequest
+from magis_ray.actors.model.scripted_server import Rule, ScriptedRequest
 
 _PATH_PATTERNS = {
     "summarize_file": r"Describe the file `([^`]+)`",

@@ -11,10 +11,10 @@ import ray
 from magis_ray.events.codec import new_event
 from magis_ray.events.schema import LLMExchanged, Recorded, RunFailed, RunFinished, RunSettings
 
-from .continuation import ResumePoint
-from .issue import IssueRecord
-from .remote import NAMESPACE, gateway_actor, store_actor, supervisor_actor
-from .replay import issue_of
+from magis_ray.actors.runtime.continuation import ResumePoint
+from magis_ray.actors.runtime.issue import IssueRecord
+from magis_ray.actors.runtime.remote import NAMESPACE, gateway_actor, store_actor, supervisor_actor
+from magis_ray.actors.runtime.replay import issue_of
 
 INTERRUPTED = "interrupted by the user"
 

@@ -44,9 +44,9 @@ _CONTEXT_LIMIT = re.compile(r"(?:maximum context length is|context window of|con
 _PROMPT_TOKENS = re.compile(r"(\d+) (?:tokens )?in the messages|requested tokens \((\d+)\)|\((\d+) tokens\) exceeds", re.I)
 
 
-from .asking import BudgetExceeded  # noqa: E402 - defined beside the roles that catch it
-from .ratelimit import RateLimiter  # noqa: E402
-from .fitting import FIT_CHARS_PER_TOKEN, Fitted, estimate_tokens, fit_to_context  # noqa: E402
+from magis_ray.actors.model.asking import BudgetExceeded  # noqa: E402 - defined beside the roles that catch it
+from magis_ray.actors.model.ratelimit import RateLimiter  # noqa: E402
+from magis_ray.actors.model.fitting import FIT_CHARS_PER_TOKEN, Fitted, estimate_tokens, fit_to_context  # noqa: E402
 
 
 class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,7 +67,7 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     requests_per_minute: int = 0  # 0: no limit; one limit for every run that shares this gateway
     tokens_per_minute: int = 0  # prompt estimate + max_tokens of each request; 0: no limit
     rate_window_s: float = 60.0  # the "minute" of the rate limits (shorter in tests)
-    prices_path: str | None = None  # None: actors/prices.json
+    prices_path: str | None = None  # None: actors/model/prices.json
 
     def __repr__(self) -> str:  # the key must not leak through a logged config
         key = "None" if self.api_key is None else "'***'"

@@ -14,11 +14,11 @@ import ray
 from magis_ray.events.history import effective
 from magis_ray.events.schema import RunFinished, RunSettings, RunStarted
 
-from .continuation import CannotResume, ResumePoint, resume_point
-from .deployment import Deployment, RunningRun, batch_budget_key, new_run_id, tokens_spent
-from .issue import IssueRecord
-from .replay import issue_of
-from .repository import RepoError, RepoSnapshot, find_repo
+from magis_ray.actors.runtime.continuation import CannotResume, ResumePoint, resume_point
+from magis_ray.actors.runtime.deployment import Deployment, RunningRun, batch_budget_key, new_run_id, tokens_spent
+from magis_ray.actors.runtime.issue import IssueRecord
+from magis_ray.actors.runtime.replay import issue_of
+from magis_ray.actors.code.repository import RepoError, RepoSnapshot, find_repo
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def batch_settings(settings: RunSettings, batch: str) -> RunSettings:
 def read_batch_items(lines: Iterable[bytes], where: str) -> list[BatchItem]:
     """The dataset's lines as items, in order; a line that is no valid issue record becomes an
     error item. (A batch needs no gold patch: evaluation checks for that, actors.swebench.)"""
-    from .issue import BadIssue, parse_issue
+    from magis_ray.actors.runtime.issue import BadIssue, parse_issue
 
     items = []
     for number, line in enumerate(lines, 1):
