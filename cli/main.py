@@ -266,6 +266,9 @@ def _ensure_store(store_path: str) -> None:
 from .evaluate import eval_command  # noqa: E402 - a click command; its heavy imports are inside it
 
 cli.add_command(eval_command)
+from .grade import grade_command  # noqa: E402 - a click command; its heavy imports are inside it
+
+cli.add_command(grade_command)
 
 
 def main(argv: list[str] | None = None) -> None:

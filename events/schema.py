@@ -224,6 +224,58 @@ class LLMExchanged(Event, frozen=True, tag="LLMExchanged"):
     truncated_chars: int = 0  # prompt text cut to fit the model's context
 
 
+
+# --- grading (a grading is its own stream, "grading:NAME"; runs never hold these) -----------------
+
+
+class GradingStarted(Event, frozen=True, tag="GradingStarted"):
+    """A grading batch began (or began again: a rerun of the same command appends another)."""
+
+    name: str
+    dataset: str
+    predictions: str  # the predictions file, or "gold" / "empty"
+    instances: list[str] = []
+    sandbox: str = "bwrap"
+    workers: int = 1
+    timeout_s: float = 0.0
+    memory_mb: int = 0
+
+
+class InstanceGradingStarted(Event, frozen=True, tag="InstanceGradingStarted"):
+    """An instance's grading was handed to a worker (its tests will run once it has an environment)."""
+
+    instance_id: str
+    patch_sha: str  # sha256 of the graded patch ("" for a prediction without one)
+    attempt: int = 1
+
+
+class InstanceGraded(Event, frozen=True, tag="InstanceGraded"):
+    """One instance graded: the official report's fields, and where the time went."""
+
+    instance_id: str
+    patch_sha: str
+    resolved: bool
+    model: str = ""
+    patch_is_None: bool = False
+    patch_exists: bool = False
+    patch_successfully_applied: bool = False
+    fail_to_pass_success: list[str] = []
+    fail_to_pass_failure: list[str] = []
+    pass_to_pass_success: list[str] = []
+    pass_to_pass_failure: list[str] = []
+    error_step: str = ""  # "" when every step ran; else spec / environment / checkout / patch / test_patch / tests
+    error: str = ""
+    env_key: str = ""
+    env_label: str = ""
+    env_build_seconds: float = 0.0
+    env_built_now: bool = False
+    test_seconds: float = 0.0
+    test_exit_code: int | None = None
+    timed_out: bool = False
+    tests_parsed: int = 0
+    output_tail: str = ""
+    node: str = ""
+
 AnyEvent = Union[
     RunStarted,
     RunFinished,
@@ -244,6 +296,9 @@ AnyEvent = Union[
     TaskFinished,
     StepFailed,
     LLMExchanged,
+    GradingStarted,
+    InstanceGradingStarted,
+    InstanceGraded,
 ]
 
 TERMINAL_EVENTS = (RunFinished, RunFailed)

@@ -78,3 +78,51 @@ def developer_actor(*args):
 
 def qa_actor(*args):
     return actor_classes()["qa"].options(scheduling_strategy="SPREAD").remote(*args)
+
+
+# --- grading: environment builds and test runs as Ray tasks ----------------------------------
+# A build runs pip and the project's setup (a core, up to a few GiB); a test run one test process.
+# Each node keeps the environments it built in its own cache, so a test run builds on its own node
+# when the build happened elsewhere.
+BUILD_TASK_OPTIONS = dict(num_cpus=1, memory=4 * 1024 ** 3, max_retries=0)
+TEST_TASK_OPTIONS = dict(num_cpus=1, memory=2 * 1024 ** 3, max_retries=0)
+
+
+def _build_on_node(job, options):
+    from .grading_batch import prepare_environment
+
+    return prepare_environment(job, options)
+
+
+def _grade_on_node(job, options, built):
+    from .grading_batch import grade_job
+
+    result = grade_job(job, options)
+    result.node = ray.get_runtime_context().get_node_id()[:12]
+    if built is not None and not result.env_built_now:
+        # The build ran in its own task just before: its time is this grading's build time.
+        result.env_build_seconds, result.env_built_now = built
+    return result
+
+
+@cache
+def grading_tasks():
+    return ray.remote(**BUILD_TASK_OPTIONS)(_build_on_node), ray.remote(**TEST_TASK_OPTIONS)(_grade_on_node)
+
+
+class RayExecutor:
+    """Grading jobs as Ray tasks: the environment's build, then the test run that depends on it."""
+
+    def __init__(self, options) -> None:
+        self._options = ray.put(options)
+
+    def start(self, job):
+        build, run = grading_tasks()
+        return run.remote(job, self._options, build.remote(job, self._options))
+
+    def next_done(self, handles):
+        ready, _ = ray.wait(handles, num_returns=1)
+        return ready[0], ray.get(ready[0])
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,56 @@
+"""Python interpreters the machine already has: nothing is ever downloaded.
+
+Looked for in this order: the user's `--python` choice (a path, or VERSION=PATH pairs), pyenv's
+versions (~/.pyenv/versions/X.Y.*, newest patch first), then `pythonX.Y` on PATH."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+
+class InterpreterMissing(Exception):
+    """No interpreter of the wanted version on this machine; the message says where we looked."""
+
+
+def _pyenv_root() -> Path:
+    return Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+
+
+def _patch_key(name: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.\-]", name))
+
+
+def full_version(python: str) -> str:
+    """The interpreter's exact version, e.g. "3.9.18" (part of an environment's key)."""
+    result = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
+                            capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise InterpreterMissing(f"{python} does not run: {' '.join(result.stderr.split())[:200]}")
+    return result.stdout.strip()
+
+
+def find_python(version: str, overrides: dict[str, str] | None = None) -> str:
+    """The path of a CPython `version` ("3.9") interpreter, real (not a pyenv shim)."""
+    overrides = overrides or {}
+    if version in overrides or "" in overrides:
+        path = overrides.get(version) or overrides[""]
+        if not (shutil.which(path) or Path(path).is_file()):
+            raise InterpreterMissing(f"--python {path}: no such interpreter")
+        return shutil.which(path) or path
+    versions = _pyenv_root() / "versions"
+    if versions.is_dir():
+        found = sorted((p for p in versions.iterdir() if re.fullmatch(rf"{re.escape(version)}\.\d+", p.name)),
+                       key=lambda p: _patch_key(p.name), reverse=True)
+        for folder in found:
+            if (folder / "bin" / "python").is_file():
+                return str(folder / "bin" / "python")
+    on_path = shutil.which(f"python{version}")
+    if on_path and "/shims/" not in on_path:
+        return on_path
+    raise InterpreterMissing(
+        f"no Python {version} on this machine (looked in {versions} and for python{version} on PATH); "
+        f"install one (e.g. `pyenv install {version}`) or pass --python {version}=PATH"
+    )

@@ -1,0 +1,108 @@
+"""Workspaces: a scratch checkout of a commit, never the user's working tree, with patches applied
+as `git apply` applies them. The checkout is a clone sharing the repository's objects, so making
+one costs a checkout, not a copy of the history."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+
+class WorkspaceError(Exception):
+    """A checkout or a patch that failed; the message is git's, on one line."""
+
+
+def git_env() -> dict[str, str]:
+    # No user or system configuration: apply.whitespace, core.autocrlf or a filter must not
+    # change what applies (the harness runs git unconfigured too).
+    return {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C",
+            "GIT_TERMINAL_PROMPT": "0"}
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    return " ".join(text.split())[:limit]
+
+
+def _git(args: list[str], cwd: Path, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=cwd, env=git_env(), input=stdin, capture_output=True)
+
+
+class Workspace:
+    """A scratch checkout of `commit` under `parent` (a temporary folder by default).
+
+        with Workspace(repo_path, commit) as ws:
+            ws.apply(diff)          # WorkspaceError with git's reason when it does not apply
+            ws.path                 # the checkout
+    """
+
+    def __init__(self, repo_path: str | os.PathLike, commit: str, parent: str | os.PathLike | None = None) -> None:
+        self.repo_path = Path(repo_path).resolve()
+        self.commit = commit
+        self._root = Path(tempfile.mkdtemp(prefix="magis-ws-", dir=parent))
+        self.path = self._root / "repo"
+        self.logs = self._root / "logs"
+        self.logs.mkdir()
+        try:
+            self._checkout()
+        except BaseException:
+            self.close()
+            raise
+
+    def _checkout(self) -> None:
+        if not self.repo_path.is_dir():
+            raise WorkspaceError(f"no repository at {self.repo_path}")
+        clone = _git(["clone", "--quiet", "--shared", "--no-checkout", str(self.repo_path), str(self.path)], self._root)
+        if clone.returncode != 0:
+            raise WorkspaceError(f"cannot clone {self.repo_path}: {one_line(clone.stderr.decode('utf-8', 'replace'))}")
+        checkout = _git(["checkout", "--quiet", "--detach", self.commit], self.path)
+        if checkout.returncode != 0:
+            raise WorkspaceError(f"cannot check out {self.commit[:12]}: {one_line(checkout.stderr.decode('utf-8', 'replace'))}")
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        shutil.rmtree(self._root, ignore_errors=True)
+
+    def check(self, diff: str) -> str | None:
+        """None when `diff` applies to the checkout as it is now, else git's reason."""
+        if not diff.strip():
+            return "the diff is empty"
+        result = _git(["apply", "--check", "-"], self.path, diff.encode("utf-8", "surrogateescape"))
+        return None if result.returncode == 0 else (one_line(result.stderr.decode("utf-8", "replace")) or "git apply failed")
+
+    def apply(self, diff: str, name: str = "patch") -> None:
+        """Apply `diff` to the checkout (`git apply`); the log keeps git's words."""
+        data = diff if diff.endswith("\n") else diff + "\n"
+        result = _git(["apply", "-v", "-"], self.path, data.encode("utf-8", "surrogateescape"))
+        (self.logs / f"apply-{name}.log").write_bytes(result.stdout + result.stderr)
+        if result.returncode != 0:
+            raise WorkspaceError(one_line(result.stderr.decode("utf-8", "replace")) or "git apply failed")
+
+    def restore(self, paths: list[str]) -> None:
+        """Put `paths` back as they are at the commit (those it does not have are removed)."""
+        for path in paths:
+            if _git(["cat-file", "-e", f"{self.commit}:{path}"], self.path).returncode == 0:
+                _git(["checkout", self.commit, "--", path], self.path)
+            else:
+                (self.path / path).unlink(missing_ok=True)
+
+    def file_at_commit(self, path: str) -> str | None:
+        result = _git(["show", f"{self.commit}:{path}"], self.path)
+        return result.stdout.decode("utf-8", "replace") if result.returncode == 0 else None
+
+
+def read_file_at(repo_path: str | os.PathLike, commit: str, path: str) -> str | None:
+    """A file's text at a commit of a (bare or not) repository, or None when it has none."""
+    result = subprocess.run(["git", "--git-dir", str(_git_dir(Path(repo_path))), "show", f"{commit}:{path}"],
+                            env=git_env(), capture_output=True)
+    return result.stdout.decode("utf-8", "replace") if result.returncode == 0 else None
+
+
+def _git_dir(repo_path: Path) -> Path:
+    return repo_path / ".git" if (repo_path / ".git").exists() else repo_path

@@ -1,0 +1,150 @@
+"""SWE-bench's own recipe for an instance, from the `swebench` package (pinned 4.1.0, the last
+line whose harness still carries the Python spec tables in swebench.harness.constants): the
+environment (interpreter, requirements, packages, install), the test command and its directives,
+and the log parser. Where the harness would fetch a requirements file from GitHub, it is read
+from the local repository at the environment's setup commit instead; conda package lists map to
+pip; steps that have no pip equivalent (environment.yml, apt-get) make the environment
+unsupported, with the reason."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from .execution.environments import Recipe
+from .execution.workspaces import read_file_at
+
+
+# SWE-bench's images were built before NumPy 2 (June 2024); its specs leave most versions free,
+# and today's releases break the older code (np.Inf, ...). Environments resolve as of then.
+SWEBENCH_ERA = "2024-06-01T00:00:00Z"
+
+
+class HarnessMissing(Exception):
+    """The optional `swebench` package is not installed."""
+
+
+def harness():
+    """The swebench modules we use; HarnessMissing (one line) when the package is absent."""
+    try:
+        from swebench.harness import constants, grading
+        from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
+        from swebench.harness.test_spec import python as spec_python
+        from swebench.harness.test_spec.test_spec import TestSpec
+    except ImportError as exc:
+        raise HarnessMissing(f"grading SWE-bench needs the swebench package ({exc}); "
+                             "install it with: pip install 'magis-ray[grade]'") from None
+    return constants, grading, MAP_REPO_TO_PARSER, spec_python, TestSpec
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    recipe: Recipe
+    test_command: str  # the spec's test_cmd with the test patch's files as directives
+    test_files: tuple[str, ...]  # files the test patch touches (reset to the base commit before it applies)
+    eval_commands: tuple[str, ...]  # the spec's extra eval steps, before the tests
+    parse: Callable[[str], dict[str, str]]  # test output -> {test: PASSED/FAILED/...}
+
+
+def _requirements(repo: str, repo_path, commit: str, constants, spec_python) -> str:
+    """The requirements file the harness would fetch, read from the repository (with -r files)."""
+    paths = constants.MAP_REPO_TO_REQS_PATHS.get(repo, ["requirements.txt"])
+    for path in paths:
+        text = read_file_at(repo_path, commit, path)
+        if text is not None:
+            break
+    else:
+        raise ValueError(f"no requirements file at {', '.join(paths)} in {repo}@{commit[:12]}")
+    folder = "/".join(path.split("/")[:-1])
+    excluded = ("-e .", "#", ".[test")
+    original, extra = [], []
+    for line in text.split("\n"):
+        if line.strip().startswith("-r"):
+            name = line.strip()[2:].strip()
+            nested = read_file_at(repo_path, commit, f"{folder}/{name}" if folder else name)
+            for nested_line in (nested or "").split("\n"):
+                if not any(nested_line.strip().startswith(x) for x in excluded):
+                    extra.append(nested_line)
+        elif not any(line.strip().startswith(x) for x in excluded):
+            original.append(line)
+    extra.append("\n".join(original))
+    return spec_python.clean_requirements("\n".join(extra))
+
+
+def instance_spec(record: dict, repo_path) -> InstanceSpec:
+    """The recipe and test command of a SWE-bench record (a dict with the dataset's fields).
+    KeyError when the harness has no spec for its (repo, version)."""
+    constants, _, parsers, spec_python, TestSpec = harness()
+    repo, version = record["repo"], str(record.get("version", ""))
+    try:
+        specs = constants.MAP_REPO_VERSION_TO_SPECS[repo][version]
+    except KeyError:
+        raise KeyError(f"the swebench package has no spec for {repo} version {version!r}") from None
+    setup_commit = record.get("environment_setup_commit") or record["base_commit"]
+    unsupported = ""
+    requirements = ""
+    packages: tuple[str, ...] = ()
+    wanted = specs.get("packages", "")
+    if wanted == "requirements.txt":
+        try:
+            requirements = _requirements(repo, repo_path, setup_commit, constants, spec_python)
+        except ValueError as exc:
+            unsupported = str(exc)
+    elif wanted == "environment.yml":
+        unsupported = "the spec builds a conda environment.yml (conda-only packages); no pip equivalent"
+    elif wanted:
+        packages = tuple(wanted.split())  # conda package names that pip has under the same names
+    if specs.get("pre_install"):
+        unsupported = unsupported or f"the spec needs system packages: {'; '.join(specs['pre_install'])[:200]}"
+    if specs.get("no_use_env"):
+        unsupported = unsupported or "the spec installs into conda's base environment"
+    recipe = Recipe(
+        python=str(specs["python"]), repo=repo, commit=setup_commit, requirements=requirements, packages=packages,
+        pip_packages=tuple(specs.get("pip_packages", ())), install=specs.get("install", ""),
+        unsupported=unsupported, label=f"{repo} {version}", uploaded_before=SWEBENCH_ERA,
+    )
+    test_cmd = specs["test_cmd"]
+    test_cmd = test_cmd[-1] if isinstance(test_cmd, list) else test_cmd
+    directives = spec_python.get_test_directives(record)
+    from swebench.harness.utils import get_modified_files
+    test_files = tuple(get_modified_files(record.get("test_patch", ""))) if record.get("test_patch") else ()
+    spec = TestSpec(
+        instance_id=record["instance_id"], repo=repo, version=version, repo_script_list=[], eval_script_list=[],
+        env_script_list=[], arch="x86_64", FAIL_TO_PASS=[], PASS_TO_PASS=[], language="py", docker_specs={},
+        namespace=None,
+    )
+    parser = parsers[repo]
+    return InstanceSpec(
+        recipe=recipe, test_command=" ".join([test_cmd, *directives]), test_files=test_files,
+        eval_commands=tuple(specs.get("eval_commands", ())), parse=lambda log: parser(log, spec),
+    )
+
+
+DEFAULT_ENV_SETUP = "python -m pip install -e . pytest"
+DEFAULT_TEST_CMD = "pytest -rA"
+
+
+def custom_spec(record: dict, python: str, env_setup: str | None = None, test_cmd: str | None = None) -> InstanceSpec:
+    """A user's own repository: the environment is `env_setup` (default: the project installed
+    editable, and pytest) at the record's setup commit; the tests are `test_cmd` (default
+    `pytest -rA`) followed by the files the test patch touches, parsed as pytest's -rA summary.
+    Keyed like any environment: a changed command or commit is another environment."""
+    _, _, parsers, spec_python, TestSpec = harness()
+    from swebench.harness.log_parsers.python import parse_log_pytest
+    from swebench.harness.utils import get_modified_files
+
+    setup_commit = record.get("environment_setup_commit") or record["base_commit"]
+    recipe = Recipe(python=python, repo=record["repo"], commit=setup_commit, setup=(env_setup or DEFAULT_ENV_SETUP,),
+                    label=f"{record['repo']} (--env-setup)")
+    test_patch = record.get("test_patch", "")
+    directives = spec_python.get_test_directives(record) if test_patch else []
+    spec = TestSpec(
+        instance_id=record["instance_id"], repo=record["repo"], version=str(record.get("version", "")), repo_script_list=[],
+        eval_script_list=[], env_script_list=[], arch="x86_64", FAIL_TO_PASS=[], PASS_TO_PASS=[], language="py",
+        docker_specs={}, namespace=None,
+    )
+    return InstanceSpec(
+        recipe=recipe, test_command=" ".join([test_cmd or DEFAULT_TEST_CMD, *directives]),
+        test_files=tuple(get_modified_files(test_patch)) if test_patch else (), eval_commands=(),
+        parse=lambda log: parse_log_pytest(log, spec),
+    )
