@@ -196,6 +196,7 @@ class EnvironmentCache:
                     workspace = Workspace(repo_path, recipe.commit)
                 except WorkspaceError as exc:
                     raise EnvironmentBuildError("checkout", str(exc)) from None
+                mounts.append(Mount(str(workspace.repo_path), str(workspace.repo_path)))  # the objects it borrows
                 mounts.append(Mount(str(workspace.path), TESTBED, writable=True))
             for number, (step, command) in enumerate(steps, 1):
                 log = logs / f"{number:02d}-{step}.log"

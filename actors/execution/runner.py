@@ -26,6 +26,8 @@ from .workspaces import Workspace
 
 @dataclass(frozen=True)
 class TestRun:
+    __test__ = False
+
     """The structured outcome of one command on a workspace."""
 
     command: str
@@ -48,6 +50,8 @@ class TestRun:
 
 
 class TestRunner:
+    __test__ = False  # not a pytest test class
+
     def __init__(self, sandbox: Sandbox | None = None, limits: Limits = Limits()) -> None:
         self.sandbox = sandbox or Sandbox()
         self.limits = limits
@@ -65,7 +69,13 @@ class TestRunner:
             variables["PYTHONPATH"] = str(source)
         script = "\n".join([*prelude, command])
         log = workspace.logs / f"{name}.log"
-        outcome: Outcome = self.sandbox.run(script, cwd=TESTBED, mounts=[Mount(str(workspace.path), TESTBED, writable=True)],
+        # Read-only at their own paths: the environment (it may sit under /tmp, which the sandbox
+        # replaces with its own) and the repository whose objects the checkout borrows.
+        mounts = [Mount(str(workspace.repo_path), str(workspace.repo_path))]
+        if env is not None:
+            mounts.append(Mount(env.path, env.path))
+        mounts.append(Mount(str(workspace.path), TESTBED, writable=True))
+        outcome: Outcome = self.sandbox.run(script, cwd=TESTBED, mounts=mounts,
                                             env=variables, limits=limits or self.limits, network=False, log_path=log)
         results = parse(outcome.full_output) if parse else {}
         return TestRun(
