@@ -55,7 +55,7 @@ class Row:
 # --- gathering the rows (all the I/O) --------------------------------------------------------
 
 
-def evaluate_run(view, instance: Instance, repo_path: str, test_cmd: str | None) -> tuple[Row, str]:
+def evaluate_run(view, instance: Instance, repo_path: str, test_cmd: str | None, graded: dict | None = None) -> tuple[Row, str]:
     """The row of one folded run, and its diff."""
     from magis_ray.actors.code.diffs import changed_line_ranges
     from magis_ray.actors.code.repository import RepoSnapshot
@@ -80,6 +80,15 @@ def evaluate_run(view, instance: Instance, repo_path: str, test_cmd: str | None)
     if test_cmd:
         outcome = run_tests(repo_path, instance, diff, test_cmd)
         row.resolved, row.test_detail = outcome.resolved, outcome.detail
+    elif graded:
+        from magis_ray.actors.swebench.grading_batch import patch_sha
+
+        result = graded.get((instance.instance_id, patch_sha(diff)))
+        if result is not None:  # `magis-ray grade` graded exactly this diff
+            row.resolved = result.resolved
+            row.test_detail = (f"graded: {result.error_step}: {result.error}" if result.error_step and not result.resolved
+                               else f"graded: FAIL_TO_PASS {len(result.fail_to_pass_success)}/"
+                                    f"{len(result.fail_to_pass_success) + len(result.fail_to_pass_failure)}")
     return row, diff
 
 
@@ -97,10 +106,12 @@ def gather(store, instances: dict[str, Instance], runs: tuple[str, ...], repos_d
            test_cmd: str | None) -> tuple[list[Row], dict[str, tuple[str, str]]]:
     """A row per run (the given ones, else every run of a dataset instance), and the diff of each
     instance's latest evaluated run (instance id -> (run id, diff)) for a predictions file."""
+    from magis_ray.actors.swebench.grading_batch import STREAM_PREFIX, grading_results
     from magis_ray.events.projections import fold
 
     from .source import resolve_run_id
 
+    graded = grading_results(store)  # resolved, when --test-cmd is not given: `magis-ray grade`'s results
     rows: list[Row] = []
     diffs: dict[str, tuple[str, str]] = {}
     if runs:
@@ -111,7 +122,7 @@ def gather(store, instances: dict[str, Instance], runs: tuple[str, ...], repos_d
             except Exception as exc:  # noqa: BLE001 - an unknown or ambiguous id is one error row
                 rows.append(Row(instance_id="", run_id=run, error=str(exc)))
     else:
-        chosen = [info.run_id for info in store.list_runs()]
+        chosen = [info.run_id for info in store.list_runs() if not info.run_id.startswith(STREAM_PREFIX)]
     for run_id in chosen:
         view = fold(store.read(run_id))
         instance_id = view.started.instance_id if view.started else ""
@@ -121,7 +132,7 @@ def gather(store, instances: dict[str, Instance], runs: tuple[str, ...], repos_d
                 rows.append(Row(instance_id, run_id=run_id, error=f"instance {instance_id or '?'} is not in the dataset"))
             continue
         try:
-            row, diff = evaluate_run(view, instance, repo_for(instance, view, repos_dir), test_cmd)
+            row, diff = evaluate_run(view, instance, repo_for(instance, view, repos_dir), test_cmd, graded)
         except Exception as exc:  # noqa: BLE001 - a missing repository or commit is this row's error
             rows.append(Row(instance.instance_id, instance.repo, run_id, error=f"{type(exc).__name__}: {exc}"))
             continue
@@ -395,5 +406,6 @@ def eval_command(store_path: str, dataset: Path, runs: tuple[str, ...], repos_di
     if docker:
         click.echo("Docker is present: the official SWE-bench harness gives the resolved figure:")
         click.echo(f"  {harness_command(dataset, predictions)}")
-    elif not test_cmd:
-        click.echo("resolved:  not measured (give --test-cmd, or run the official harness where Docker is present)")
+    elif not test_cmd and not any(r.resolved is not None for r in rows):
+        click.echo("resolved:  not measured (grade the predictions with `magis-ray grade`, give --test-cmd, "
+                   "or run the official harness where Docker is present)")

@@ -94,9 +94,10 @@ def grade_command(predictions, dataset, repos_dir, gold, empty, instances, worke
     PASS_TO_PASS, in sandboxed environments built from SWE-bench's own specs."""
     from magis_ray.actors.execution.environments import default_cache_root
     from magis_ray.actors.execution.sandbox import SandboxUnavailable, check_available
-    from magis_ray.actors.grading import CustomSetup
-    from magis_ray.actors.grading_batch import GradeJob, GradeOptions, ThreadExecutor, official_report, run_grading
-    from magis_ray.actors.swebench_specs import HarnessMissing, harness
+    from magis_ray.actors.swebench.grading import CustomSetup
+    from magis_ray.actors.swebench.grading_batch import (GradeJob, GradeOptions, ThreadExecutor, grade_after_build,
+                                                         official_report, prepare_environment, run_grading)
+    from magis_ray.actors.swebench.specs import HarnessMissing, harness
     from magis_ray.events.schema import GradingStarted
     from magis_ray.store import open_store
 
@@ -153,10 +154,10 @@ def grade_command(predictions, dataset, repos_dir, gold, empty, instances, worke
     else:
         import ray
 
-        from magis_ray.actors.remote import RayExecutor
+        from magis_ray.actors.runtime.remote import RayExecutor
 
         ray.init(ignore_reinit_error=True, log_to_driver=False, include_dashboard=False, configure_logging=False)
-        executor = RayExecutor(options)
+        executor = RayExecutor(options, prepare_environment, grade_after_build)
     from tqdm import tqdm
 
     open_store(store_path, create=True).close()
@@ -183,7 +184,7 @@ def grade_command(predictions, dataset, repos_dir, gold, empty, instances, worke
 
 
 def _load_records(dataset: Path) -> dict[str, dict]:
-    from magis_ray.actors.swebench import load_dataset
+    from magis_ray.actors.swebench.instances import load_dataset
 
     try:
         instances, errors = load_dataset(dataset)

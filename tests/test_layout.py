@@ -111,6 +111,7 @@ FORBIDDEN = [
     ("magis_ray.actors.roles", ["magis_ray.actors.runtime", "magis_ray.actors.swebench", "magis_ray.store", "magis_ray.cli", "ray"]),
     ("magis_ray.actors.model", ["magis_ray.actors.roles", "magis_ray.actors.runtime", "magis_ray.actors.swebench", "magis_ray.actors.code", "magis_ray.store", "magis_ray.cli", "ray"]),
     ("magis_ray.actors.code", ["magis_ray.actors.roles", "magis_ray.actors.runtime", "magis_ray.actors.swebench", "magis_ray.actors.model", "magis_ray.store", "magis_ray.cli", "ray"]),
+    ("magis_ray.actors.execution", ["magis_ray.actors.roles", "magis_ray.actors.runtime", "magis_ray.actors.swebench", "magis_ray.actors.model", "magis_ray.store", "magis_ray.cli", "ray"]),
     ("magis_ray.actors.runtime", ["magis_ray.actors.swebench", "magis_ray.cli"]),
     ("magis_ray.actors.swebench", ["magis_ray.cli"]),
 ]

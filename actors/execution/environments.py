@@ -17,6 +17,8 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -154,6 +156,42 @@ class EnvironmentCache:
         except (OSError, ValueError, KeyError):
             return 0.0
 
+    def _era(self, recipe: Recipe, venv: Path, folder: Path, after_tools: dict, variables: dict, mounts) -> dict:
+        """The variables that keep pip to packages uploaded before `recipe.uploaded_before`: the
+        venv's own pip when it knows --uploaded-prior-to (pip >= 26); otherwise constraints that this
+        process's pip resolves for the venv's Python as of that date (wheels only; when that cannot
+        resolve, the build goes on unconstrained and the log says so)."""
+        log = folder / "logs" / "era.log"
+        probe = self.sandbox.run("python -m pip install --help", cwd=str(folder), mounts=mounts, env=variables,
+                                 limits=BUILD_LIMITS, network=False)
+        if "--uploaded-prior-to" in probe.full_output:
+            log.write_text(f"pip knows --uploaded-prior-to: PIP_UPLOADED_PRIOR_TO={recipe.uploaded_before}\n")
+            return after_tools
+        version = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                 capture_output=True, text=True).stdout.strip()
+        wanted: list[str] = []
+        if recipe.requirements.strip():
+            wanted += ["-r", str(folder / "requirements.txt")]
+        wanted += [*recipe.packages, *recipe.pip_packages]
+        variables = dict(after_tools)
+        variables.pop("PIP_UPLOADED_PRIOR_TO", None)
+        if not wanted:
+            log.write_text("nothing to resolve before the install step\n")
+            return variables
+        report = folder / "era-report.json"
+        command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
+                   "--python-version", version, "--only-binary=:all:", "--uploaded-prior-to", recipe.uploaded_before, *wanted]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        if done.returncode != 0 or not report.is_file():
+            log.write_text(f"{shlex.join(command)}\nexit {done.returncode}; building without the date limit\n{done.stderr[-3000:]}")
+            return variables
+        pins = sorted(f"{item['metadata']['name']}=={item['metadata']['version']}"
+                      for item in json.loads(report.read_text())["install"])
+        (folder / "era-constraints.txt").write_text("\n".join(pins) + "\n")
+        log.write_text(f"{shlex.join(command)}\n" + "\n".join(pins) + "\n")
+        variables["PIP_CONSTRAINT"] = str(folder / "era-constraints.txt")
+        return variables
+
     def _build(self, recipe: Recipe, python: str, folder: Path, repo_path) -> None:
         logs = folder / "logs"
         logs.mkdir()
@@ -188,6 +226,7 @@ class EnvironmentCache:
         for number, command in enumerate(recipe.setup, 1):
             steps.append((f"setup-{number}", command))
         workspace = None
+        era_done = False
         try:
             if recipe.commit and (recipe.install or recipe.setup):
                 if repo_path is None:
@@ -199,9 +238,19 @@ class EnvironmentCache:
                 mounts.append(Mount(str(workspace.repo_path), str(workspace.repo_path)))  # the objects it borrows
                 mounts.append(Mount(str(workspace.path), TESTBED, writable=True))
             for number, (step, command) in enumerate(steps, 1):
+                if step not in ("venv", "tools") and recipe.uploaded_before and not era_done:
+                    era_done = True
+                    after_tools = self._era(recipe, venv, folder, after_tools, variables, mounts)
                 log = logs / f"{number:02d}-{step}.log"
                 outcome = self.sandbox.run(command, cwd=TESTBED if workspace else str(folder), mounts=mounts,
                                            env=variables if step in ("venv", "tools") else after_tools, limits=BUILD_LIMITS, network=True, log_path=log)
+                if not outcome.ok and step == "install" and "build_editable" in outcome.full_output:
+                    # A pinned build backend older than PEP 660 (e.g. setuptools~=62.6): the pips of
+                    # the specs' time fell back to `setup.py develop`; today's build it with the
+                    # environment's own setuptools instead.
+                    log = logs / f"{number:02d}-{step}-no-build-isolation.log"
+                    outcome = self.sandbox.run(f"{command} --no-build-isolation", cwd=TESTBED if workspace else str(folder),
+                                               mounts=mounts, env=after_tools, limits=BUILD_LIMITS, network=True, log_path=log)
                 if not outcome.ok:
                     tail = " | ".join(line for line in outcome.full_output.strip().splitlines()[-3:])
                     why = "timed out" if outcome.timed_out else f"exit {outcome.exit_code}"

@@ -61,7 +61,8 @@ class TestRunner:
             limits: Limits | None = None, prelude: tuple[str, ...] = ()) -> TestRun:
         """Run `command` (a shell command line) in the workspace; `parse` turns the full output into
         per-test results. `prelude` commands run first, in the same shell (e.g. exports)."""
-        variables = env.variables() if env is not None else {}
+        # Without an environment the command finds its tools as the user's shell does.
+        variables = env.variables() if env is not None else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         if self.sandbox.mode == "none":
             # No /testbed without the sandbox: the checkout goes first on sys.path, ahead of an
             # editable install that points at /testbed.

@@ -88,37 +88,29 @@ BUILD_TASK_OPTIONS = dict(num_cpus=1, memory=4 * 1024 ** 3, max_retries=0)
 TEST_TASK_OPTIONS = dict(num_cpus=1, memory=2 * 1024 ** 3, max_retries=0)
 
 
-def _build_on_node(job, options):
-    from .grading_batch import prepare_environment
-
-    return prepare_environment(job, options)
-
-
-def _grade_on_node(job, options, built):
-    from .grading_batch import grade_job
-
-    result = grade_job(job, options)
-    result.node = ray.get_runtime_context().get_node_id()[:12]
-    if built is not None and not result.env_built_now:
-        # The build ran in its own task just before: its time is this grading's build time.
-        result.env_build_seconds, result.env_built_now = built
-    return result
+def _on_node(work, *args):
+    """`work(*args)` in a task; `work` is a module-level function (it travels by reference)."""
+    return work(*args)
 
 
 @cache
 def grading_tasks():
-    return ray.remote(**BUILD_TASK_OPTIONS)(_build_on_node), ray.remote(**TEST_TASK_OPTIONS)(_grade_on_node)
+    return ray.remote(**BUILD_TASK_OPTIONS)(_on_node), ray.remote(**TEST_TASK_OPTIONS)(_on_node)
 
 
 class RayExecutor:
-    """Grading jobs as Ray tasks: the environment's build, then the test run that depends on it."""
+    """Grading jobs as Ray tasks: `build(job, options)`, then `run(job, options, built)` which
+    Ray starts once the build's result is there. The functions come from the caller (the
+    swebench package), so the runtime knows nothing of grading."""
 
-    def __init__(self, options) -> None:
+    def __init__(self, options, build, run) -> None:
         self._options = ray.put(options)
+        self._build, self._run = build, run
 
     def start(self, job):
-        build, run = grading_tasks()
-        return run.remote(job, self._options, build.remote(job, self._options))
+        build_task, run_task = grading_tasks()
+        built = build_task.remote(self._build, job, self._options)
+        return run_task.remote(self._run, job, self._options, built)
 
     def next_done(self, handles):
         ready, _ = ray.wait(handles, num_returns=1)

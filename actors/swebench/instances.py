@@ -278,47 +278,33 @@ class TestOutcome:
     detail: str  # why not, or the test command's last output line
 
 
-def checkout_commit(repo_path: str | os.PathLike, commit: str, dest: Path) -> Path:
-    """A full working copy of `commit` at `dest` (a clone sharing the repository's objects)."""
-    env = _git_env()
-    for args, cwd in (
-        (["clone", "--quiet", "--shared", "--no-checkout", str(Path(repo_path).resolve()), str(dest)], dest.parent),
-        (["checkout", "--quiet", "--detach", commit], dest),
-    ):
-        result = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise PatchError(f"cannot check out {commit[:12]}: {_one_line(result.stderr)}")
-    return dest
-
-
 def run_tests(
-    repo_path: str | os.PathLike, instance: Instance, diff: str, test_cmd: str, timeout_s: float = 1800.0
+    repo_path: str | os.PathLike, instance: Instance, diff: str, test_cmd: str, timeout_s: float = 1800.0,
+    sandbox: str = "bwrap",
 ) -> TestOutcome:
     """Apply `diff` and the instance's test patch to a scratch checkout of the base commit and run
-    `test_cmd` there, its "{tests}" replaced by the FAIL_TO_PASS and PASS_TO_PASS tests (quoted).
-    Resolved iff the command exits 0: every one of those tests passed."""
+    `test_cmd` there, in the sandbox, its "{tests}" replaced by the FAIL_TO_PASS and PASS_TO_PASS
+    tests (quoted). Resolved iff the command exits 0: every one of those tests passed."""
+    from magis_ray.actors.execution.runner import TestRunner, run_on_patch
+    from magis_ray.actors.execution.sandbox import Limits, Sandbox, SandboxUnavailable
+    from magis_ray.actors.execution.workspaces import WorkspaceError
+
+    if not diff.strip():
+        return TestOutcome(False, "the diff is empty")
     tests = " ".join(shlex.quote(t) for t in (*instance.fail_to_pass, *instance.pass_to_pass))
-    with tempfile.TemporaryDirectory(prefix="magis-tests-") as scratch:
-        try:
-            work = checkout_commit(repo_path, instance.base_commit, Path(scratch) / "work")
-        except PatchError as exc:
-            return TestOutcome(False, str(exc))
-        for name, patch in (("the diff", diff), ("the test patch", instance.test_patch)):
-            if not patch.strip():
-                if name == "the diff":
-                    return TestOutcome(False, "the diff is empty")
-                continue
-            result = subprocess.run(["git", "apply", "-"], cwd=work, env=_git_env(), input=patch.encode(), capture_output=True)
-            if result.returncode != 0:
-                return TestOutcome(False, f"{name} does not apply: {_one_line(result.stderr.decode('utf-8', 'replace'))}")
-        try:
-            result = subprocess.run(test_cmd.replace("{tests}", tests), shell=True, cwd=work, capture_output=True,
-                                    text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return TestOutcome(False, f"the tests did not finish within {timeout_s:.0f} s")
-        output = (result.stdout + result.stderr).strip().splitlines()
-        last = _one_line(output[-1]) if output else ""
-        return TestOutcome(result.returncode == 0, last if result.returncode == 0 else f"exit {result.returncode}: {last}")
+    runner = TestRunner(Sandbox(sandbox), Limits(wall_seconds=timeout_s, memory_bytes=0))
+    try:
+        run = run_on_patch(repo_path, instance.base_commit, [("the diff", diff), ("the test patch", instance.test_patch)],
+                           None, test_cmd.replace("{tests}", tests), runner)
+    except WorkspaceError as exc:
+        return TestOutcome(False, f"does not apply: {exc}" if "apply" not in str(exc) else str(exc))
+    except SandboxUnavailable as exc:
+        return TestOutcome(False, str(exc))
+    if run.timed_out:
+        return TestOutcome(False, f"the tests did not finish within {timeout_s:.0f} s")
+    output = run.output.strip().splitlines()
+    last = _one_line(output[-1]) if output else ""
+    return TestOutcome(run.exit_code == 0, last if run.exit_code == 0 else f"exit {run.exit_code}: {last}")
 
 
 def docker_available() -> bool:

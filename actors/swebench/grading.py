@@ -16,11 +16,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .execution.environments import EnvironmentBuildError, EnvironmentCache, EnvironmentUnsupported
-from .execution.interpreters import InterpreterMissing
-from .execution.runner import TestRunner
-from .execution.workspaces import Workspace, WorkspaceError
-from .swebench_specs import HarnessMissing, custom_spec, harness, instance_spec
+from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, EnvironmentUnsupported
+from magis_ray.actors.execution.interpreters import InterpreterMissing
+from magis_ray.actors.execution.runner import TestRunner
+from magis_ray.actors.execution.workspaces import Workspace, WorkspaceError
+from .specs import HarnessMissing, custom_spec, harness, instance_spec
 
 OUTPUT_KEPT = 4000  # characters of test output kept in the result (its tail)
 

@@ -11,13 +11,14 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from .execution.environments import Recipe
-from .execution.workspaces import read_file_at
+from magis_ray.actors.execution.environments import Recipe
+from magis_ray.actors.execution.workspaces import read_file_at
 
 
-# SWE-bench's images were built before NumPy 2 (June 2024); its specs leave most versions free,
-# and today's releases break the older code (np.Inf, ...). Environments resolve as of then.
-SWEBENCH_ERA = "2024-06-01T00:00:00Z"
+# SWE-bench's specs leave most versions free, and its FAIL_TO_PASS / PASS_TO_PASS lists were made
+# with the releases of their time: today's break the older code and tests (NumPy 2 removed np.Inf;
+# pytest 8 dropped nose-style setup()). Environments resolve as of the start of 2024.
+SWEBENCH_ERA = "2024-01-01T00:00:00Z"
 
 
 class HarnessMissing(Exception):

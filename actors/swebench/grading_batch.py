@@ -15,9 +15,9 @@ from typing import Callable, Protocol
 from magis_ray.events.codec import new_event
 from magis_ray.events.schema import GradingStarted, InstanceGraded, InstanceGradingStarted
 
-from .execution.environments import EnvironmentCache
-from .execution.runner import TestRunner
-from .execution.sandbox import Limits, Sandbox
+from magis_ray.actors.execution.environments import EnvironmentCache
+from magis_ray.actors.execution.runner import TestRunner
+from magis_ray.actors.execution.sandbox import Limits, Sandbox
 from .grading import CustomSetup, GradeResult, grade, spec_for
 
 STREAM_PREFIX = "grading:"
@@ -58,6 +58,17 @@ def grade_job(job: GradeJob, options: GradeOptions) -> GradeResult:
     cache = EnvironmentCache(options.cache_root, Sandbox(options.sandbox), dict(options.pythons))
     runner = TestRunner(Sandbox(options.sandbox), Limits(wall_seconds=options.wall_seconds, memory_bytes=options.memory_bytes))
     return grade(job.record, job.patch, options.repos_dir, cache, runner, job.model, options.logs_dir, options.custom)
+
+
+def grade_after_build(job: GradeJob, options: GradeOptions, built: tuple[float, bool] | None) -> GradeResult:
+    """The test-run task: grade on this node; the build task that ran just before gives the build time."""
+    import socket
+
+    result = grade_job(job, options)
+    result.node = socket.gethostname()
+    if built is not None and not result.env_built_now:
+        result.env_build_seconds, result.env_built_now = built
+    return result
 
 
 def graded_event(result: GradeResult, sha: str) -> InstanceGraded:
@@ -205,9 +216,9 @@ def prepare_environment(job: GradeJob, options: GradeOptions) -> tuple[float, bo
     or None when it cannot be built (the test run then reports why, in its own words)."""
     from pathlib import Path
 
-    from .execution.environments import EnvironmentBuildError, EnvironmentUnsupported
-    from .execution.interpreters import InterpreterMissing
-    from .swebench_specs import HarnessMissing
+    from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentUnsupported
+    from magis_ray.actors.execution.interpreters import InterpreterMissing
+    from .specs import HarnessMissing
 
     repo_path = Path(options.repos_dir) / job.record["repo"].replace("/", "__")
     cache = EnvironmentCache(options.cache_root, Sandbox(options.sandbox), dict(options.pythons))
