@@ -4,6 +4,8 @@ the dataset loader and `git apply` against a real repository (actors/swebench/in
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import struct
 import sys
 import zlib
@@ -383,3 +385,29 @@ def test_eval_bad_dataset_file_is_a_usage_error(evaluation_setup, tmp_path, monk
     store, _, _ = evaluation_setup
     result = invoke("--store", store, "--dataset", tmp_path / "missing.jsonl", monkeypatch=monkeypatch)
     assert isinstance(result.exception, BadInput) and "cannot read the dataset" in str(result.exception)
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
+def test_eval_takes_resolved_from_a_grading_of_the_same_diff(evaluation_setup, tmp_path, monkeypatch):
+    from magis_ray.events.projections import final_diff, fold
+
+    store, repos, dataset = evaluation_setup
+    out = tmp_path / "eval.json"
+    assert invoke("--store", store, "--dataset", dataset, "--repos-dir", repos, "--json", out, monkeypatch=monkeypatch).exit_code == 0
+    untested = {r["run_id"]: r for r in json.loads(out.read_text())["rows"]}["run-calc"]
+    assert untested["resolved"] is None
+    with open_store(str(store)) as s:
+        diff = final_diff(fold(s.read("run-calc")))
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text(json.dumps({"instance_id": "calc__calc-2", "model_name_or_path": "magis", "model_patch": diff}) + "\n")
+    graded = subprocess.run(
+        [sys.executable, "-m", "magis_ray.cli.main", "grade", str(preds), "--dataset", str(dataset), "--instances", "calc__calc-2",
+         "--repos-dir", str(repos), "--store", str(store), "--env-cache", str(tmp_path / "envs"), "--no-ray",
+         "--env-setup", "python -m pip install pytest", "--test-cmd", "python -m pytest -rA"],
+        capture_output=True, text=True, timeout=600)
+    assert graded.returncode == 0 and "resolved: 1 of 1" in graded.stdout, graded.stdout + graded.stderr
+    result = invoke("--store", store, "--dataset", dataset, "--repos-dir", repos, "--json", out, monkeypatch=monkeypatch)
+    assert result.exit_code == 0, result.output
+    row = {r["run_id"]: r for r in json.loads(out.read_text())["rows"]}["run-calc"]
+    assert row["resolved"] is True and row["test_detail"] == "graded: FAIL_TO_PASS 1/1"
+    assert "resolved:  1 of 1 tested (100.0%)" in result.output
