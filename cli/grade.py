@@ -152,11 +152,10 @@ def grade_command(predictions, dataset, repos_dir, gold, empty, instances, worke
     if no_ray:
         executor = ThreadExecutor(options, workers)
     else:
-        import ray
-
+        from magis_ray.actors.runtime.deployment import ensure_ray
         from magis_ray.actors.runtime.remote import RayExecutor
 
-        ray.init(ignore_reinit_error=True, log_to_driver=False, include_dashboard=False, configure_logging=False)
+        ensure_ray()  # RAY_ADDRESS (under `ray job submit`), else a Ray of our own
         executor = RayExecutor(options, prepare_environment, grade_after_build)
     from tqdm import tqdm
 
