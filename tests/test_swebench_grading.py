@@ -1,0 +1,58 @@
+"""SWE-bench's own specs for the dev instances (read from the swebench package and the fetched
+repositories), and, on demand (MAGIS_SWEBENCH=1: it builds real environments), real grading of
+gold and empty patches."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from magis_ray.actors.swebench.specs import SWEBENCH_ERA, instance_spec
+
+DATASET = Path(__file__).resolve().parents[2] / "shared" / "swebench" / "lite-dev.jsonl"
+REPOS = Path(os.environ.get("MAGIS_REPOS_DIR", "/work/repos"))
+pytestmark = pytest.mark.skipif(not DATASET.is_file() or not REPOS.is_dir(), reason="the dev dataset or the fetched repositories are absent")
+
+
+def records() -> dict[str, dict]:
+    return {r["instance_id"]: r for r in map(json.loads, DATASET.read_text().splitlines())}
+
+
+def repo_of(record: dict) -> Path:
+    return REPOS / record["repo"].replace("/", "__")
+
+
+def test_specs_come_from_the_swebench_package_and_the_repository():
+    recs = records()
+    sqlfluff = instance_spec(recs["sqlfluff__sqlfluff-1625"], repo_of(recs["sqlfluff__sqlfluff-1625"]))
+    assert sqlfluff.recipe.python == "3.9" and sqlfluff.recipe.install == "python -m pip install -e ."
+    assert "pytest" in sqlfluff.recipe.requirements  # requirements_dev.txt at the setup commit, read from git
+    assert sqlfluff.recipe.commit == recs["sqlfluff__sqlfluff-1625"]["environment_setup_commit"]
+    assert sqlfluff.test_command.startswith("pytest -rA test/") and sqlfluff.recipe.uploaded_before == SWEBENCH_ERA
+    pvlib = instance_spec(recs["pvlib__pvlib-python-1072"], repo_of(recs["pvlib__pvlib-python-1072"]))
+    assert pvlib.recipe.packages == ("pandas", "scipy")  # the spec's conda list, as pip packages
+    assert "matplotlib" in pvlib.recipe.pip_packages and not pvlib.recipe.unsupported
+    pydicom = instance_spec(recs["pydicom__pydicom-901"], repo_of(recs["pydicom__pydicom-901"]))
+    assert pydicom.recipe.python == "3.6"
+    pyvista = instance_spec(recs["pyvista__pyvista-4315"], repo_of(recs["pyvista__pyvista-4315"]))
+    assert pyvista.recipe.unsupported.startswith("no requirements file") or "apt-get" in pyvista.recipe.unsupported
+    parsed = sqlfluff.parse("PASSED test/a.py::test_x\nFAILED test/a.py::test_y - assert 1\n")
+    assert parsed == {"test/a.py::test_x": "PASSED", "test/a.py::test_y": "FAILED"}
+
+
+@pytest.mark.swebench
+@pytest.mark.skipif(not os.environ.get("MAGIS_SWEBENCH"), reason="builds real SWE-bench environments: MAGIS_SWEBENCH=1")
+@pytest.mark.parametrize("instance_id", ["marshmallow-code__marshmallow-1343", "pydicom__pydicom-1256"])
+def test_gold_resolves_and_empty_does_not(instance_id):
+    from magis_ray.actors.execution.environments import EnvironmentCache
+    from magis_ray.actors.execution.runner import TestRunner
+    from magis_ray.actors.swebench.grading import grade
+
+    record = records()[instance_id]
+    cache, runner = EnvironmentCache(), TestRunner()
+    gold = grade(record, record["patch"], REPOS, cache, runner)
+    empty = grade(record, "", REPOS, cache, runner)
+    assert gold.resolved and not gold.error_step
+    assert not empty.resolved and empty.tests_status["FAIL_TO_PASS"]["failure"] == json.loads(record["FAIL_TO_PASS"])
