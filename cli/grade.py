@@ -207,8 +207,8 @@ def summary_table(results) -> str:
     for r in results:
         f2p = f"{len(r.fail_to_pass_success)}/{len(r.fail_to_pass_success) + len(r.fail_to_pass_failure)}"
         p2p = f"{len(r.pass_to_pass_success)}/{len(r.pass_to_pass_success) + len(r.pass_to_pass_failure)}"
-        build = f"{r.env_build_seconds:.0f}" if r.env_built_now else "cached"
-        note = f"{r.error_step}: {r.error}" if r.error_step else ""
+        build = f"{r.env_build_seconds:.0f}" if r.env_built_now else ("cached" if r.env_key else "-")
+        note = f"{r.error_step}: {r.error}" if r.error_step else ("; ".join(r.warnings) if not r.resolved else "")
         rows.append((r.instance_id, "yes" if r.resolved else "no", f2p, p2p, r.env_label or "-", build,
                      f"{r.test_seconds:.1f}", note[:100]))
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]

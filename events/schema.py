@@ -275,6 +275,7 @@ class InstanceGraded(Event, frozen=True, tag="InstanceGraded"):
     tests_parsed: int = 0
     output_tail: str = ""
     node: str = ""
+    warnings: list[str] = []  # e.g. files of the base commit the repository lacks
 
 AnyEvent = Union[
     RunStarted,

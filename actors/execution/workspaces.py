@@ -4,6 +4,7 @@ one costs a checkout, not a copy of the history."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -44,6 +45,7 @@ class Workspace:
         self.path = self._root / "repo"
         self.logs = self._root / "logs"
         self.logs.mkdir()
+        self.missing: list[str] = []  # files of the commit whose content the repository lacks
         try:
             self._checkout()
         except BaseException:
@@ -59,6 +61,9 @@ class Workspace:
         checkout = _git(["checkout", "--quiet", "--detach", self.commit], self.path)
         if checkout.returncode != 0:
             raise WorkspaceError(f"cannot check out {self.commit[:12]}: {one_line(checkout.stderr.decode('utf-8', 'replace'))}")
+        # git checks out what it can and exits 0 when the repository lacks some blobs (a clone cut
+        # by a size limit): say which files are missing rather than test a silently partial tree.
+        self.missing = re.findall(r"unable to read sha1 file of (.+?) \(", checkout.stderr.decode("utf-8", "replace"))
 
     def __enter__(self) -> Workspace:
         return self

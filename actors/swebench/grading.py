@@ -46,6 +46,7 @@ class GradeResult:
     tests_parsed: int = 0
     output_tail: str = ""
     node: str = ""
+    warnings: list = field(default_factory=list)
 
     def report(self) -> dict:
         """The official harness's report entry for this instance."""
@@ -79,6 +80,8 @@ def grade(record: dict, patch: str | None, repos_dir: str | Path, cache: Environ
     result.patch_is_None = patch is None
     result.patch_exists = bool(patch and patch.strip())
     repo_path = Path(repos_dir) / record["repo"].replace("/", "__")
+    if not repo_path.is_dir():
+        return _failed(result, "repository", f"no repository for {record['repo']} in {repos_dir} (looked for {repo_path})")
     try:
         constants, grading, _, _, _ = harness()
         spec = spec_for(record, repo_path, custom)
@@ -99,6 +102,10 @@ def grade(record: dict, patch: str | None, repos_dir: str | Path, cache: Environ
     except WorkspaceError as exc:
         return _failed(result, "checkout", str(exc))
     with workspace:
+        if workspace.missing:
+            shown = ", ".join(workspace.missing[:5]) + (" ..." if len(workspace.missing) > 5 else "")
+            result.warnings.append(f"the repository lacks the content of {len(workspace.missing)} file(s) at the base "
+                                   f"commit (a clone cut by a size limit?): {shown}")
         if result.patch_exists:
             try:
                 workspace.apply(patch, "prediction")

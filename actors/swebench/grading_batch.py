@@ -83,7 +83,7 @@ def graded_event(result: GradeResult, sha: str) -> InstanceGraded:
         error_step=result.error_step, error=result.error, env_key=result.env_key, env_label=result.env_label,
         env_build_seconds=result.env_build_seconds, env_built_now=result.env_built_now,
         test_seconds=result.test_seconds, test_exit_code=result.test_exit_code, timed_out=result.timed_out,
-        tests_parsed=result.tests_parsed, output_tail=result.output_tail, node=result.node,
+        tests_parsed=result.tests_parsed, output_tail=result.output_tail, node=result.node, warnings=list(result.warnings),
     )
 
 
@@ -188,6 +188,8 @@ def official_report(results: list[InstanceGraded], total: int) -> dict:
             }
         if r.error_step:
             entry["error"] = {"step": r.error_step, "reason": r.error}
+        if r.warnings:
+            entry["warnings"] = r.warnings
         instances[r.instance_id] = entry
     return {
         "total_instances": total,
