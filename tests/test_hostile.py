@@ -48,9 +48,8 @@ def of_type(events, kind):
         (Rule(purpose="write_code", json={"edits": [{"start": 9, "end": 9}]}), "does not match the schema"),
         (Rule(purpose="write_code", json={"edits": [{"start": 0, "end": 99, "new_code": "x"}]}), "range"),
         (Rule(purpose="locate_lines", reply=""), "empty"),
-        (Rule(purpose="locate_lines", status=500, reply="boom"), "http 500"),
     ],
-    ids=["not-json", "wrong-schema", "lines-outside-file", "missing-field", "edit-outside-file", "empty", "http-500"],
+    ids=["not-json", "wrong-schema", "lines-outside-file", "missing-field", "edit-outside-file", "empty"],
 )
 def test_a_developer_step_that_never_gets_a_usable_answer_fails_its_task(rule, why, calc_repo, tmp_path):
     end, events, requests = run_with([rule], calc_repo, tmp_path)
@@ -58,11 +57,10 @@ def test_a_developer_step_that_never_gets_a_usable_answer_fails_its_task(rule, w
     [finished] = of_type(events, TaskFinished)
     assert finished.status == "failed" and why in finished.reason
     assert fold(events).tasks["T1"].final_patch is None
-    if rule.status == 200 and rule.reply != "":
-        # a usable-looking answer that breaks the rules is sent back with the reason, twice
-        corrections = [r for r in requests if r.purpose == rule.purpose]
-        assert len(corrections) == 3
-        assert "could not be used" in corrections[1].messages[-1].content
+    # an answer that breaks the rules (an empty one too) is sent back with the reason, twice
+    corrections = [r for r in requests if r.purpose == rule.purpose]
+    assert len(corrections) == 3
+    assert "could not be used" in corrections[1].messages[-1].content
 
 
 def test_a_bad_answer_followed_by_a_good_one_is_corrected(calc_repo, tmp_path):
@@ -82,11 +80,32 @@ def test_a_new_file_outside_the_repository_is_refused(calc_repo, tmp_path):
     assert not (tmp_path / "etc").exists()
 
 
-def test_a_model_that_times_out_fails_the_steps_not_the_run(calc_repo, tmp_path):
-    end, events, _ = run_with([Rule(purpose="judge_relevance", hang=True)], calc_repo, tmp_path, timeout_s=0.3)
-    assert isinstance(end, RunFinished) and end.outcome == "no_patch"
-    judged = of_type(events, FileJudged)
-    assert judged and all(not j.relevant and "timeout" in j.reason for j in judged)
+def test_an_empty_answer_is_corrected(calc_repo, tmp_path):
+    end, events, requests = run_with([Rule(purpose="locate_lines", reply="", times=1)], calc_repo, tmp_path)
+    assert isinstance(end, RunFinished) and end.outcome == "patched"
+    asked = [r for r in requests if r.purpose == "locate_lines"]
+    assert len(asked) == 2 and "the answer was empty" in asked[1].messages[-1].content
+    assert [x.attempt for x in of_type(events, LLMExchanged) if x.purpose == "locate_lines"] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "rule, cause",
+    [
+        (Rule(purpose="judge_relevance", hang=True), "timeout"),
+        (Rule(purpose="locate_lines", status=500, reply="boom"), "http 500"),
+        (Rule(purpose="write_code", status=429, reply="slow down", retry_after_s=0), "http 429"),
+        (Rule(purpose="review_patch", drop=True), "connection"),
+    ],
+    ids=["timeout", "http-500", "http-429", "reset"],
+)
+def test_a_step_the_transport_never_answers_stops_the_run_resumably(rule, cause, calc_repo, tmp_path):
+    """Not a content failure: no step is judged on an answer that never came, and the run does not
+    finish as if it had; it stops with a resumable RunFailed that names the cause."""
+    end, events, _ = run_with([rule], calc_repo, tmp_path, timeout_s=0.3)
+    assert isinstance(end, RunFailed) and end.resumable and end.error_type == "ModelUnavailable"
+    assert cause in end.reason and rule.purpose in end.reason
+    assert not of_type(events, RunFinished) and not of_type(events, StepFailed)
+    assert not [j for j in of_type(events, FileJudged) if cause in j.reason]
 
 
 def test_an_unreachable_model_fails_the_run_resumably(calc_repo, tmp_path):
