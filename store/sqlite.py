@@ -134,10 +134,10 @@ class SQLiteStore:
         if not db.exists() and not create:
             raise NotAStore(f"no magis store at {path}")
         try:
-            if db.exists():
-                _check_header(db)
-            else:
+            if not db.exists():
                 db.parent.mkdir(parents=True, exist_ok=True)
+                _create_whole(db)
+            _check_header(db)
         except OSError as exc:  # e.g. no permission, or a file where a folder should be
             raise StoreError(f"cannot open a store at {path}: {exc.strerror or exc}") from None
         uri = "file:" + urllib.parse.quote(str(db.resolve())) + ("?mode=rwc" if create else "?mode=rw")
@@ -278,6 +278,29 @@ class SQLiteStore:
         with self._lock:
             self._closed = True
             self._conn.close()
+
+
+def _create_whole(db: Path) -> None:
+    """Make the store beside `db` and link it into place whole, so that no reader ever opens a
+    store that is still being created (it would see an SQLite file without the magis tables).
+    A racing creator that linked first wins; ours is dropped."""
+    scratch = db.with_name(f".{db.name}.{os.getpid()}.{threading.get_ident()}.new")
+    try:
+        conn = sqlite3.connect(str(scratch), isolation_level=None)
+        try:
+            _setup(conn, scratch, create=True)
+        finally:
+            conn.close()  # the last connection checkpoints the WAL into the file
+        try:
+            os.link(scratch, db)
+        except FileExistsError:
+            pass
+        except OSError:  # a filesystem without hard links: create in place as before
+            return
+    finally:
+        for leftover in (scratch, scratch.with_name(scratch.name + "-wal"), scratch.with_name(scratch.name + "-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
 
 
 def _upper(before_position: int | None) -> int:
