@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -11,8 +12,8 @@ import msgspec
 from .batch import submit_batch
 from .divergence import describe_side, first_difference
 from .submit import (
-    default_model, gateway_config, load_issue, locate_repo, model_endpoint, model_options, report, resolve_llm, run_settings,
-    settings_options, write_outputs,
+    default_model, gateway_config, load_issue, locate_repo, model_endpoint, model_options, model_settings, report, resolve_llm,
+    resume_model, run_settings, settings_options, write_outputs,
 )
 
 DEFAULT_STORE = ".magis"
@@ -128,24 +129,29 @@ def submit_command(issue_file: Path, repo, repos_dir, out, workers, instances, b
     """Resolve ISSUE_FILE (a SWE-bench instance record) with the MAGIS team, or, for a .jsonl
     dataset, every instance in it as a batch (resumable: run the same command again)."""
     llm = resolve_llm(llm, base_url)
-    run_config = run_settings(default_model(llm, model), **settings)
     limits = dict(timeout=timeout, concurrency=concurrency, response_format=response_format, rpm=rpm, tpm=tpm)
+    run_config = msgspec.structs.replace(
+        run_settings(default_model(llm, model), **settings), llm=model_settings(llm, base_url, limits),
+    )
     if issue_file.suffix == ".jsonl":
         return submit_batch(issue_file, repos_dir, out, workers, instances, batch_budget, batch_name or out.stem,
                             store_path, llm, base_url, local_port, limits, run_config)
     from magis_ray.actors.runtime.deployment import new_run_id, run_issue
+    from magis_ray.actors.runtime.liveness import Liveness
 
     issue = load_issue(issue_file)
     repo_path = locate_repo(issue, repo, repos_dir)
     with model_endpoint(llm, base_url, store_path, local_port) as endpoint:
         _ensure_store(store_path)
         run_id = new_run_id()
-        click.echo(f"run {run_id}: {issue.instance_id} ({issue.repo} @ {issue.base_commit[:10]})", err=True)
-        end = run_issue(
-            store_path=store_path, issue=msgspec.structs.replace(issue, repo_path=repo_path), settings=run_config,
-            repo_path=repo_path, gateway_config=gateway_config(endpoint, run_config.model, limits),
-            run_id=run_id,
-        )
+        with Liveness(store_path) as liveness:
+            liveness.take(run_id)  # before the id is shown: resume can tell a run that never started
+            click.echo(f"run {run_id}: {issue.instance_id} ({issue.repo} @ {issue.base_commit[:10]})", err=True)
+            end = run_issue(
+                store_path=store_path, issue=msgspec.structs.replace(issue, repo_path=repo_path), settings=run_config,
+                repo_path=repo_path, gateway_config=gateway_config(endpoint, run_config.model, limits),
+                run_id=run_id, liveness=liveness,
+            )
     conclude(store_path, run_id, end)
 
 
@@ -154,32 +160,45 @@ def submit_command(issue_file: Path, repo, repos_dir, out, workers, instances, b
 @click.option("--repo", "repo", type=click.Path(), help="Where the repository is now, if it moved.")
 @store_option
 @model_options
-def resume_command(run, repo, store_path, llm, base_url, local_port, model, timeout, concurrency, response_format, rpm, tpm) -> None:
+@click.pass_context
+def resume_command(ctx, run, repo, store_path, llm, base_url, local_port, model, timeout, concurrency, response_format,
+                   rpm, tpm) -> None:
     """Go on with a run cut off by a crash, kill -9, Ctrl-C or a lost model: recorded answers
-    are reused, never paid for again, and nothing is written twice."""
+    are reused, never paid for again, and nothing is written twice. The run's own model and
+    model options are used, except those given here."""
+    from click.core import ParameterSource
+
     from magis_ray.actors.runtime.continuation import CannotResume, resume_point
     from magis_ray.actors.runtime.deployment import resume_issue
+    from magis_ray.actors.runtime.liveness import Liveness, RunIsLive
     from magis_ray.store import open_store
 
     from .source import BadInput, resolve_run_id
 
     with open_store(store_path) as store:
         run_id = resolve_run_id(store, run)
+    with Liveness(store_path) as liveness:
         try:
-            point = resume_point(store.read(run_id))
-        except CannotResume as exc:
+            liveness.take(run_id)  # before reading where to go on from: no other driver appends meanwhile
+        except RunIsLive as exc:
             raise BadInput(str(exc)) from None
-    repo_path = repo_of(point.started, repo)
-    llm = resolve_llm(llm, base_url)
-    with model_endpoint(llm, base_url, store_path, local_port) as endpoint:
-        click.echo(f"resuming run {run_id} from event {point.kept_version} ({point.superseded} superseded)", err=True)
-        end = resume_issue(
-            store_path=store_path, run_id=run_id, point=point, repo_path=repo_path,
-            gateway_config=gateway_config(
-                endpoint, model or point.started.settings.model,
-                dict(timeout=timeout, concurrency=concurrency, response_format=response_format, rpm=rpm, tpm=tpm),
-            ),
+        with open_store(store_path) as store:
+            try:
+                point = resume_point(store.read(run_id))
+            except CannotResume as exc:
+                raise BadInput(str(exc)) from None
+        repo_path = repo_of(point.started, repo)
+        llm, base_url, model, limits = resume_model(
+            lambda name: ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE, point.started.settings,
+            llm, base_url, model,
+            dict(timeout=timeout, concurrency=concurrency, response_format=response_format, rpm=rpm, tpm=tpm),
         )
+        with model_endpoint(llm, base_url, store_path, local_port) as endpoint:
+            click.echo(f"resuming run {run_id} from event {point.kept_version} ({point.superseded} superseded)", err=True)
+            end = resume_issue(
+                store_path=store_path, run_id=run_id, point=point, repo_path=repo_path,
+                gateway_config=gateway_config(endpoint, model, limits), liveness=liveness,
+            )
     conclude(store_path, run_id, end)
 
 
@@ -250,7 +269,8 @@ def conclude(store_path: str, run_id: str, end) -> None:
 
     report(run_id, end, *write_outputs(store_path, run_id))
     if isinstance(end, RunFailed):
-        hint = f"; resume it with `magis-ray resume {run_id}`" if end.resumable else ""
+        store = "" if store_path == DEFAULT_STORE else f" --store {shlex.quote(store_path)}"
+        hint = f"; resume it with `magis-ray resume {run_id}{store}`" if end.resumable else ""
         if end.reason == INTERRUPTED:
             click.echo(f"magis-ray: interrupted{hint}", err=True)
             sys.exit(130)

@@ -21,6 +21,11 @@ def resolve_run_id(store: EventStore, run: str) -> str:
         return matches[0]
     if len(matches) > 1:
         raise BadInput(f"run id prefix {run!r} is ambiguous ({len(matches)} runs)")
+    # a driver takes the run's lease before it prints the id: a lease without events is a run
+    # that was cut off before its first event
+    unstarted = [lease.key for lease in store.leases(run) if ":" not in lease.key]
+    if len(unstarted) == 1:
+        raise BadInput(f"run {unstarted[0]} never started (it was stopped before its first event); submit the issue again")
     raise UnknownRun(f"unknown run: {run}")
 
 

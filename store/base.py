@@ -28,6 +28,28 @@ class CorruptStore(StoreError):
     """The database file or one of its events cannot be read."""
 
 
+class Fenced(StoreError):
+    """The writer no longer holds the run's lease: another driver took the run over."""
+
+
+class Lease(msgspec.Struct, frozen=True):
+    """Who drives a run (or holds any other key) and until when, unless renewed.
+
+    `epoch` grows with every new holder; a writer appends with the epoch it was given, so the
+    store refuses a driver that lost the lease (fencing)."""
+
+    key: str
+    owner: str
+    host: str
+    pid: int
+    epoch: int
+    renewed: float  # unix seconds of the last heartbeat
+    expires: float  # 0 once released
+
+    def live(self, now: float) -> bool:
+        return self.expires > now
+
+
 class RunInfo(msgspec.Struct, frozen=True):
     run_id: str
     version: int  # number of events in the stream
@@ -46,10 +68,12 @@ class MemoryEntry(msgspec.Struct, frozen=True):
 
 
 class EventStore(Protocol):
-    def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent]) -> list[Recorded]:
+    def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent], fence: int = 0) -> list[Recorded]:
         """Append a batch atomically after `expected_version` (0 for a new run).
 
-        Raises ConcurrencyConflict, writing nothing, when the stream is at another version.
+        Raises ConcurrencyConflict, writing nothing, when the stream is at another version, and
+        Fenced when `fence` (the epoch of the run's lease the writer was given; 0: none) is no
+        longer the lease's epoch.
         """
 
     def read(self, run_id: str, after_version: int = 0) -> list[Recorded]:
@@ -76,5 +100,18 @@ class EventStore(Protocol):
         `before_position` limits the answer to entries written before that global event
         position, so a replay sees the memory as it was when the run started.
         """
+
+    def take_lease(self, key: str, owner: str, host: str, pid: int, ttl_s: float, now: float) -> Lease:
+        """Take (or renew) the lease on `key` if it is free, expired or already `owner`'s; the lease
+        as it stands afterwards (someone else's when it was live)."""
+
+    def renew_leases(self, owner: str, ttl_s: float, now: float) -> list[str]:
+        """Extend every lease `owner` still holds; their keys."""
+
+    def release_lease(self, key: str, owner: str) -> None:
+        """Give the lease up now, if `owner` holds it (its epoch stays, so old writers stay fenced)."""
+
+    def leases(self, prefix: str = "") -> list[Lease]:
+        """The leases whose key starts with `prefix`, live or not."""
 
     def close(self) -> None: ...

@@ -9,7 +9,7 @@ import msgspec
 from magis_ray.events.codec import encode
 from magis_ray.events.schema import NewEvent, Recorded
 
-from .base import ConcurrencyConflict, MemoryEntry, RunInfo, UnknownRun
+from .base import ConcurrencyConflict, Fenced, Lease, MemoryEntry, RunInfo, UnknownRun
 
 _decoder = msgspec.json.Decoder(Recorded)
 
@@ -28,11 +28,16 @@ class InMemoryStore:
         self._times: dict[str, tuple[float, float]] = {}  # run_id -> (first_time, last_time)
         self._summaries: dict[tuple[str, str, str], tuple[MemoryEntry, int]] = {}  # key -> (entry, write seq)
         self._seq = 0
+        self._leases: dict[str, Lease] = {}
 
-    def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent]) -> list[Recorded]:
+    def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent], fence: int = 0) -> list[Recorded]:
         if not events:
             return []
         with self._lock:
+            lease = self._leases.get(run_id)
+            if fence and (lease is None or lease.epoch != fence):
+                holder = f" (now driven on {lease.host}, pid {lease.pid})" if lease else ""
+                raise Fenced(f"run {run_id} was taken over by another driver{holder}")
             current = len(self._runs.get(run_id, ()))
             if current != expected_version:
                 raise ConcurrencyConflict(f"run {run_id} is at version {current}, not {expected_version}")
@@ -92,6 +97,32 @@ class InMemoryStore:
             ]
         # Ties on position (no event between two writes) go to the later write, as in SQLite.
         return max(candidates, key=lambda c: c[:2])[2] if candidates else None
+
+    def take_lease(self, key: str, owner: str, host: str, pid: int, ttl_s: float, now: float) -> Lease:
+        with self._lock:
+            current = self._leases.get(key)
+            if current is not None and current.owner != owner and current.live(now):
+                return current
+            epoch = current.epoch if current is not None and current.owner == owner else (current.epoch + 1 if current else 1)
+            taken = self._leases[key] = Lease(key, owner, host, pid, epoch, now, now + ttl_s)
+            return taken
+
+    def renew_leases(self, owner: str, ttl_s: float, now: float) -> list[str]:
+        with self._lock:
+            held = [k for k, lease in self._leases.items() if lease.owner == owner and lease.expires > 0]
+            for k in held:
+                self._leases[k] = msgspec.structs.replace(self._leases[k], renewed=now, expires=now + ttl_s)
+            return held
+
+    def release_lease(self, key: str, owner: str) -> None:
+        with self._lock:
+            lease = self._leases.get(key)
+            if lease is not None and lease.owner == owner:
+                self._leases[key] = msgspec.structs.replace(lease, expires=0.0)
+
+    def leases(self, prefix: str = "") -> list[Lease]:
+        with self._lock:
+            return sorted((lease for k, lease in self._leases.items() if k.startswith(prefix)), key=lambda lease: lease.key)
 
     def __enter__(self) -> InMemoryStore:
         return self

@@ -19,7 +19,7 @@ import msgspec
 from magis_ray.events.codec import encode
 from magis_ray.events.schema import SCHEMA_VERSION, NewEvent, Recorded
 
-from .base import ConcurrencyConflict, CorruptStore, MemoryEntry, NotAStore, RunInfo, StoreError, UnknownRun
+from .base import ConcurrencyConflict, CorruptStore, Fenced, Lease, MemoryEntry, NotAStore, RunInfo, StoreError, UnknownRun
 
 DB_NAME = "events.sqlite3"
 STORE_FORMAT = 1  # the layout below; bump on incompatible table changes
@@ -64,6 +64,18 @@ CREATE TABLE IF NOT EXISTS summaries (
 );
 CREATE INDEX IF NOT EXISTS summaries_by_file ON summaries (repo, path, position);
 """
+
+# Added after format 1 stores were in use: made in any store that lacks it when opened.
+LEASES = """
+CREATE TABLE IF NOT EXISTS leases (
+    key TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    renewed REAL NOT NULL,
+    expires REAL NOT NULL
+)"""
 
 _decode_one = msgspec.json.Decoder(Recorded).decode
 _tags: dict[type, str] = {}
@@ -175,11 +187,17 @@ class SQLiteStore:
 
     # --- the log ------------------------------------------------------------------------
 
-    def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent]) -> list[Recorded]:
+    def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent], fence: int = 0) -> list[Recorded]:
         if not events:
             return []
         with self._locked() as conn:
             conn.execute("BEGIN IMMEDIATE")  # takes the write lock now, so max(position) stays ours
+            if fence:
+                row = conn.execute("SELECT epoch, host, pid FROM leases WHERE key = ?", (run_id,)).fetchone()
+                if row is None or row[0] != fence:
+                    conn.execute("ROLLBACK")
+                    holder = f" (now driven on {row[1]}, pid {row[2]})" if row else ""
+                    raise Fenced(f"run {run_id} was taken over by another driver{holder}")
             row = conn.execute("SELECT version FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             current = row[0] if row else 0
             if current != expected_version:
@@ -274,10 +292,48 @@ class SQLiteStore:
             ).fetchone()
         return MemoryEntry(*row) if row else None
 
+    # --- leases: one live driver per run --------------------------------------------------
+
+    def take_lease(self, key: str, owner: str, host: str, pid: int, ttl_s: float, now: float) -> Lease:
+        with self._locked() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            row = conn.execute(f"SELECT {_LEASE_COLUMNS} FROM leases WHERE key = ?", (key,)).fetchone()
+            current = Lease(*row) if row else None
+            if current is not None and current.owner != owner and current.live(now):
+                conn.execute("ROLLBACK")
+                return current
+            epoch = current.epoch if current is not None and current.owner == owner else (current.epoch + 1 if current else 1)
+            taken = Lease(key, owner, host, pid, epoch, now, now + ttl_s)
+            conn.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?, ?, ?)", msgspec.structs.astuple(taken))
+            conn.execute("COMMIT")
+            return taken
+
+    def renew_leases(self, owner: str, ttl_s: float, now: float) -> list[str]:
+        with self._locked() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("UPDATE leases SET renewed = ?, expires = ? WHERE owner = ? AND expires > 0", (now, now + ttl_s, owner))
+            keys = [r[0] for r in conn.execute("SELECT key FROM leases WHERE owner = ? AND expires > 0", (owner,))]
+            conn.execute("COMMIT")
+            return keys
+
+    def release_lease(self, key: str, owner: str) -> None:
+        with self._locked() as conn:
+            conn.execute("UPDATE leases SET expires = 0 WHERE key = ? AND owner = ?", (key, owner))
+
+    def leases(self, prefix: str = "") -> list[Lease]:
+        with self._locked() as conn:
+            rows = conn.execute(
+                f"SELECT {_LEASE_COLUMNS} FROM leases WHERE substr(key, 1, ?) = ? ORDER BY key", (len(prefix), prefix)
+            ).fetchall()
+        return [Lease(*row) for row in rows]
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
             self._conn.close()
+
+
+_LEASE_COLUMNS = "key, owner, host, pid, epoch, renewed, expires"
 
 
 def _create_whole(db: Path) -> None:
@@ -327,6 +383,8 @@ def _setup(conn: sqlite3.Connection, db: Path, create: bool) -> None:
         if "meta" in tables:
             row = conn.execute("SELECT value FROM meta WHERE key = 'magis_store'").fetchone()
             marker = row[0] if row else None
+        if marker == str(STORE_FORMAT) and "leases" not in tables:
+            conn.execute(LEASES)
     except (sqlite3.Error, UnicodeDecodeError) as exc:
         raise _wrap(exc, str(db)) from None
     if marker is None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from magis_ray.events.history import effective
 from magis_ray.events.schema import LLMExchanged, Recorded, RunFailed, RunFinished, RunResumed, RunStarted
 
-from .asking import is_transport_failure
+from magis_ray.actors.model.asking import is_transport_failure
 
 
 class CannotResume(Exception):

@@ -8,6 +8,7 @@ from typing import Callable, Protocol
 import structlog
 
 from magis_ray.events.schema import RunFailed, RunFinished, RunSettings, RunStarted, TaskDefined, TaskFinished
+from magis_ray.store import Fenced
 
 from magis_ray.actors.model.asking import Asker, BudgetExceeded, ModelUnavailable
 from magis_ray.actors.runtime.issue import IssueRecord
@@ -80,7 +81,7 @@ class Team:
             end: RunFinished | RunFailed = self._collaborate(memory_before=journal.last_position)
         except Exception as raised:  # noqa: BLE001 - the log must end consistently whatever broke
             exc = root_cause(raised)
-            if isinstance(exc, Divergence):
+            if isinstance(exc, (Divergence, Fenced)):  # the log is another's now: nothing may be written
                 raise exc from None
             if isinstance(exc, ModelUnavailable):
                 end = RunFailed(reason=f"no reachable model ({one_line(exc)})", error_type="ModelUnavailable")
