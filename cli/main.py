@@ -246,6 +246,39 @@ def replay_command(run, repo, store_path) -> None:
     sys.exit(1)
 
 
+@cli.command("stop")
+@click.option("--force", is_flag=True, help="Stop them even while runs of the store are live.")
+@store_option
+def stop_command(force: bool, store_path: str) -> None:
+    """End the shared actors on the Ray cluster RAY_ADDRESS names: the store's, and the model
+    gateways. They outlive the drivers that made them, so that drivers share them."""
+    import os
+    import time
+
+    from magis_ray.store import NotAStore, open_store
+
+    from .source import BadInput
+
+    try:
+        with open_store(store_path) as store:
+            live = [lease for lease in store.leases() if ":" not in lease.key and lease.live(time.time())]
+    except NotAStore:
+        live = []
+    if live and not force:
+        first = live[0]
+        raise BadInput(f"{len(live)} run(s) of this store are still running (run {first.key} on {first.host}, pid "
+                       f"{first.pid}); let them end, or give --force")
+    if not os.environ.get("RAY_ADDRESS"):
+        click.echo("nothing to stop: RAY_ADDRESS names no cluster, and a Ray of magis-ray's own ends with its command")
+        return
+    from magis_ray.actors.runtime.deployment import ensure_ray
+    from magis_ray.actors.runtime.remote import stop_shared
+
+    ensure_ray()
+    ended = stop_shared(os.path.abspath(store_path))
+    click.echo(f"stopped {len(ended)} shared actor(s)" + (": " + ", ".join(ended) if ended else ""))
+
+
 def repo_of(started, repo: str | None) -> str:
     """Where the run's repository is: the --repo given, else where the run found it."""
     from magis_ray.actors.code.repository import RepoError, RepoSnapshot
@@ -317,7 +350,20 @@ def _as_user_error(exc: Exception) -> UserError | None:
         return UserError(str(exc))
     if isinstance(exc, OSError) and not isinstance(exc, (BrokenPipeError,)):
         return UserError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
+    if "ray" in sys.modules and isinstance(exc, sys.modules["ray"].exceptions.RayError):
+        return UserError(_ray_error_line(exc))
     return None
+
+
+def _ray_error_line(exc: Exception) -> str:
+    """A Ray error as one line: its root cause's first line (Ray wraps it in tracebacks)."""
+    from magis_ray.actors.runtime.team import root_cause
+
+    cause = root_cause(exc)
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    # Ray's own errors put "Traceback"/frames after a first line that names the failure
+    first = next((line for line in lines if not line.startswith(("Traceback", "File ", "^"))), type(cause).__name__)
+    return f"Ray: {type(cause).__name__}: {first}"[:300]
 
 
 if __name__ == "__main__":

@@ -86,7 +86,7 @@ class Deployment:
         if settings.batch:
             ray.get(self.gateway.join_batch.remote(run_id, batch_budget_key(settings.batch)))
         supervisor = supervisor_actor(
-            run_id, issue, settings, os.path.abspath(repo_path), self.store, self.gateway, recorded, fence,
+            run_id, issue, settings, os.path.abspath(repo_path), self.store, self.gateway, recorded, fence=fence,
         )
         return RunningRun(run_id, supervisor, supervisor.run.remote(), fence)
 

@@ -23,14 +23,16 @@ class StoreService:
         from magis_ray.store import open_store
 
         self._store = open_store(path, create=True)
-        self._writers: dict[str, RunWriter] = {}
+        self._writers: dict[tuple[str, int], RunWriter] = {}
 
     def append_next(self, run_id: str, events: Sequence[NewEvent], fence: int = 0) -> list[int]:
         """Append after whatever the run holds now; the events' global positions. `fence`: the
         epoch of the run's lease its driver holds (the store refuses a driver that lost it)."""
-        writer = self._writers.get(run_id)
+        # A writer per driver's lease: this actor outlives drivers, and a run resumed by another
+        # driver (maybe through another store actor) is at a version the old writer never saw.
+        writer = self._writers.get((run_id, fence))
         if writer is None:
-            writer = self._writers[run_id] = RunWriter(self._store, run_id)
+            writer = self._writers[(run_id, fence)] = RunWriter(self._store, run_id)
         return writer.write(events, fence)
 
     def read(self, run_id: str, after_version: int = 0) -> list[Recorded]:
