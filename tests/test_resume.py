@@ -41,8 +41,8 @@ def start(args, cwd, env_extra=None, **popen):
     return subprocess.Popen([*MAGIS, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
-def run(args, cwd, timeout=180):
-    proc = start(args, cwd)
+def run(args, cwd, timeout=180, env_extra=None):
+    proc = start(args, cwd, env_extra)
     out, err = proc.communicate(timeout=timeout)
     assert "Traceback" not in out + err, err
     return proc.returncode, out, err

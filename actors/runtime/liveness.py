@@ -43,7 +43,7 @@ class Liveness:
         self.owner = uuid.uuid4().hex
         self.host = socket.gethostname()
         self.pid = os.getpid()
-        self._store = open_store(store_path)
+        self._store = open_store(store_path, create=True)
         self._lock = threading.Lock()
         self._held: dict[str, int] = {}  # key -> epoch
         self._lost: set[str] = set()
