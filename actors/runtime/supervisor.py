@@ -81,6 +81,11 @@ class SupervisorService:
         self.roles = roles
         self.fence = fence  # the epoch of the driver's lease on the run: every write carries it
 
+    def projected_diff(self) -> str:
+        from magis_ray.events.projections import final_diff, fold
+
+        return final_diff(fold(ray.get(self.store.read.remote(self.run_id))))
+
     def run(self):
         snapshot = RepoSnapshot.open(self.repo_path, self.issue.base_commit)
         custodian = RemoteLocator(self, snapshot.commit_id)
@@ -89,7 +94,7 @@ class SupervisorService:
             team = Team(
                 issue=self.issue, settings=self.settings, snapshot=snapshot,
                 asker_for=lanes_for(self.run_id, self.store, self.gateway, self.recorded, self.fence),
-                custodian=custodian, workforce=workforce,
+                custodian=custodian, workforce=workforce, projected_diff=self.projected_diff,
             )
             return team.run()
         finally:
