@@ -224,12 +224,14 @@ def settings_options(f):
         click.option("--no-hints", is_flag=True, help="Ablation: ignore the issue's hints_text."),
         click.option("--no-memory", is_flag=True, help="Ablation: always summarize files afresh."),
         click.option("--token-budget", type=int, default=0, help="Most tokens the run may spend (0: no limit)."),
+        click.option("--memory-any-model", is_flag=True,
+                     help="Reuse file summaries written by any model (by default only by the run's own model)."),
     ]):
         f = option(f)
     return f
 
 
-def run_settings(model: str, top_k, max_files, max_review_rounds, no_qa, no_hints, no_memory, token_budget):
+def run_settings(model: str, top_k, max_files, max_review_rounds, no_qa, no_hints, no_memory, token_budget, memory_any_model=False):
     from magis_ray.events.schema import RunSettings
 
     if top_k < 1 or max_files < 1 or max_review_rounds < 1 or token_budget < 0:
@@ -237,5 +239,5 @@ def run_settings(model: str, top_k, max_files, max_review_rounds, no_qa, no_hint
     return RunSettings(
         top_k=top_k, max_files=max_files, max_review_rounds=max_review_rounds, use_qa=not no_qa,
         use_hints=not no_hints, use_memory=not no_memory, token_budget=token_budget,
-        model=model,
+        model=model, memory_any_model=memory_any_model,
     )

@@ -65,6 +65,7 @@ class MemoryEntry(msgspec.Struct, frozen=True):
     blob_id: str
     summary: str
     position: int
+    model: str = ""  # the model that wrote it ("": a store from before models were recorded, attributed on opening)
 
 
 class EventStore(Protocol):
@@ -88,13 +89,15 @@ class EventStore(Protocol):
     def list_runs(self) -> list[RunInfo]:
         """All runs, oldest first."""
 
-    def put_summary(self, repo: str, path: str, blob_id: str, summary: str) -> None:
-        """Remember a file summary (the last one written for a key wins)."""
+    def put_summary(self, repo: str, path: str, blob_id: str, summary: str, model: str = "") -> None:
+        """Remember a file summary written by `model` (the last one written for a key and model wins)."""
 
-    def get_summary(self, repo: str, path: str, blob_id: str, before_position: int | None = None) -> MemoryEntry | None:
-        """The summary of exactly this version of the file."""
+    def get_summary(self, repo: str, path: str, blob_id: str, before_position: int | None = None,
+                    model: str | None = None) -> MemoryEntry | None:
+        """The summary of exactly this version of the file, by `model` (None: by any model, the latest)."""
 
-    def latest_summary(self, repo: str, path: str, before_position: int | None = None) -> MemoryEntry | None:
+    def latest_summary(self, repo: str, path: str, before_position: int | None = None,
+                       model: str | None = None) -> MemoryEntry | None:
         """The most recent summary of any version of the file.
 
         `before_position` limits the answer to entries written before that global event

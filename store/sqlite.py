@@ -60,9 +60,27 @@ CREATE TABLE IF NOT EXISTS summaries (
     blob_id TEXT NOT NULL,
     summary TEXT NOT NULL,
     position INTEGER NOT NULL,
-    PRIMARY KEY (repo, path, blob_id)
+    model TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (repo, path, blob_id, model)
 );
 CREATE INDEX IF NOT EXISTS summaries_by_file ON summaries (repo, path, position);
+"""
+
+# Summaries record their model since format 1 stores were in use: an older store's table is
+# rebuilt with the column, each summary attributed to the model of the run that logged it.
+SUMMARIES_BY_MODEL = """
+ALTER TABLE summaries RENAME TO summaries_before_models;
+DROP INDEX IF EXISTS summaries_by_file;
+""" + SCHEMA.split("CREATE TABLE IF NOT EXISTS summaries", 1)[1].join(["CREATE TABLE IF NOT EXISTS summaries", ""]) + """;
+INSERT INTO summaries (repo, path, blob_id, summary, position, model)
+SELECT s.repo, s.path, s.blob_id, s.summary, s.position, coalesce((
+    SELECT json_extract(started.data, '$.event.settings.model')
+    FROM events AS said JOIN events AS started ON started.run_id = said.run_id AND started.version = 1
+    WHERE said.type = 'FileSummarized' AND json_extract(said.data, '$.event.path') = s.path
+      AND json_extract(said.data, '$.event.blob_id') = s.blob_id AND json_extract(said.data, '$.event.summary') = s.summary
+    ORDER BY said.position LIMIT 1), '')
+FROM summaries_before_models AS s;
+DROP TABLE summaries_before_models
 """
 
 # Added after format 1 stores were in use: made in any store that lacks it when opened.
@@ -265,30 +283,32 @@ class SQLiteStore:
 
     # --- the summary memory -------------------------------------------------------------
 
-    def put_summary(self, repo: str, path: str, blob_id: str, summary: str) -> None:
+    def put_summary(self, repo: str, path: str, blob_id: str, summary: str, model: str = "") -> None:
         with self._locked() as conn:
             # REPLACE gives the row a new rowid, which breaks ties on position in favour of the later write.
             conn.execute(
-                "INSERT OR REPLACE INTO summaries"
-                " SELECT ?, ?, ?, ?, coalesce(max(position), 0) FROM events",
-                (repo, path, blob_id, summary),
+                "INSERT OR REPLACE INTO summaries (repo, path, blob_id, summary, position, model)"
+                " SELECT ?, ?, ?, ?, coalesce(max(position), 0), ? FROM events",
+                (repo, path, blob_id, summary, model),
             )
 
-    def get_summary(self, repo: str, path: str, blob_id: str, before_position: int | None = None) -> MemoryEntry | None:
+    def get_summary(self, repo: str, path: str, blob_id: str, before_position: int | None = None,
+                    model: str | None = None) -> MemoryEntry | None:
         with self._locked() as conn:
             row = conn.execute(
-                "SELECT repo, path, blob_id, summary, position FROM summaries"
-                " WHERE repo = ? AND path = ? AND blob_id = ? AND position < ?",
-                (repo, path, blob_id, _upper(before_position)),
+                f"SELECT {_SUMMARY_COLUMNS} FROM summaries WHERE repo = :repo AND path = :path AND blob_id = :blob"
+                " AND position < :before AND (:model IS NULL OR model = :model) ORDER BY position DESC, rowid DESC LIMIT 1",
+                dict(repo=repo, path=path, blob=blob_id, before=_upper(before_position), model=model),
             ).fetchone()
         return MemoryEntry(*row) if row else None
 
-    def latest_summary(self, repo: str, path: str, before_position: int | None = None) -> MemoryEntry | None:
+    def latest_summary(self, repo: str, path: str, before_position: int | None = None,
+                       model: str | None = None) -> MemoryEntry | None:
         with self._locked() as conn:
             row = conn.execute(
-                "SELECT repo, path, blob_id, summary, position FROM summaries"
-                " WHERE repo = ? AND path = ? AND position < ? ORDER BY position DESC, rowid DESC LIMIT 1",
-                (repo, path, _upper(before_position)),
+                f"SELECT {_SUMMARY_COLUMNS} FROM summaries WHERE repo = :repo AND path = :path"
+                " AND position < :before AND (:model IS NULL OR model = :model) ORDER BY position DESC, rowid DESC LIMIT 1",
+                dict(repo=repo, path=path, before=_upper(before_position), model=model),
             ).fetchone()
         return MemoryEntry(*row) if row else None
 
@@ -334,6 +354,11 @@ class SQLiteStore:
 
 
 _LEASE_COLUMNS = "key, owner, host, pid, epoch, renewed, expires"
+_SUMMARY_COLUMNS = "repo, path, blob_id, summary, position, model"
+
+
+def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
+    return any(row[1] == column for row in conn.execute(f"PRAGMA table_info({table})"))
 
 
 def _create_whole(db: Path) -> None:
@@ -385,6 +410,12 @@ def _setup(conn: sqlite3.Connection, db: Path, create: bool) -> None:
             marker = row[0] if row else None
         if marker == str(STORE_FORMAT) and "leases" not in tables:
             conn.execute(LEASES)
+        if marker == str(STORE_FORMAT) and not _has_column(conn, "summaries", "model"):
+            conn.execute("BEGIN IMMEDIATE")
+            if not _has_column(conn, "summaries", "model"):  # a racing opener did it meanwhile
+                for statement in SUMMARIES_BY_MODEL.split(";"):
+                    conn.execute(statement)
+            conn.execute("COMMIT")
     except (sqlite3.Error, UnicodeDecodeError) as exc:
         raise _wrap(exc, str(db)) from None
     if marker is None:

@@ -34,13 +34,13 @@ class MemoryAsOf:
     def __init__(self, store):
         self._store = store
 
-    def get_summary(self, repo, path, blob_id, before_position=None):
-        return self._store.get_summary(repo, path, blob_id, before_position)
+    def get_summary(self, repo, path, blob_id, before_position=None, model=None):
+        return self._store.get_summary(repo, path, blob_id, before_position, model)
 
-    def latest_summary(self, repo, path, before_position=None):
-        return self._store.latest_summary(repo, path, before_position)
+    def latest_summary(self, repo, path, before_position=None, model=None):
+        return self._store.latest_summary(repo, path, before_position, model)
 
-    def put_summary(self, repo, path, blob_id, summary) -> None:
+    def put_summary(self, repo, path, blob_id, summary, model="") -> None:
         pass
 
 

@@ -41,14 +41,14 @@ class StoreService:
     def version(self, run_id: str) -> int:
         return self._store.version(run_id)
 
-    def get_summary(self, repo, path, blob_id, before_position=None):
-        return self._store.get_summary(repo, path, blob_id, before_position)
+    def get_summary(self, repo, path, blob_id, before_position=None, model=None):
+        return self._store.get_summary(repo, path, blob_id, before_position, model)
 
-    def latest_summary(self, repo, path, before_position=None):
-        return self._store.latest_summary(repo, path, before_position)
+    def latest_summary(self, repo, path, before_position=None, model=None):
+        return self._store.latest_summary(repo, path, before_position, model)
 
-    def put_summary(self, repo, path, blob_id, summary) -> None:
-        self._store.put_summary(repo, path, blob_id, summary)
+    def put_summary(self, repo, path, blob_id, summary, model="") -> None:
+        self._store.put_summary(repo, path, blob_id, summary, model)
 
 
 class GatewayService:
@@ -91,14 +91,14 @@ class StoreMemory:
     def __init__(self, store):
         self._store = store
 
-    def get_summary(self, repo, path, blob_id, before_position=None):
-        return ray.get(self._store.get_summary.remote(repo, path, blob_id, before_position))
+    def get_summary(self, repo, path, blob_id, before_position=None, model=None):
+        return ray.get(self._store.get_summary.remote(repo, path, blob_id, before_position, model))
 
-    def latest_summary(self, repo, path, before_position=None):
-        return ray.get(self._store.latest_summary.remote(repo, path, before_position))
+    def latest_summary(self, repo, path, before_position=None, model=None):
+        return ray.get(self._store.latest_summary.remote(repo, path, before_position, model))
 
-    def put_summary(self, repo, path, blob_id, summary) -> None:
-        ray.get(self._store.put_summary.remote(repo, path, blob_id, summary))
+    def put_summary(self, repo, path, blob_id, summary, model="") -> None:
+        ray.get(self._store.put_summary.remote(repo, path, blob_id, summary, model))
 
 
 class GatewayLLM:
