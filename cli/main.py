@@ -88,7 +88,12 @@ def diff_command(run: str, store_path: str) -> None:
 
     from .source import load_run
 
-    click.echo(final_diff(fold(load_run(store_path, run))), nl=False)
+    view = fold(load_run(store_path, run))
+    diff = final_diff(view)
+    if not diff:
+        why = view.finished.outcome if view.finished else view.status
+        click.echo(f"magis-ray: run {view.run_id} has no patch ({why})", err=True)
+    click.echo(diff, nl=False)
 
 
 @cli.command("audit")
