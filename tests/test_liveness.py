@@ -13,7 +13,7 @@ from checks import assert_consistent_log
 from test_batch import batch_args, dataset, team as batch_team  # noqa: F401 - the dataset fixture
 from test_resume import EXPECTED_DIFF, issue_file, run, start, team, wait_for_events, wait_for_lease_expiry  # noqa: F401
 
-from magis_ray.actors.scripted_server import ScriptedServer
+from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import RunFinished, RunStarted
 from magis_ray.store import open_store
@@ -85,3 +85,18 @@ def test_two_batches_of_one_name_started_together_predict_every_instance_once(da
     a, b = ([json.loads(line) for line in (tmp_path / name).read_text().splitlines()] for name in ("a.jsonl", "b.jsonl"))
     assert a == b and len(a) == 5 and len({p["instance_id"] for p in a}) == 5
     assert all(p["model_patch"] for p in a if p["instance_id"] in ("calc__calc-1", "calc__calc-2"))
+
+
+def test_a_run_cut_off_before_its_first_event_is_said_to_have_never_started(tmp_path):
+    """submit takes the run's lease before it prints the id; killed before RunStarted, the id is
+    known to the store only by its lease."""
+    import time as clock
+
+    with open_store(str(tmp_path / "store"), create=True) as s:
+        s.take_lease("0123456789ab", "a-driver", "host", 4242, ttl_s=0.01, now=clock.time() - 60)
+    code, out, err = run(["resume", "0123456789ab", "--store", "store"], tmp_path)
+    assert code == 2 and err == (
+        "magis-ray: error: run 0123456789ab never started (it was stopped before its first event); submit the issue again\n"
+    )
+    code, out, err = run(["resume", "fedcba987654", "--store", "store"], tmp_path)
+    assert code == 2 and err == "magis-ray: error: unknown run: fedcba987654\n"
