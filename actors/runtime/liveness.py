@@ -81,13 +81,16 @@ class Liveness:
 
     def _beat(self) -> None:
         while not self._stop.wait(self.ttl_s / HEARTBEATS_PER_LEASE):
+            with self._lock:
+                before = dict(self._held)  # only these can be judged by the renewal below
             try:
                 kept = set(self._store.renew_leases(self.owner, self.ttl_s, time.time()))
             except Exception:  # noqa: BLE001 - a busy or vanished store: try again next beat
                 continue
             with self._lock:
-                for key in list(self._held):
-                    if key not in kept:  # expired while we were stalled, and taken over (or released)
+                for key, epoch in before.items():
+                    # expired while we were stalled and taken over; not one released or taken anew meanwhile
+                    if key not in kept and self._held.get(key) == epoch:
                         self._held.pop(key)
                         self._lost.add(key)
 
