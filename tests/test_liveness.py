@@ -100,3 +100,38 @@ def test_a_run_cut_off_before_its_first_event_is_said_to_have_never_started(tmp_
     )
     code, out, err = run(["resume", "fedcba987654", "--store", "store"], tmp_path)
     assert code == 2 and err == "magis-ray: error: unknown run: fedcba987654\n"
+
+
+def test_a_heartbeat_keeps_a_lease_and_a_stalled_driver_learns_it_lost_it(tmp_path):
+    import time as clock
+
+    from magis_ray.actors.runtime.liveness import Liveness, RunIsLive
+
+    store = str(tmp_path / "store")
+    first, second = Liveness(store, ttl_s=2.0), Liveness(store, ttl_s=2.0)
+    try:
+        epoch = first.take("r1")
+        deadline = clock.monotonic() + 60
+        held_since = clock.time()
+        while clock.time() - held_since < 3 * first.ttl_s:  # thrice its length: only the heartbeat keeps it
+            with pytest.raises(RunIsLive, match=r"run r1 is still running on .*, pid \d+, last seen \d+s ago"):
+                second.take("r1")
+            clock.sleep(0.2)
+        first._stop.set()  # the first driver stalls: no more heartbeats
+        first._thread.join()
+        while True:
+            try:
+                assert second.take("r1") == epoch + 1
+                break
+            except RunIsLive:
+                assert clock.monotonic() < deadline
+                clock.sleep(0.1)
+        first._stop.clear()
+        first._thread = __import__("threading").Thread(target=first._beat, daemon=True)
+        first._thread.start()  # it wakes up
+        while not first.lost("r1"):
+            assert clock.monotonic() < deadline
+            clock.sleep(0.05)
+    finally:
+        first.close()
+        second.close()
