@@ -35,19 +35,22 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
     with model_endpoint(llm, base_url, store_path, local_port) as endpoint:
         open_store(store_path, create=True).close()
         deployment = Deployment(store_path, gateway_config(endpoint, run_config.model, limits))
-        with open_store(store_path) as store:
-            settings = batch_settings(run_config, batch_name)
-            with tqdm(total=len(items), unit="instance", desc=f"batch {batch_name}", file=sys.stderr) as bar:
-                def progress(result) -> None:
-                    bar.update(1)
-                    bar.set_postfix_str(f"{result.instance_id}: {result.status}", refresh=True)
+        try:
+            with open_store(store_path) as store:
+                settings = batch_settings(run_config, batch_name)
+                with tqdm(total=len(items), unit="instance", desc=f"batch {batch_name}", file=sys.stderr) as bar:
+                    def progress(result) -> None:
+                        bar.update(1)
+                        bar.set_postfix_str(f"{result.instance_id}: {result.status}", refresh=True)
 
-                try:
-                    results = BatchRunner(deployment, store, settings, repos_dir, workers, progress, batch_budget).run(items)
-                except KeyboardInterrupt:
-                    click.echo(f"magis-ray: interrupted; run the same command again to resume batch {batch_name}", err=True)
-                    sys.exit(130)
-            write_predictions(store, results, out, settings.model)
+                    try:
+                        results = BatchRunner(deployment, store, settings, repos_dir, workers, progress, batch_budget).run(items)
+                    except KeyboardInterrupt:
+                        click.echo(f"magis-ray: interrupted; run the same command again to resume batch {batch_name}", err=True)
+                        sys.exit(130)
+                write_predictions(store, results, out, settings.model)
+        finally:
+            deployment.close()  # gives up this driver's leases
     print_batch_summary(results, out)
 
 

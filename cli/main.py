@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -11,8 +12,8 @@ import msgspec
 from .batch import submit_batch
 from .divergence import describe_side, first_difference
 from .submit import (
-    default_model, gateway_config, load_issue, locate_repo, model_endpoint, model_options, report, resolve_llm, run_settings,
-    settings_options, write_outputs,
+    default_model, gateway_config, load_issue, locate_repo, model_endpoint, model_options, model_settings, report, resolve_llm,
+    resume_model, run_settings, settings_options, write_outputs,
 )
 
 DEFAULT_STORE = ".magis"
@@ -87,7 +88,12 @@ def diff_command(run: str, store_path: str) -> None:
 
     from .source import load_run
 
-    click.echo(final_diff(fold(load_run(store_path, run))), nl=False)
+    view = fold(load_run(store_path, run))
+    diff = final_diff(view)
+    if not diff:
+        why = view.finished.outcome if view.finished else view.status
+        click.echo(f"magis-ray: run {view.run_id} has no patch ({why})", err=True)
+    click.echo(diff, nl=False)
 
 
 @cli.command("audit")
@@ -128,24 +134,29 @@ def submit_command(issue_file: Path, repo, repos_dir, out, workers, instances, b
     """Resolve ISSUE_FILE (a SWE-bench instance record) with the MAGIS team, or, for a .jsonl
     dataset, every instance in it as a batch (resumable: run the same command again)."""
     llm = resolve_llm(llm, base_url)
-    run_config = run_settings(default_model(llm, model), **settings)
     limits = dict(timeout=timeout, concurrency=concurrency, response_format=response_format, rpm=rpm, tpm=tpm)
+    run_config = msgspec.structs.replace(
+        run_settings(default_model(llm, model), **settings), llm=model_settings(llm, base_url, limits),
+    )
     if issue_file.suffix == ".jsonl":
         return submit_batch(issue_file, repos_dir, out, workers, instances, batch_budget, batch_name or out.stem,
                             store_path, llm, base_url, local_port, limits, run_config)
     from magis_ray.actors.runtime.deployment import new_run_id, run_issue
+    from magis_ray.actors.runtime.liveness import Liveness
 
     issue = load_issue(issue_file)
     repo_path = locate_repo(issue, repo, repos_dir)
     with model_endpoint(llm, base_url, store_path, local_port) as endpoint:
         _ensure_store(store_path)
         run_id = new_run_id()
-        click.echo(f"run {run_id}: {issue.instance_id} ({issue.repo} @ {issue.base_commit[:10]})", err=True)
-        end = run_issue(
-            store_path=store_path, issue=msgspec.structs.replace(issue, repo_path=repo_path), settings=run_config,
-            repo_path=repo_path, gateway_config=gateway_config(endpoint, run_config.model, limits),
-            run_id=run_id,
-        )
+        with Liveness(store_path) as liveness:
+            liveness.take(run_id)  # before the id is shown: resume can tell a run that never started
+            click.echo(f"run {run_id}: {issue.instance_id} ({issue.repo} @ {issue.base_commit[:10]})", err=True)
+            end = run_issue(
+                store_path=store_path, issue=msgspec.structs.replace(issue, repo_path=repo_path), settings=run_config,
+                repo_path=repo_path, gateway_config=gateway_config(endpoint, run_config.model, limits),
+                run_id=run_id, liveness=liveness,
+            )
     conclude(store_path, run_id, end)
 
 
@@ -154,32 +165,45 @@ def submit_command(issue_file: Path, repo, repos_dir, out, workers, instances, b
 @click.option("--repo", "repo", type=click.Path(), help="Where the repository is now, if it moved.")
 @store_option
 @model_options
-def resume_command(run, repo, store_path, llm, base_url, local_port, model, timeout, concurrency, response_format, rpm, tpm) -> None:
+@click.pass_context
+def resume_command(ctx, run, repo, store_path, llm, base_url, local_port, model, timeout, concurrency, response_format,
+                   rpm, tpm) -> None:
     """Go on with a run cut off by a crash, kill -9, Ctrl-C or a lost model: recorded answers
-    are reused, never paid for again, and nothing is written twice."""
+    are reused, never paid for again, and nothing is written twice. The run's own model and
+    model options are used, except those given here."""
+    from click.core import ParameterSource
+
     from magis_ray.actors.runtime.continuation import CannotResume, resume_point
     from magis_ray.actors.runtime.deployment import resume_issue
+    from magis_ray.actors.runtime.liveness import Liveness, RunIsLive
     from magis_ray.store import open_store
 
     from .source import BadInput, resolve_run_id
 
     with open_store(store_path) as store:
         run_id = resolve_run_id(store, run)
+    with Liveness(store_path) as liveness:
         try:
-            point = resume_point(store.read(run_id))
-        except CannotResume as exc:
+            liveness.take(run_id)  # before reading where to go on from: no other driver appends meanwhile
+        except RunIsLive as exc:
             raise BadInput(str(exc)) from None
-    repo_path = repo_of(point.started, repo)
-    llm = resolve_llm(llm, base_url)
-    with model_endpoint(llm, base_url, store_path, local_port) as endpoint:
-        click.echo(f"resuming run {run_id} from event {point.kept_version} ({point.superseded} superseded)", err=True)
-        end = resume_issue(
-            store_path=store_path, run_id=run_id, point=point, repo_path=repo_path,
-            gateway_config=gateway_config(
-                endpoint, model or point.started.settings.model,
-                dict(timeout=timeout, concurrency=concurrency, response_format=response_format, rpm=rpm, tpm=tpm),
-            ),
+        with open_store(store_path) as store:
+            try:
+                point = resume_point(store.read(run_id))
+            except CannotResume as exc:
+                raise BadInput(str(exc)) from None
+        repo_path = repo_of(point.started, repo)
+        llm, base_url, model, limits = resume_model(
+            lambda name: ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE, point.started.settings,
+            llm, base_url, model,
+            dict(timeout=timeout, concurrency=concurrency, response_format=response_format, rpm=rpm, tpm=tpm),
         )
+        with model_endpoint(llm, base_url, store_path, local_port) as endpoint:
+            click.echo(f"resuming run {run_id} from event {point.kept_version} ({point.superseded} superseded)", err=True)
+            end = resume_issue(
+                store_path=store_path, run_id=run_id, point=point, repo_path=repo_path,
+                gateway_config=gateway_config(endpoint, model, limits), liveness=liveness,
+            )
     conclude(store_path, run_id, end)
 
 
@@ -227,6 +251,39 @@ def replay_command(run, repo, store_path) -> None:
     sys.exit(1)
 
 
+@cli.command("stop")
+@click.option("--force", is_flag=True, help="Stop them even while runs of the store are live.")
+@store_option
+def stop_command(force: bool, store_path: str) -> None:
+    """End the shared actors on the Ray cluster RAY_ADDRESS names: the store's, and the model
+    gateways. They outlive the drivers that made them, so that drivers share them."""
+    import os
+    import time
+
+    from magis_ray.store import NotAStore, open_store
+
+    from .source import BadInput
+
+    try:
+        with open_store(store_path) as store:
+            live = [lease for lease in store.leases() if ":" not in lease.key and lease.live(time.time())]
+    except NotAStore:
+        live = []
+    if live and not force:
+        first = live[0]
+        raise BadInput(f"{len(live)} run(s) of this store are still running (run {first.key} on {first.host}, pid "
+                       f"{first.pid}); let them end, or give --force")
+    if not os.environ.get("RAY_ADDRESS"):
+        click.echo("nothing to stop: RAY_ADDRESS names no cluster, and a Ray of magis-ray's own ends with its command")
+        return
+    from magis_ray.actors.runtime.deployment import ensure_ray
+    from magis_ray.actors.runtime.remote import stop_shared
+
+    ensure_ray()
+    ended = stop_shared(os.path.abspath(store_path))
+    click.echo(f"stopped {len(ended)} shared actor(s)" + (": " + ", ".join(ended) if ended else ""))
+
+
 def repo_of(started, repo: str | None) -> str:
     """Where the run's repository is: the --repo given, else where the run found it."""
     from magis_ray.actors.code.repository import RepoError, RepoSnapshot
@@ -250,7 +307,8 @@ def conclude(store_path: str, run_id: str, end) -> None:
 
     report(run_id, end, *write_outputs(store_path, run_id))
     if isinstance(end, RunFailed):
-        hint = f"; resume it with `magis-ray resume {run_id}`" if end.resumable else ""
+        store = "" if store_path == DEFAULT_STORE else f" --store {shlex.quote(store_path)}"
+        hint = f"; resume it with `magis-ray resume {run_id}{store}`" if end.resumable else ""
         if end.reason == INTERRUPTED:
             click.echo(f"magis-ray: interrupted{hint}", err=True)
             sys.exit(130)
@@ -300,7 +358,20 @@ def _as_user_error(exc: Exception) -> UserError | None:
         return UserError(str(exc))
     if isinstance(exc, OSError) and not isinstance(exc, (BrokenPipeError,)):
         return UserError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
+    if "ray" in sys.modules and isinstance(exc, sys.modules["ray"].exceptions.RayError):
+        return UserError(_ray_error_line(exc))
     return None
+
+
+def _ray_error_line(exc: Exception) -> str:
+    """A Ray error as one line: its root cause's first line (Ray wraps it in tracebacks)."""
+    from magis_ray.actors.runtime.team import root_cause
+
+    cause = root_cause(exc)
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    # Ray's own errors put "Traceback"/frames after a first line that names the failure
+    first = next((line for line in lines if not line.startswith(("Traceback", "File ", "^"))), type(cause).__name__)
+    return f"Ray: {type(cause).__name__}: {first}"[:300]
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Where a read command finds a run's events: a store (by run id or unique prefix) or a JSON-lines file."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from magis_ray.events.codec import DecodeError, decode_recorded
@@ -21,6 +22,14 @@ def resolve_run_id(store: EventStore, run: str) -> str:
         return matches[0]
     if len(matches) > 1:
         raise BadInput(f"run id prefix {run!r} is ambiguous ({len(matches)} runs)")
+    # a driver takes the run's lease before it prints the id: a lease without events is a run
+    # that was cut off before its first event
+    unstarted = [lease for lease in store.leases(run) if ":" not in lease.key]
+    if len(unstarted) == 1:
+        lease = unstarted[0]
+        if lease.live(time.time()):
+            raise BadInput(f"run {lease.key} is starting on {lease.host}, pid {lease.pid}; it has no events yet")
+        raise BadInput(f"run {lease.key} never started (it was stopped before its first event); submit the issue again")
     raise UnknownRun(f"unknown run: {run}")
 
 

@@ -104,6 +104,44 @@ def gateway_config(endpoint: Endpoint, model: str, limits: dict):
     )
 
 
+def model_settings(llm: str, base_url: str | None, limits: dict):
+    """What the run records of its model endpoint (never the key), for resume to talk to it again."""
+    from magis_ray.events.schema import ModelSettings
+
+    kind = "scripted:" + os.path.abspath(llm.removeprefix("scripted:")) if llm.startswith("scripted:") else llm
+    return ModelSettings(
+        kind=kind, base_url=(base_url or "") if llm == "openai" else "", response_format=limits["response_format"],
+        timeout_s=limits["timeout"], concurrency=limits["concurrency"], requests_per_minute=limits["rpm"],
+        tokens_per_minute=limits["tpm"],
+    )
+
+
+def resume_model(given, settings, llm: str, base_url: str | None, model: str, limits: dict):
+    """(llm, base_url, model name, limits) of a resume: the run's recorded model endpoint and
+    options, except what the command line gives (`given(option)`); environment variables do not
+    override the record. A run recorded before model settings were kept resumes as before."""
+    recorded = settings.llm
+    if not recorded.kind:
+        llm = resolve_llm(llm, base_url)
+        return llm, base_url, model or settings.model, limits
+    if given("llm") or given("base_url"):
+        llm = resolve_llm(llm, base_url)
+        if llm == recorded.kind == "openai" and not given("base_url"):
+            base_url = recorded.base_url or None
+        same_endpoint = llm == recorded.kind and (base_url or "") == recorded.base_url
+        name = model if given("model") else settings.model if same_endpoint else default_model(llm, "")
+    else:
+        llm, base_url = recorded.kind, recorded.base_url or None
+        name = model if given("model") else settings.model
+    limits = dict(limits)
+    for option, field in (("timeout", "timeout_s"), ("concurrency", "concurrency"), ("response_format", "response_format"),
+                          ("rpm", "requests_per_minute"), ("tpm", "tokens_per_minute")):
+        value = getattr(recorded, field)
+        if not given(option) and value:
+            limits[option] = value
+    return llm, base_url, name, limits
+
+
 def default_model(llm: str, model: str) -> str:
     """The model's name as runs record it: the one given, else the endpoint's own."""
     if model:
@@ -186,12 +224,14 @@ def settings_options(f):
         click.option("--no-hints", is_flag=True, help="Ablation: ignore the issue's hints_text."),
         click.option("--no-memory", is_flag=True, help="Ablation: always summarize files afresh."),
         click.option("--token-budget", type=int, default=0, help="Most tokens the run may spend (0: no limit)."),
+        click.option("--memory-any-model", is_flag=True,
+                     help="Reuse file summaries written by any model (by default only by the run's own model)."),
     ]):
         f = option(f)
     return f
 
 
-def run_settings(model: str, top_k, max_files, max_review_rounds, no_qa, no_hints, no_memory, token_budget):
+def run_settings(model: str, top_k, max_files, max_review_rounds, no_qa, no_hints, no_memory, token_budget, memory_any_model=False):
     from magis_ray.events.schema import RunSettings
 
     if top_k < 1 or max_files < 1 or max_review_rounds < 1 or token_budget < 0:
@@ -199,5 +239,5 @@ def run_settings(model: str, top_k, max_files, max_review_rounds, no_qa, no_hint
     return RunSettings(
         top_k=top_k, max_files=max_files, max_review_rounds=max_review_rounds, use_qa=not no_qa,
         use_hints=not no_hints, use_memory=not no_memory, token_budget=token_budget,
-        model=model,
+        model=model, memory_any_model=memory_any_model,
     )

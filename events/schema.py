@@ -48,6 +48,19 @@ class Message(msgspec.Struct, frozen=True):
     content: str
 
 
+class ModelSettings(msgspec.Struct, frozen=True):
+    """How a run talks to its model, recorded at submit so that a plain resume talks to the same
+    one. Never the API key. kind "" (a log from before this was recorded): unknown."""
+
+    kind: str = ""  # "openai", "local", or "scripted:ABSOLUTE/PATH.json"
+    base_url: str = ""  # openai: the endpoint given ("" the client's default)
+    response_format: str = ""
+    timeout_s: float = 0.0
+    concurrency: int = 0
+    requests_per_minute: int = 0
+    tokens_per_minute: int = 0
+
+
 class RunSettings(msgspec.Struct, frozen=True):
     top_k: int = 10
     max_review_rounds: int = 3
@@ -58,6 +71,8 @@ class RunSettings(msgspec.Struct, frozen=True):
     model: str = ""
     max_files: int = 3  # the Custodian keeps at most this many relevant files
     batch: str = ""  # the batch the run belongs to ("" for a single issue); its token budget is shared
+    llm: ModelSettings = ModelSettings()  # the model endpoint `model` was asked through
+    memory_any_model: bool = False  # reuse file summaries written by any model, not only by `model`
 
 
 # --- the run's life -------------------------------------------------------------------------

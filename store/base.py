@@ -28,6 +28,28 @@ class CorruptStore(StoreError):
     """The database file or one of its events cannot be read."""
 
 
+class Fenced(StoreError):
+    """The writer no longer holds the run's lease: another driver took the run over."""
+
+
+class Lease(msgspec.Struct, frozen=True):
+    """Who drives a run (or holds any other key) and until when, unless renewed.
+
+    `epoch` grows with every new holder; a writer appends with the epoch it was given, so the
+    store refuses a driver that lost the lease (fencing)."""
+
+    key: str
+    owner: str
+    host: str
+    pid: int
+    epoch: int
+    renewed: float  # unix seconds of the last heartbeat
+    expires: float  # 0 once released
+
+    def live(self, now: float) -> bool:
+        return self.expires > now
+
+
 class RunInfo(msgspec.Struct, frozen=True):
     run_id: str
     version: int  # number of events in the stream
@@ -43,13 +65,16 @@ class MemoryEntry(msgspec.Struct, frozen=True):
     blob_id: str
     summary: str
     position: int
+    model: str = ""  # the model that wrote it ("": a store from before models were recorded, attributed on opening)
 
 
 class EventStore(Protocol):
-    def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent]) -> list[Recorded]:
+    def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent], fence: int = 0) -> list[Recorded]:
         """Append a batch atomically after `expected_version` (0 for a new run).
 
-        Raises ConcurrencyConflict, writing nothing, when the stream is at another version.
+        Raises ConcurrencyConflict, writing nothing, when the stream is at another version, and
+        Fenced when `fence` (the epoch of the run's lease the writer was given; 0: none) is no
+        longer the lease's epoch.
         """
 
     def read(self, run_id: str, after_version: int = 0) -> list[Recorded]:
@@ -64,17 +89,32 @@ class EventStore(Protocol):
     def list_runs(self) -> list[RunInfo]:
         """All runs, oldest first."""
 
-    def put_summary(self, repo: str, path: str, blob_id: str, summary: str) -> None:
-        """Remember a file summary (the last one written for a key wins)."""
+    def put_summary(self, repo: str, path: str, blob_id: str, summary: str, model: str = "") -> None:
+        """Remember a file summary written by `model` (the last one written for a key and model wins)."""
 
-    def get_summary(self, repo: str, path: str, blob_id: str, before_position: int | None = None) -> MemoryEntry | None:
-        """The summary of exactly this version of the file."""
+    def get_summary(self, repo: str, path: str, blob_id: str, before_position: int | None = None,
+                    model: str | None = None) -> MemoryEntry | None:
+        """The summary of exactly this version of the file, by `model` (None: by any model, the latest)."""
 
-    def latest_summary(self, repo: str, path: str, before_position: int | None = None) -> MemoryEntry | None:
+    def latest_summary(self, repo: str, path: str, before_position: int | None = None,
+                       model: str | None = None) -> MemoryEntry | None:
         """The most recent summary of any version of the file.
 
         `before_position` limits the answer to entries written before that global event
         position, so a replay sees the memory as it was when the run started.
         """
+
+    def take_lease(self, key: str, owner: str, host: str, pid: int, ttl_s: float, now: float) -> Lease:
+        """Take (or renew) the lease on `key` if it is free, expired or already `owner`'s; the lease
+        as it stands afterwards (someone else's when it was live)."""
+
+    def renew_leases(self, owner: str, ttl_s: float, now: float) -> list[str]:
+        """Extend every lease `owner` still holds; their keys."""
+
+    def release_lease(self, key: str, owner: str) -> None:
+        """Give the lease up now, if `owner` holds it (its epoch stays, so old writers stay fenced)."""
+
+    def leases(self, prefix: str = "") -> list[Lease]:
+        """The leases whose key starts with `prefix`, live or not."""
 
     def close(self) -> None: ...

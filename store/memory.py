@@ -9,7 +9,7 @@ import msgspec
 from magis_ray.events.codec import encode
 from magis_ray.events.schema import NewEvent, Recorded
 
-from .base import ConcurrencyConflict, MemoryEntry, RunInfo, UnknownRun
+from .base import ConcurrencyConflict, Fenced, Lease, MemoryEntry, RunInfo, UnknownRun
 
 _decoder = msgspec.json.Decoder(Recorded)
 
@@ -26,13 +26,18 @@ class InMemoryStore:
         self._log: list[tuple[str, int, bytes]] = []  # (run_id, version, data); position = index + 1
         self._runs: dict[str, list[int]] = {}  # run_id -> indexes into _log, in version order
         self._times: dict[str, tuple[float, float]] = {}  # run_id -> (first_time, last_time)
-        self._summaries: dict[tuple[str, str, str], tuple[MemoryEntry, int]] = {}  # key -> (entry, write seq)
+        self._summaries: dict[tuple[str, str, str, str], tuple[MemoryEntry, int]] = {}  # key, model -> (entry, write seq)
         self._seq = 0
+        self._leases: dict[str, Lease] = {}
 
-    def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent]) -> list[Recorded]:
+    def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent], fence: int = 0) -> list[Recorded]:
         if not events:
             return []
         with self._lock:
+            lease = self._leases.get(run_id)
+            if fence and (lease is None or lease.epoch != fence):
+                holder = f" (now driven on {lease.host}, pid {lease.pid})" if lease else ""
+                raise Fenced(f"run {run_id} was taken over by another driver{holder}")
             current = len(self._runs.get(run_id, ()))
             if current != expected_version:
                 raise ConcurrencyConflict(f"run {run_id} is at version {current}, not {expected_version}")
@@ -70,28 +75,56 @@ class InMemoryStore:
         with self._lock:  # dicts keep insertion order: the order of each run's first append
             return [RunInfo(r, len(ix), *self._times[r]) for r, ix in self._runs.items()]
 
-    def put_summary(self, repo: str, path: str, blob_id: str, summary: str) -> None:
+    def put_summary(self, repo: str, path: str, blob_id: str, summary: str, model: str = "") -> None:
         with self._lock:
             self._seq += 1
-            entry = MemoryEntry(repo, path, blob_id, summary, len(self._log))
-            self._summaries[(repo, path, blob_id)] = (entry, self._seq)
+            entry = MemoryEntry(repo, path, blob_id, summary, len(self._log), model)
+            self._summaries[(repo, path, blob_id, model)] = (entry, self._seq)
 
-    def get_summary(self, repo: str, path: str, blob_id: str, before_position: int | None = None) -> MemoryEntry | None:
-        with self._lock:
-            found = self._summaries.get((repo, path, blob_id))
-        if found is None or (before_position is not None and found[0].position >= before_position):
-            return None
-        return found[0]
-
-    def latest_summary(self, repo: str, path: str, before_position: int | None = None) -> MemoryEntry | None:
+    def _latest(self, repo: str, path: str, blob_id: str | None, before_position: int | None, model: str | None):
         with self._lock:
             candidates = [
                 (entry.position, seq, entry)
-                for (r, p, _), (entry, seq) in self._summaries.items()
-                if r == repo and p == path and (before_position is None or entry.position < before_position)
+                for (r, p, b, m), (entry, seq) in self._summaries.items()
+                if r == repo and p == path and (blob_id is None or b == blob_id) and (model is None or m == model)
+                and (before_position is None or entry.position < before_position)
             ]
         # Ties on position (no event between two writes) go to the later write, as in SQLite.
         return max(candidates, key=lambda c: c[:2])[2] if candidates else None
+
+    def get_summary(self, repo: str, path: str, blob_id: str, before_position: int | None = None,
+                    model: str | None = None) -> MemoryEntry | None:
+        return self._latest(repo, path, blob_id, before_position, model)
+
+    def latest_summary(self, repo: str, path: str, before_position: int | None = None,
+                       model: str | None = None) -> MemoryEntry | None:
+        return self._latest(repo, path, None, before_position, model)
+
+    def take_lease(self, key: str, owner: str, host: str, pid: int, ttl_s: float, now: float) -> Lease:
+        with self._lock:
+            current = self._leases.get(key)
+            if current is not None and current.owner != owner and current.live(now):
+                return current
+            epoch = current.epoch if current is not None and current.owner == owner else (current.epoch + 1 if current else 1)
+            taken = self._leases[key] = Lease(key, owner, host, pid, epoch, now, now + ttl_s)
+            return taken
+
+    def renew_leases(self, owner: str, ttl_s: float, now: float) -> list[str]:
+        with self._lock:
+            held = [k for k, lease in self._leases.items() if lease.owner == owner and lease.expires > 0]
+            for k in held:
+                self._leases[k] = msgspec.structs.replace(self._leases[k], renewed=now, expires=now + ttl_s)
+            return held
+
+    def release_lease(self, key: str, owner: str) -> None:
+        with self._lock:
+            lease = self._leases.get(key)
+            if lease is not None and lease.owner == owner:
+                self._leases[key] = msgspec.structs.replace(lease, expires=0.0)
+
+    def leases(self, prefix: str = "") -> list[Lease]:
+        with self._lock:
+            return sorted((lease for k, lease in self._leases.items() if k.startswith(prefix)), key=lambda lease: lease.key)
 
     def __enter__(self) -> InMemoryStore:
         return self

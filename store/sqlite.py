@@ -19,7 +19,7 @@ import msgspec
 from magis_ray.events.codec import encode
 from magis_ray.events.schema import SCHEMA_VERSION, NewEvent, Recorded
 
-from .base import ConcurrencyConflict, CorruptStore, MemoryEntry, NotAStore, RunInfo, StoreError, UnknownRun
+from .base import ConcurrencyConflict, CorruptStore, Fenced, Lease, MemoryEntry, NotAStore, RunInfo, StoreError, UnknownRun
 
 DB_NAME = "events.sqlite3"
 STORE_FORMAT = 1  # the layout below; bump on incompatible table changes
@@ -60,10 +60,40 @@ CREATE TABLE IF NOT EXISTS summaries (
     blob_id TEXT NOT NULL,
     summary TEXT NOT NULL,
     position INTEGER NOT NULL,
-    PRIMARY KEY (repo, path, blob_id)
+    model TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (repo, path, blob_id, model)
 );
 CREATE INDEX IF NOT EXISTS summaries_by_file ON summaries (repo, path, position);
 """
+
+# Summaries record their model since format 1 stores were in use: an older store's table is
+# rebuilt with the column, each summary attributed to the model of the run that logged it.
+SUMMARIES_BY_MODEL = """
+ALTER TABLE summaries RENAME TO summaries_before_models;
+DROP INDEX IF EXISTS summaries_by_file;
+""" + SCHEMA.split("CREATE TABLE IF NOT EXISTS summaries", 1)[1].join(["CREATE TABLE IF NOT EXISTS summaries", ""]) + """;
+INSERT INTO summaries (repo, path, blob_id, summary, position, model)
+SELECT s.repo, s.path, s.blob_id, s.summary, s.position, coalesce((
+    SELECT json_extract(started.data, '$.event.settings.model')
+    FROM events AS said JOIN events AS started ON started.run_id = said.run_id AND started.version = 1
+    WHERE said.type = 'FileSummarized' AND json_extract(said.data, '$.event.path') = s.path
+      AND json_extract(said.data, '$.event.blob_id') = s.blob_id AND json_extract(said.data, '$.event.summary') = s.summary
+    ORDER BY said.position LIMIT 1), '')
+FROM summaries_before_models AS s;
+DROP TABLE summaries_before_models
+"""
+
+# Added after format 1 stores were in use: made in any store that lacks it when opened.
+LEASES = """
+CREATE TABLE IF NOT EXISTS leases (
+    key TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    renewed REAL NOT NULL,
+    expires REAL NOT NULL
+)"""
 
 _decode_one = msgspec.json.Decoder(Recorded).decode
 _tags: dict[type, str] = {}
@@ -134,10 +164,10 @@ class SQLiteStore:
         if not db.exists() and not create:
             raise NotAStore(f"no magis store at {path}")
         try:
-            if db.exists():
-                _check_header(db)
-            else:
+            if not db.exists():
                 db.parent.mkdir(parents=True, exist_ok=True)
+                _create_whole(db)
+            _check_header(db)
         except OSError as exc:  # e.g. no permission, or a file where a folder should be
             raise StoreError(f"cannot open a store at {path}: {exc.strerror or exc}") from None
         uri = "file:" + urllib.parse.quote(str(db.resolve())) + ("?mode=rwc" if create else "?mode=rw")
@@ -175,11 +205,17 @@ class SQLiteStore:
 
     # --- the log ------------------------------------------------------------------------
 
-    def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent]) -> list[Recorded]:
+    def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent], fence: int = 0) -> list[Recorded]:
         if not events:
             return []
         with self._locked() as conn:
             conn.execute("BEGIN IMMEDIATE")  # takes the write lock now, so max(position) stays ours
+            if fence:
+                row = conn.execute("SELECT epoch, host, pid FROM leases WHERE key = ?", (run_id,)).fetchone()
+                if row is None or row[0] != fence:
+                    conn.execute("ROLLBACK")
+                    holder = f" (now driven on {row[1]}, pid {row[2]})" if row else ""
+                    raise Fenced(f"run {run_id} was taken over by another driver{holder}")
             row = conn.execute("SELECT version FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             current = row[0] if row else 0
             if current != expected_version:
@@ -247,37 +283,105 @@ class SQLiteStore:
 
     # --- the summary memory -------------------------------------------------------------
 
-    def put_summary(self, repo: str, path: str, blob_id: str, summary: str) -> None:
+    def put_summary(self, repo: str, path: str, blob_id: str, summary: str, model: str = "") -> None:
         with self._locked() as conn:
             # REPLACE gives the row a new rowid, which breaks ties on position in favour of the later write.
             conn.execute(
-                "INSERT OR REPLACE INTO summaries"
-                " SELECT ?, ?, ?, ?, coalesce(max(position), 0) FROM events",
-                (repo, path, blob_id, summary),
+                "INSERT OR REPLACE INTO summaries (repo, path, blob_id, summary, position, model)"
+                " SELECT ?, ?, ?, ?, coalesce(max(position), 0), ? FROM events",
+                (repo, path, blob_id, summary, model),
             )
 
-    def get_summary(self, repo: str, path: str, blob_id: str, before_position: int | None = None) -> MemoryEntry | None:
+    def get_summary(self, repo: str, path: str, blob_id: str, before_position: int | None = None,
+                    model: str | None = None) -> MemoryEntry | None:
         with self._locked() as conn:
             row = conn.execute(
-                "SELECT repo, path, blob_id, summary, position FROM summaries"
-                " WHERE repo = ? AND path = ? AND blob_id = ? AND position < ?",
-                (repo, path, blob_id, _upper(before_position)),
+                f"SELECT {_SUMMARY_COLUMNS} FROM summaries WHERE repo = :repo AND path = :path AND blob_id = :blob"
+                " AND position < :before AND (:model IS NULL OR model = :model) ORDER BY position DESC, rowid DESC LIMIT 1",
+                dict(repo=repo, path=path, blob=blob_id, before=_upper(before_position), model=model),
             ).fetchone()
         return MemoryEntry(*row) if row else None
 
-    def latest_summary(self, repo: str, path: str, before_position: int | None = None) -> MemoryEntry | None:
+    def latest_summary(self, repo: str, path: str, before_position: int | None = None,
+                       model: str | None = None) -> MemoryEntry | None:
         with self._locked() as conn:
             row = conn.execute(
-                "SELECT repo, path, blob_id, summary, position FROM summaries"
-                " WHERE repo = ? AND path = ? AND position < ? ORDER BY position DESC, rowid DESC LIMIT 1",
-                (repo, path, _upper(before_position)),
+                f"SELECT {_SUMMARY_COLUMNS} FROM summaries WHERE repo = :repo AND path = :path"
+                " AND position < :before AND (:model IS NULL OR model = :model) ORDER BY position DESC, rowid DESC LIMIT 1",
+                dict(repo=repo, path=path, before=_upper(before_position), model=model),
             ).fetchone()
         return MemoryEntry(*row) if row else None
+
+    # --- leases: one live driver per run --------------------------------------------------
+
+    def take_lease(self, key: str, owner: str, host: str, pid: int, ttl_s: float, now: float) -> Lease:
+        with self._locked() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            row = conn.execute(f"SELECT {_LEASE_COLUMNS} FROM leases WHERE key = ?", (key,)).fetchone()
+            current = Lease(*row) if row else None
+            if current is not None and current.owner != owner and current.live(now):
+                conn.execute("ROLLBACK")
+                return current
+            epoch = current.epoch if current is not None and current.owner == owner else (current.epoch + 1 if current else 1)
+            taken = Lease(key, owner, host, pid, epoch, now, now + ttl_s)
+            conn.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?, ?, ?)", msgspec.structs.astuple(taken))
+            conn.execute("COMMIT")
+            return taken
+
+    def renew_leases(self, owner: str, ttl_s: float, now: float) -> list[str]:
+        with self._locked() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("UPDATE leases SET renewed = ?, expires = ? WHERE owner = ? AND expires > 0", (now, now + ttl_s, owner))
+            keys = [r[0] for r in conn.execute("SELECT key FROM leases WHERE owner = ? AND expires > 0", (owner,))]
+            conn.execute("COMMIT")
+            return keys
+
+    def release_lease(self, key: str, owner: str) -> None:
+        with self._locked() as conn:
+            conn.execute("UPDATE leases SET expires = 0 WHERE key = ? AND owner = ?", (key, owner))
+
+    def leases(self, prefix: str = "") -> list[Lease]:
+        with self._locked() as conn:
+            rows = conn.execute(
+                f"SELECT {_LEASE_COLUMNS} FROM leases WHERE substr(key, 1, ?) = ? ORDER BY key", (len(prefix), prefix)
+            ).fetchall()
+        return [Lease(*row) for row in rows]
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             self._conn.close()
+
+
+_LEASE_COLUMNS = "key, owner, host, pid, epoch, renewed, expires"
+_SUMMARY_COLUMNS = "repo, path, blob_id, summary, position, model"
+
+
+def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
+    return any(row[1] == column for row in conn.execute(f"PRAGMA table_info({table})"))
+
+
+def _create_whole(db: Path) -> None:
+    """Make the store beside `db` and link it into place whole, so that no reader ever opens a
+    store that is still being created (it would see an SQLite file without the magis tables).
+    A racing creator that linked first wins; ours is dropped."""
+    scratch = db.with_name(f".{db.name}.{os.getpid()}.{threading.get_ident()}.new")
+    try:
+        conn = sqlite3.connect(str(scratch), isolation_level=None)
+        try:
+            _setup(conn, scratch, create=True)
+        finally:
+            conn.close()  # the last connection checkpoints the WAL into the file
+        try:
+            os.link(scratch, db)
+        except FileExistsError:
+            pass
+        except OSError:  # a filesystem without hard links: create in place as before
+            return
+    finally:
+        for leftover in (scratch, scratch.with_name(scratch.name + "-wal"), scratch.with_name(scratch.name + "-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
 
 
 def _upper(before_position: int | None) -> int:
@@ -304,6 +408,14 @@ def _setup(conn: sqlite3.Connection, db: Path, create: bool) -> None:
         if "meta" in tables:
             row = conn.execute("SELECT value FROM meta WHERE key = 'magis_store'").fetchone()
             marker = row[0] if row else None
+        if marker == str(STORE_FORMAT) and "leases" not in tables:
+            conn.execute(LEASES)
+        if marker == str(STORE_FORMAT) and not _has_column(conn, "summaries", "model"):
+            conn.execute("BEGIN IMMEDIATE")
+            if not _has_column(conn, "summaries", "model"):  # a racing opener did it meanwhile
+                for statement in SUMMARIES_BY_MODEL.split(";"):
+                    conn.execute(statement)
+            conn.execute("COMMIT")
     except (sqlite3.Error, UnicodeDecodeError) as exc:
         raise _wrap(exc, str(db)) from None
     if marker is None:

@@ -66,3 +66,39 @@ def test_the_token_budget_holds(calc_repo):
     assert isinstance(end, RunFailed) and not end.resumable and "budget" in end.reason
     total = metrics(fold(events))["total"]
     assert 0 < total["prompt_tokens"] + total["completion_tokens"] <= budget
+
+
+def test_summaries_are_reused_only_by_runs_of_the_model_that_wrote_them(calc_repo, tmp_path):
+    from magis_ray.store import open_store
+
+    store = open_store(str(tmp_path / "store"), create=True)
+    run(calc_repo, RunSettings(top_k=3, model="tiny-135m"), store, "tiny")
+    _, other, _, _ = run(calc_repo, RunSettings(top_k=3, model="big-70b"), store, "big")
+    _, same, _, _ = run(calc_repo, RunSettings(top_k=3, model="tiny-135m"), store, "tiny-again")
+    _, told, _, _ = run(calc_repo, RunSettings(top_k=3, model="new-model", memory_any_model=True), store, "any")
+    assert {s.source for s in of(other, FileSummarized)} == {"fresh"}  # never the other model's summaries
+    assert {s.source for s in of(same, FileSummarized)} == {"memory"}
+    assert {s.source for s in of(told, FileSummarized)} == {"memory"}
+    assert {e.model for e in [store.get_summary("calc/calc", "calc/stats.py", of(same, FileSummarized)[0].blob_id, model=m)
+                              for m in ("tiny-135m", "big-70b")]} == {"tiny-135m", "big-70b"}
+
+
+def test_an_older_store_s_summaries_are_attributed_to_the_model_of_the_run_that_wrote_them(calc_repo, tmp_path):
+    import sqlite3
+
+    from magis_ray.store import open_store
+
+    store = open_store(str(tmp_path / "store"), create=True)
+    run(calc_repo, RunSettings(top_k=3, model="tiny-135m"), store, "tiny")
+    store.close()
+    db = sqlite3.connect(tmp_path / "store" / "events.sqlite3")  # back to the table of format 1 before models
+    db.executescript(
+        "CREATE TABLE old AS SELECT repo, path, blob_id, summary, position FROM summaries; DROP TABLE summaries;"
+        "CREATE TABLE summaries (repo TEXT NOT NULL, path TEXT NOT NULL, blob_id TEXT NOT NULL, summary TEXT NOT NULL,"
+        " position INTEGER NOT NULL, PRIMARY KEY (repo, path, blob_id)); INSERT INTO summaries SELECT * FROM old; DROP TABLE old;"
+    )
+    db.close()
+    store = open_store(str(tmp_path / "store"))
+    _, same, _, _ = run(calc_repo, RunSettings(top_k=3, model="tiny-135m"), store, "tiny-again")
+    assert {s.source for s in of(same, FileSummarized)} == {"memory"}
+    store.close()

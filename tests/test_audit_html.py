@@ -261,6 +261,32 @@ def test_a_failed_run_shows_its_reason_escaped():
     assert parse(page).errors == []
 
 
+def test_control_characters_from_the_model_never_reach_the_page_raw():
+    pairs = [(r.actor, r.event) for r in hostile_events()]
+    noisy = "stop\x00here\x07\x1b[31mred\x7f\x85"
+    pairs.insert(5, ("custodian", exchange("summarize_file", "prompt", noisy, tokens=(1, 1), latency=0.1, cost=0.0)))
+    pairs.insert(6, ("custodian", ev.FileJudged(path=f"calc/{noisy}.py", relevant=False, reason=noisy)))
+    recs = [ev.Recorded(run_id=RUN_ID, version=i, position=i, time=T0 + i, actor=a, event_id=f"e{i}", event=e)
+            for i, (a, e) in enumerate(pairs, 1)]
+    page = audit_html(fold(recs))
+    assert not [c for c in page if (ord(c) < 32 and c not in "\n\t\r") or 0x7f <= ord(c) <= 0x9f]
+    assert "stop\\x00here\\x07\\x1b[31mred\\x7f\\x85" in page and parse(page).errors == []
+
+
+def test_failed_tasks_are_counted_and_listed_among_the_failures():
+    """A task whose answers stayed invalid fails with no failed call and no StepFailed event."""
+    pairs = [(r.actor, r.event) for r in hostile_events()]
+    at = next(i for i, (_, e) in enumerate(pairs) if isinstance(e, ev.TaskFinished))
+    t = pairs[at][1]
+    pairs[at] = (pairs[at][0], ev.TaskFinished(task_id=t.task_id, status="failed", reason="attempt 1: no usable answer after 3 tries"))
+    recs = [ev.Recorded(run_id=RUN_ID, version=i, position=i, time=T0 + i, actor=a, event_id=f"e{i}", event=e)
+            for i, (a, e) in enumerate(pairs, 1)]
+    page = audit_html(fold(recs))
+    failures = page.split('id="failures"', 1)[1].split("</section>", 1)[0]
+    assert "No step failed" not in failures and f"task {t.task_id}" in failures and "no usable answer after 3 tries" in failures
+    assert "tasks (1 failed)" in page
+
+
 def resumed_events() -> list[ev.Recorded]:
     """The hostile run, interrupted after T1's first review and resumed: three events superseded."""
     pairs = [(r.actor, r.event) for r in hostile_events()]

@@ -61,7 +61,7 @@ def batch_args(dataset, repos, server, *extra):
 
 
 def magis(args, cwd, **popen):
-    env = {**os.environ, "OPENAI_API_KEY": "k", "MAGIS_LOG_LEVEL": "warning"}
+    env = {**os.environ, "OPENAI_API_KEY": "k", "MAGIS_LOG_LEVEL": "warning", "MAGIS_LEASE_S": "2"}
     return subprocess.Popen([*MAGIS, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 

@@ -146,6 +146,18 @@ def test_diff_prints_the_final_diff(store, recorded):
     assert out.startswith("diff --git a/calc/stats.py b/calc/stats.py\n") and "+    return total / len(values)\n" in out
 
 
+def test_diff_of_a_run_with_no_patch_says_so_on_stderr(tmp_path):
+    from magis_ray.events.codec import new_event
+    from magis_ray.events.schema import RunFinished, RunStarted
+
+    with SQLiteStore.open(tmp_path / "s", create=True) as s:
+        s.append("nopatch1", 0, [new_event(RunStarted(instance_id="i", repo="o/r", base_commit="c", problem_statement="p"), "supervisor"),
+                                 new_event(RunFinished(outcome="no_patch"), "supervisor")])
+    result = cli("diff", "nopatch1", "--store", str(tmp_path / "s"))
+    assert result.returncode == 0 and result.stdout == b""
+    assert result.stderr == b"magis-ray: run nopatch1 has no patch (no_patch)\n"
+
+
 def test_audit_markdown_has_the_meeting_and_the_reviews(store, recorded):
     out = ok(cli("audit", RUN, "--store", store))
     assert out == audit_markdown(fold(recorded))

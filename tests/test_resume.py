@@ -33,13 +33,16 @@ def team(delay_s=0.25):
     return ScriptedTeam({"calc/stats.py": [MEAN_FIX], "calc/texts.py": [SHOUT_FIX]}, delay_s=delay_s)
 
 
-def start(args, cwd, **popen):
-    env = {**os.environ, "OPENAI_API_KEY": "k", "MAGIS_LOG_LEVEL": "warning"}
+LEASE_S = "2"  # a killed driver's runs are free again this soon (the default is 30 s)
+
+
+def start(args, cwd, env_extra=None, **popen):
+    env = {**os.environ, "OPENAI_API_KEY": "k", "MAGIS_LOG_LEVEL": "warning", "MAGIS_LEASE_S": LEASE_S, **(env_extra or {})}
     return subprocess.Popen([*MAGIS, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
-def run(args, cwd, timeout=180):
-    proc = start(args, cwd)
+def run(args, cwd, timeout=180, env_extra=None):
+    proc = start(args, cwd, env_extra)
     out, err = proc.communicate(timeout=timeout)
     assert "Traceback" not in out + err, err
     return proc.returncode, out, err
@@ -69,6 +72,18 @@ def wait_until_still(store_path: Path, run_id: str, quiet_s=1.5) -> None:
         time.sleep(0.1)
 
 
+def wait_for_lease_expiry(store_path: Path, run_id: str, timeout=60) -> None:
+    """A killed driver renews its lease no more; wait until the store says it has run out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with open_store(str(store_path)) as store:
+            [lease] = store.leases(run_id)
+        if not lease.live(time.time()):
+            return
+        assert time.monotonic() < deadline, "the dead driver's lease never expired"
+        time.sleep(0.1)
+
+
 def requests_of(server, since=0):
     return [(r.purpose, r.task, tuple(r.messages)) for r in server.requests[since:]]
 
@@ -93,6 +108,7 @@ def test_sigkill_then_resume_pays_nothing_twice(kill_at, issue_file, tmp_path):
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait(timeout=30)
         wait_until_still(store, run_id)
+        wait_for_lease_expiry(store, run_id)  # the lease outlives its driver by up to MAGIS_LEASE_S
         sent_before = len(server.requests)
         with open_store(str(store)) as s:
             recorded_at_kill = set(exchanges_in(s.read(run_id)))

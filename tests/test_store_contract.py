@@ -216,3 +216,36 @@ def test_summary_overwrite_replaces_text_and_position(store):
     store.put_summary("repo", "a.py", "v1", "new")
     assert store.get_summary("repo", "a.py", "v1") == MemoryEntry("repo", "a.py", "v1", "new", 2)
     assert store.latest_summary("repo", "a.py", before_position=2) is None  # the old entry is gone
+
+
+def test_a_live_lease_is_refused_to_another_owner_and_an_expired_one_is_taken_over(store):
+    mine = store.take_lease("r1", "a", "host-a", 11, ttl_s=10, now=100.0)
+    assert (mine.owner, mine.epoch, mine.expires) == ("a", 1, 110.0)
+    theirs = store.take_lease("r1", "b", "host-b", 22, ttl_s=10, now=105.0)
+    assert theirs == mine  # still a's: b learns who holds it
+    assert store.renew_leases("a", ttl_s=10, now=108.0) == ["r1"]
+    assert store.take_lease("r1", "b", "host-b", 22, ttl_s=10, now=117.0).owner == "a"  # renewed until 118
+    taken = store.take_lease("r1", "b", "host-b", 22, ttl_s=10, now=119.0)
+    assert (taken.owner, taken.host, taken.pid, taken.epoch) == ("b", "host-b", 22, 2)
+    assert store.renew_leases("a", ttl_s=10, now=120.0) == []  # a lost it
+
+
+def test_a_released_lease_is_free_and_its_epoch_keeps_growing(store):
+    store.take_lease("r1", "a", "h", 1, ttl_s=10, now=100.0)
+    store.release_lease("r1", "b")  # not b's to release
+    assert store.take_lease("r1", "b", "h", 2, ttl_s=10, now=101.0).owner == "a"
+    store.release_lease("r1", "a")
+    assert store.take_lease("r1", "b", "h", 2, ttl_s=10, now=101.0).epoch == 2
+    assert [lease.key for lease in store.leases("r")] == ["r1"] and store.leases("x") == []
+
+
+def test_an_append_with_a_lost_lease_is_fenced_out_and_writes_nothing(store):
+    from magis_ray.store import Fenced
+
+    first = store.take_lease("r1", "a", "h", 1, ttl_s=10, now=100.0)
+    store.append("r1", 0, talk(1), fence=first.epoch)
+    second = store.take_lease("r1", "b", "other-host", 2, ttl_s=10, now=200.0)
+    with pytest.raises(Fenced, match="other-host, pid 2"):
+        store.append("r1", 1, talk(1), fence=first.epoch)
+    store.append("r1", 1, talk(1), fence=second.epoch)
+    assert [r.version for r in store.read("r1")] == [1, 2]

@@ -239,3 +239,27 @@ def test_a_closed_store_says_so(tmp_path):
     store.close()
     with pytest.raises(StoreError, match="closed"):
         store.list_runs()
+
+
+def test_a_store_being_created_by_another_process_is_never_half_there(tmp_path):
+    """A reader that opens a store the moment its file appears finds a whole store (the creator
+    links it into place only once its tables and marker are written), never "not a magis store"."""
+    folders = [tmp_path / f"s{i}" for i in range(25)]
+    creator = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom magis_ray.store import open_store\n"
+         "for f in sys.argv[1:]:\n    open_store(f, create=True).close()\n", *map(str, folders)],
+        stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        for folder in folders:
+            db = folder / "events.sqlite3"
+            deadline = time.monotonic() + 60
+            while not db.exists():
+                assert time.monotonic() < deadline and creator.poll() in (None, 0), creator.stderr.read()
+                time.sleep(0.001)
+            with open_store(str(folder)) as store:
+                assert store.list_runs() == []
+    finally:
+        creator.wait(timeout=60)
+    assert creator.returncode == 0
+    assert not [p for f in folders for p in f.iterdir() if p.name.startswith(".")]  # no scratch file left behind

@@ -30,16 +30,27 @@ class FileEntry:
     size: int  # bytes
 
 
+MAX_NAME_BYTES = 255  # what ext4, xfs, btrfs, APFS and NTFS allow for one name
+
+
 def safe_repo_path(path: str) -> str:
     """The normalized repository-relative form of a (model-provided) path.
 
     "./pkg//mod.py" -> "pkg/mod.py"; "a/../b.py" -> "b.py". Raises UnsafePath for an
-    empty path, an absolute path, one that leaves the repository through "..", or one
-    inside the .git folder.
+    empty path, an absolute path, one that leaves the repository through "..", one inside
+    the .git folder, and one no checkout could hold: NUL or other control characters, a
+    backslash, a name longer than a filesystem allows.
     """
     stripped = path.strip()
     if not stripped or "\x00" in stripped:
         raise UnsafePath(f"not a usable path: {path!r}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in stripped):
+        raise UnsafePath(f"control characters in a path: {path!r}")
+    if "\\" in stripped:
+        raise UnsafePath(f"a backslash in a path (folders are separated by '/'): {path!r}")
+    too_long = [part for part in stripped.split("/") if len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES]
+    if too_long:
+        raise UnsafePath(f"a file or folder name longer than {MAX_NAME_BYTES} bytes: {too_long[0][:40]}...")
     if stripped.startswith("/"):
         raise UnsafePath(f"absolute path not allowed: {path}")
     normalized = posixpath.normpath(stripped)

@@ -2,6 +2,7 @@
 the gateway, record the exchange, validate the answer, and tell the model what was wrong."""
 from __future__ import annotations
 
+import re
 from typing import Callable, Protocol, TypeVar
 
 from magis_ray.events.schema import AnyEvent, LLMExchanged, Message
@@ -17,7 +18,19 @@ class StepFailed(Exception):
 
 
 class ModelUnavailable(Exception):
-    """The model cannot be reached at all; the run stops (resumable)."""
+    """The model gave no answer because of the transport (unreachable, timed out, 429 or 5xx after
+    every retry, ...), not because of what it said; the run stops, resumably, naming the cause."""
+
+
+# The gateway's error categories that say nothing about the answer's content: the request never
+# got an answer (see gateway._describe_failure). An answer that stays invalid after corrections,
+# and a request the server refused for its content (http 400), stay content failures of the step.
+_TRANSPORT = re.compile(r"^(connection|timeout|api):|^http (401|403|404|408|409|429|5\d\d):")
+EMPTY = "empty:"
+
+
+def is_transport_failure(error: str) -> bool:
+    return bool(_TRANSPORT.match(error))
 
 
 class BudgetExceeded(Exception):
@@ -62,11 +75,11 @@ class Asker:
         problem = ""
         for attempt in range(1, self._max_corrections + 2):
             exchange = self._exchange(template, messages, answer_type, task_id, attempt)
-            if exchange.error:
-                if exchange.error.startswith("connection"):
-                    raise ModelUnavailable(exchange.error)
+            if exchange.error and not exchange.error.startswith(EMPTY):
+                if is_transport_failure(exchange.error):
+                    raise ModelUnavailable(f"{template}: {exchange.error}")
                 raise StepFailed(f"{template}: {exchange.error}")
-            try:
+            try:  # an empty answer is an invalid one: it goes back for correction like any other
                 answer = parse_answer(exchange.answer, answer_type)
                 if check is not None:
                     check(answer)

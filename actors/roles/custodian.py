@@ -18,9 +18,9 @@ SUMMARY_CHARS = 12_000
 
 
 class SummaryMemory(Protocol):
-    def get_summary(self, repo: str, path: str, blob_id: str, before_position: int | None = None): ...
-    def latest_summary(self, repo: str, path: str, before_position: int | None = None): ...
-    def put_summary(self, repo: str, path: str, blob_id: str, summary: str) -> None: ...
+    def get_summary(self, repo: str, path: str, blob_id: str, before_position: int | None = None, model: str | None = None): ...
+    def latest_summary(self, repo: str, path: str, before_position: int | None = None, model: str | None = None): ...
+    def put_summary(self, repo: str, path: str, blob_id: str, summary: str, model: str = "") -> None: ...
 
 
 @dataclass(frozen=True)
@@ -85,12 +85,14 @@ class Custodian:
         commit message of the diff when that is cheaper than the file; else a fresh summary."""
         text = self._snapshot.read_text(path)
         use_memory = self._settings.use_memory
+        # a summary is only as good as the model that wrote it: reuse this run's model's, unless told otherwise
+        by = None if self._settings.memory_any_model else self._settings.model
         if use_memory:
-            same = self._memory.get_summary(self._repo, path, blob_id, self._memory_before)
+            same = self._memory.get_summary(self._repo, path, blob_id, self._memory_before, by)
             if same is not None:
                 asker.journal.emit(FileSummarized(path=path, blob_id=blob_id, summary=same.summary, source="memory"))
                 return same.summary
-            earlier = self._memory.latest_summary(self._repo, path, self._memory_before)
+            earlier = self._memory.latest_summary(self._repo, path, self._memory_before, by)
             if earlier is not None and len(earlier.summary) < len(text) and self._snapshot.has_blob(earlier.blob_id):
                 diff = self._snapshot.diff_blobs(earlier.blob_id, blob_id, path)
                 if len(diff) < len(text):
@@ -100,12 +102,12 @@ class Custodian:
                         path=path, blob_id=blob_id, summary=summary, source="diff",
                         earlier_blob_id=earlier.blob_id, commit_message=message,
                     ))
-                    self._memory.put_summary(self._repo, path, blob_id, summary)
+                    self._memory.put_summary(self._repo, path, blob_id, summary, self._settings.model)
                     return summary
         summary = asker.ask(
             "summarize_file", SummaryAnswer, path=path, repo=self._repo, content=clip(text, SUMMARY_CHARS)
         ).summary
         asker.journal.emit(FileSummarized(path=path, blob_id=blob_id, summary=summary, source="fresh"))
         if use_memory:
-            self._memory.put_summary(self._repo, path, blob_id, summary)
+            self._memory.put_summary(self._repo, path, blob_id, summary, self._settings.model)
         return summary

@@ -4,6 +4,7 @@ same command again after a crash never runs an instance twice."""
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -14,11 +15,13 @@ import ray
 from magis_ray.events.history import effective
 from magis_ray.events.schema import RunFinished, RunSettings, RunStarted
 
+from magis_ray.actors.code.repository import RepoError, RepoSnapshot, find_repo
 from magis_ray.actors.runtime.continuation import CannotResume, ResumePoint, resume_point
 from magis_ray.actors.runtime.deployment import Deployment, RunningRun, batch_budget_key, new_run_id, tokens_spent
 from magis_ray.actors.runtime.issue import IssueRecord
+from magis_ray.actors.runtime.liveness import RunIsLive
 from magis_ray.actors.runtime.replay import issue_of
-from magis_ray.actors.code.repository import RepoError, RepoSnapshot, find_repo
+from magis_ray.actors.runtime.team import one_line
 
 
 @dataclass(frozen=True)
@@ -39,15 +42,39 @@ class BatchResult:
     resumed: bool = False
 
 
+class EarlierRuns:
+    """The batch's runs in the store, per instance id (oldest first), re-read only where a run
+    changed: another driver (a second batch of the same name, a resume) may be adding to them."""
+
+    def __init__(self, store, batch: str):
+        self._store, self._batch = store, batch
+        self._seen: dict[str, tuple[int, list]] = {}  # run id -> (version, events), for the batch's runs
+        self._others: set[str] = set()  # runs of other batches, never read again
+
+    def refresh(self) -> dict[str, list[tuple[str, list]]]:
+        for info in self._store.list_runs():
+            if info.run_id in self._others or self._seen.get(info.run_id, (-1,))[0] == info.version:
+                continue
+            events = self._store.read(info.run_id)
+            first = events[0].event
+            if isinstance(first, RunStarted) and first.settings.batch == self._batch:
+                self._seen[info.run_id] = (info.version, events)
+            else:
+                self._others.add(info.run_id)
+        found: dict[str, list[tuple[str, list]]] = {}
+        for run_id, (_, events) in self._seen.items():
+            found.setdefault(events[0].event.instance_id, []).append((run_id, events))
+        return found
+
+
 def runs_by_instance(store, batch: str) -> dict[str, list[tuple[str, list]]]:
     """The batch's earlier runs in the store, per instance id (oldest first)."""
-    found: dict[str, list[tuple[str, list]]] = {}
-    for info in store.list_runs():
-        events = store.read(info.run_id)
-        first = events[0].event
-        if isinstance(first, RunStarted) and first.settings.batch == batch:
-            found.setdefault(first.instance_id, []).append((info.run_id, events))
-    return found
+    return EarlierRuns(store, batch).refresh()
+
+
+def instance_key(batch: str, instance_id: str) -> str:
+    """The lease a batch driver holds while it decides on and drives one of its instances."""
+    return f"batch:{batch}:{instance_id}"
 
 
 class BatchRunner:
@@ -55,46 +82,72 @@ class BatchRunner:
                  on_result: Callable[[BatchResult], None] = lambda result: None, budget: int = 0):
         """`budget`: the most tokens all the batch's runs may spend, earlier ones included (0: no limit)."""
         self._deployment = deployment
+        self._liveness = deployment.liveness
         self._budget = budget
         self._store = store  # read side, in the driver
         self._settings = settings
         self._repos_dir = repos_dir
         self._workers = max(1, workers)
         self._on_result = on_result
+        self._earlier = EarlierRuns(store, settings.batch)
 
     def run(self, items: Iterable[BatchItem]) -> list[BatchResult]:
-        earlier = runs_by_instance(self._store, self._settings.batch)
+        earlier = self._earlier.refresh()
         if self._budget:
             # what is left after the tokens its earlier runs (before a crash, say) already spent
             spent = sum(tokens_spent(events) for runs in earlier.values() for _, events in runs)
             ray.get(self._deployment.gateway.set_budget.remote(batch_budget_key(self._settings.batch), max(self._budget - spent, 1)))
-        queue: deque[tuple[BatchItem, str, ResumePoint | None]] = deque()
+        queue: deque[BatchItem] = deque()
         results: dict[str, BatchResult] = {}
         order: list[str] = []
         for item in items:
             order.append(item.instance_id)
-            verdict = self._plan(item, earlier.get(item.instance_id, []))
-            if isinstance(verdict, BatchResult):
-                results[item.instance_id] = verdict
-                self._on_result(verdict)
+            if item.error:
+                self._record(results, BatchResult(item.instance_id, status="error", outcome=item.error))
             else:
-                queue.append(verdict)
+                queue.append(item)
         self._run_all(queue, results)
         return [results[i] for i in order if i in results]
 
+    def _record(self, results: dict[str, BatchResult], result: BatchResult) -> None:
+        results[result.instance_id] = result
+        self._on_result(result)
+
     def _plan(self, item: BatchItem, runs: list[tuple[str, list]]):
-        """A result now (error, or finished before), or work: (item, run id, resume point or None)."""
-        if item.error:
-            return BatchResult(item.instance_id, status="error", outcome=item.error)
+        """A result now (finished before), or work: (run id, resume point or None)."""
         for run_id, events in reversed(runs):
             last = effective(events)[-1].event
             if isinstance(last, RunFinished):
                 return BatchResult(item.instance_id, run_id, "skipped", last.outcome)
             try:
-                return item, run_id, resume_point(events)
+                return run_id, resume_point(events)
             except CannotResume:
                 continue  # failed for good: a new run
-        return item, new_run_id(), None
+        return new_run_id(), None
+
+    def _claim(self, item: BatchItem) -> tuple[RunningRun, bool] | BatchResult | None:
+        """Start the item's run, or its result, or None when another driver is at it (wait).
+        The item is decided on only once its lease is held, from the store as it is then, so two
+        drivers of one batch never run an instance twice."""
+        key = instance_key(self._settings.batch, item.instance_id)
+        if self._liveness.try_take(key).owner != self._liveness.owner:
+            return None
+        started: RunningRun | BatchResult | None = None
+        try:
+            verdict = self._plan(item, self._earlier.refresh().get(item.instance_id, []))
+            if isinstance(verdict, BatchResult):
+                started = verdict
+            else:
+                run_id, point = verdict
+                started = self._start(item, run_id, point)
+                if isinstance(started, RunningRun):
+                    return started, point is not None
+        except RunIsLive:  # `magis-ray resume` drives the run now
+            started = None
+        except Exception as exc:  # noqa: BLE001 - one instance's failure never stops the batch
+            started = BatchResult(item.instance_id, status="error", outcome=one_line(exc))
+        self._liveness.release(key)
+        return started
 
     def _start(self, item: BatchItem, run_id: str, point: ResumePoint | None) -> RunningRun | BatchResult:
         issue = issue_of(point.started) if point else item.issue
@@ -111,29 +164,44 @@ class BatchRunner:
             recorded=point.recorded if point else None, resume=point,
         )
 
-    def _run_all(self, queue, results: dict[str, BatchResult]) -> None:
-        in_flight: dict[object, tuple[BatchItem, RunningRun, bool]] = {}
+    def _end(self, item: BatchItem, run: RunningRun, resumed: bool) -> BatchResult:
         try:
-            while queue or in_flight:
+            end = self._deployment.finish(run)
+        except Exception as exc:  # noqa: BLE001 - taken over, or its supervisor died: this instance only
+            return BatchResult(item.instance_id, run.run_id, "failed", one_line(exc), resumed)
+        finally:
+            self._liveness.release(instance_key(self._settings.batch, item.instance_id))
+        return BatchResult(
+            item.instance_id, run.run_id, "finished" if isinstance(end, RunFinished) else "failed",
+            end.outcome if isinstance(end, RunFinished) else end.reason, resumed,
+        )
+
+    def _run_all(self, queue: deque[BatchItem], results: dict[str, BatchResult]) -> None:
+        in_flight: dict[object, tuple[BatchItem, RunningRun, bool]] = {}
+        waiting: list[BatchItem] = []  # another driver has them: asked again each round
+        poll = min(1.0, self._liveness.ttl_s / 3)
+        try:
+            while queue or waiting or in_flight:
                 while queue and len(in_flight) < self._workers:
-                    item, run_id, point = queue.popleft()
-                    started = self._start(item, run_id, point)
-                    if isinstance(started, BatchResult):
-                        results[item.instance_id] = started
-                        self._on_result(started)
+                    item = queue.popleft()
+                    claimed = self._claim(item)
+                    if claimed is None:
+                        waiting.append(item)
+                    elif isinstance(claimed, BatchResult):
+                        self._record(results, claimed)
                     else:
-                        in_flight[started.result] = (item, started, point is not None)
-                if not in_flight:
-                    continue
-                [done], _ = ray.wait(list(in_flight), num_returns=1)
-                item, run, resumed = in_flight.pop(done)
-                end = self._deployment.finish(run)
-                result = BatchResult(
-                    item.instance_id, run.run_id, "finished" if isinstance(end, RunFinished) else "failed",
-                    end.outcome if isinstance(end, RunFinished) else end.reason, resumed,
-                )
-                results[item.instance_id] = result
-                self._on_result(result)
+                        run, resumed = claimed
+                        in_flight[run.result] = (item, run, resumed)
+                if in_flight:
+                    ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=poll)
+                    ready += [ref for ref, (_, run, _) in in_flight.items() if ref not in ready and self._deployment.lost(run)]
+                    for ref in ready:
+                        item, run, resumed = in_flight.pop(ref)
+                        self._record(results, self._end(item, run, resumed))
+                elif waiting:
+                    time.sleep(poll)  # nothing of ours runs: the other drivers' runs are what we wait for
+                queue.extend(waiting)
+                waiting.clear()
         except KeyboardInterrupt:
             for item, run, resumed in in_flight.values():
                 end = self._deployment.interrupt(run)

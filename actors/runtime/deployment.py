@@ -13,8 +13,11 @@ from magis_ray.events.schema import LLMExchanged, Recorded, RunFailed, RunFinish
 
 from magis_ray.actors.runtime.continuation import ResumePoint
 from magis_ray.actors.runtime.issue import IssueRecord
+from magis_ray.actors.runtime.liveness import Liveness
 from magis_ray.actors.runtime.remote import NAMESPACE, gateway_actor, store_actor, supervisor_actor
 from magis_ray.actors.runtime.replay import issue_of
+from magis_ray.actors.runtime.team import root_cause
+from magis_ray.store import Fenced
 
 INTERRUPTED = "interrupted by the user"
 
@@ -51,64 +54,102 @@ class RunningRun:
     run_id: str
     supervisor: object
     result: object  # ObjectRef of RunFinished | RunFailed
+    fence: int = 0  # the epoch of this driver's lease on the run
+
+
+def taken_over(run_id: str) -> Fenced:
+    return Fenced(f"run {run_id} was taken over by another driver; this one stops")
 
 
 class Deployment:
-    """The shared actors of one store and one model endpoint, and the runs started on them."""
+    """The shared actors of one store and one model endpoint, the runs started on them, and this
+    driver's leases on those runs (one live driver per run)."""
 
-    def __init__(self, store_path: str, gateway_config):
+    def __init__(self, store_path: str, gateway_config, liveness: Liveness | None = None):
+        self.liveness = liveness or Liveness(store_path)
         ensure_ray()
         self.store = store_actor(os.path.abspath(store_path))
         self.gateway = gateway_actor(gateway_config)
 
     def start(self, *, issue: IssueRecord, settings: RunSettings, repo_path: str, run_id: str,
               recorded: list[Recorded] | None = None, resume: ResumePoint | None = None) -> RunningRun:
+        """Start (or resume) a run; RunIsLive when another driver holds it (taking a lease this
+        driver holds already just renews it)."""
+        fence = self.liveness.take(run_id)
         spent = 0
         if resume is not None:
             spent = tokens_spent(ray.get(self.store.read.remote(run_id)))
-            ray.get(self.store.append_next.remote(run_id, [new_event(resume.marker(), "resume")]))
+            ray.get(self.store.append_next.remote(run_id, [new_event(resume.marker(), "resume")], fence))
         if settings.token_budget:
             # A resumed run has spent part of its budget already: the gateway holds it to the rest.
             ray.get(self.gateway.set_budget.remote(run_id, max(settings.token_budget - spent, 1)))
         if settings.batch:
             ray.get(self.gateway.join_batch.remote(run_id, batch_budget_key(settings.batch)))
         supervisor = supervisor_actor(
-            run_id, issue, settings, os.path.abspath(repo_path), self.store, self.gateway, recorded,
+            run_id, issue, settings, os.path.abspath(repo_path), self.store, self.gateway, recorded, fence=fence,
         )
-        return RunningRun(run_id, supervisor, supervisor.run.remote())
+        return RunningRun(run_id, supervisor, supervisor.run.remote(), fence)
+
+    def lost(self, run: RunningRun) -> bool:
+        """Another driver took the run over (this one stalled past its lease)."""
+        return self.liveness.lost(run.run_id)
 
     def finish(self, run: RunningRun) -> RunFinished | RunFailed:
+        """The run's terminal event. Fenced (one line) when another driver took the run over."""
         try:
-            return ray.get(run.result)
+            while not ray.wait([run.result], timeout=self.liveness.ttl_s / 3)[0]:
+                if self.lost(run):
+                    raise taken_over(run.run_id)
+            try:
+                return ray.get(run.result)
+            except ray.exceptions.RayTaskError as exc:
+                cause = root_cause(exc)
+                if isinstance(cause, Fenced):
+                    raise taken_over(run.run_id) from None
+                raise
         finally:
             ray.kill(run.supervisor)
+            self.liveness.release(run.run_id)
 
     def interrupt(self, run: RunningRun) -> RunFailed:
         """Stop a run's actors (the supervisor owns them all) and end its log resumably; the store
         refuses any late append once the log has ended."""
         ray.kill(run.supervisor)
         end = RunFailed(reason=INTERRUPTED, error_type="Interrupted", resumable=True)
-        ray.get(self.store.append_next.remote(run.run_id, [new_event(end, "driver")]))
+        try:
+            ray.get(self.store.append_next.remote(run.run_id, [new_event(end, "driver")], run.fence))
+        finally:
+            self.liveness.release(run.run_id)
         return end
+
+    def close(self) -> None:
+        self.liveness.close()
 
 
 def run_issue(*, store_path: str, issue: IssueRecord, settings: RunSettings, repo_path: str, gateway_config,
-              run_id: str, resume: ResumePoint | None = None) -> RunFinished | RunFailed:
-    """Run (or resume) one issue on Ray; returns the run's terminal event. Ctrl-C ends the log resumably."""
-    deployment = Deployment(store_path, gateway_config)
-    run = deployment.start(
-        issue=issue, settings=settings, repo_path=repo_path, run_id=run_id,
-        recorded=resume.recorded if resume else None, resume=resume,
-    )
+              run_id: str, resume: ResumePoint | None = None, liveness: Liveness | None = None) -> RunFinished | RunFailed:
+    """Run (or resume) one issue on Ray; returns the run's terminal event. Ctrl-C ends the log resumably.
+    `liveness`: the driver's leases, when it took the run's lease already."""
+    deployment = Deployment(store_path, gateway_config, liveness)
     try:
-        return deployment.finish(run)
-    except KeyboardInterrupt:
-        return deployment.interrupt(run)
+        run = deployment.start(
+            issue=issue, settings=settings, repo_path=repo_path, run_id=run_id,
+            recorded=resume.recorded if resume else None, resume=resume,
+        )
+        try:
+            return deployment.finish(run)
+        except KeyboardInterrupt:
+            return deployment.interrupt(run)
+    finally:
+        if liveness is None:
+            deployment.close()
 
 
-def resume_issue(*, store_path: str, run_id: str, point: ResumePoint, repo_path: str, gateway_config) -> RunFinished | RunFailed:
+def resume_issue(*, store_path: str, run_id: str, point: ResumePoint, repo_path: str, gateway_config,
+                 liveness: Liveness | None = None) -> RunFinished | RunFailed:
     """Go on with a cut-off run: mark what is superseded, then re-live the log and continue."""
     return run_issue(
         store_path=store_path, issue=issue_of(point.started), settings=point.started.settings, repo_path=repo_path,
-        gateway_config=gateway_config, run_id=run_id, resume=point,
+        gateway_config=gateway_config, run_id=run_id, resume=point, liveness=liveness,
     )
+

@@ -52,9 +52,11 @@ def run_in_process(*, store, issue, settings, repo_path: str, llm, run_id: str, 
     from magis_ray.actors.code.repository import RepoSnapshot
     from magis_ray.actors.roles.custodian import Custodian
     from magis_ray.actors.runtime.team import Team
+    from magis_ray.events.projections import final_diff, fold
 
     snapshot = RepoSnapshot.open(repo_path, issue.base_commit)
     lanes = Lanes(run_id, RunWriter(store, run_id), llm, lanes_of(recorded or []))
     custodian = Custodian(snapshot, store, lanes, issue.repo, settings)
-    team = Team(issue=issue, settings=settings, snapshot=snapshot, asker_for=lanes, custodian=custodian, workforce=ThreadWorkforce(lanes))
+    team = Team(issue=issue, settings=settings, snapshot=snapshot, asker_for=lanes, custodian=custodian,
+                workforce=ThreadWorkforce(lanes), projected_diff=lambda: final_diff(fold(store.read(run_id))))
     return team.run()

@@ -107,7 +107,7 @@ class RunWriter:
         self._version: int | None = None  # unknown until the first write
         self._closed = False
 
-    def write(self, events: Sequence[NewEvent]) -> list[int]:
+    def write(self, events: Sequence[NewEvent], fence: int = 0) -> list[int]:
         if not events:
             return []
         with self._lock:
@@ -117,7 +117,7 @@ class RunWriter:
                 self._closed = bool(last) and isinstance(last[-1].event, TERMINAL_EVENTS)
             if self._closed and not isinstance(events[0].event, RunResumed):
                 raise RunClosed(f"run {self._run_id} has ended; refusing {type(events[0].event).__name__}")
-            recorded = self._store.append(self._run_id, self._version, events)
+            recorded = self._store.append(self._run_id, self._version, events, fence)
             self._version = recorded[-1].version
             self._closed = isinstance(recorded[-1].event, TERMINAL_EVENTS)
             return [r.position for r in recorded]

@@ -5,6 +5,7 @@ node (the store's file and the repositories are there); Developers and QA Engine
 their task's data, so they spread over the cluster."""
 from __future__ import annotations
 
+import hashlib
 from functools import cache
 
 import msgspec
@@ -37,34 +38,65 @@ def here() -> NodeAffinitySchedulingStrategy:
     return NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
 
 
-# The driver keeps its handles to the shared actors for as long as it lives: Ray ends an actor
-# once no handle to it is left in its owner.
+# The shared actors are named stably (from the store's path and the gateway's settings), so every
+# driver on a cluster finds the same ones, and detached, so they outlive the driver that made them
+# (`magis-ray stop` ends them). The handles are kept per process, to look each up once.
 _shared: dict[str, object] = {}
+STORE_PREFIX, GATEWAY_PREFIX = "store:", "gateway:"
+
+
+def store_name(path: str) -> str:
+    return STORE_PREFIX + path
+
+
+def gateway_name(config) -> str:
+    """The same name for the same settings in every process (Python's hash() differs per process).
+    An API key counts only as its digest: it never appears in the name."""
+    settings = msgspec.to_builtins(config)
+    if settings.get("api_key"):
+        settings["api_key"] = hashlib.sha256(settings["api_key"].encode()).hexdigest()
+    return GATEWAY_PREFIX + hashlib.sha256(msgspec.json.encode(settings, order="sorted")).hexdigest()[:20]
+
+
+def _shared_actor(kind: str, name: str, *args):
+    if name not in _shared:
+        _shared[name] = actor_classes()[kind].options(
+            name=name, namespace=NAMESPACE, get_if_exists=True, lifetime="detached", scheduling_strategy=here(),
+        ).remote(*args)
+    return _shared[name]
 
 
 def store_actor(path: str):
     """The store's single owner, shared by every run that uses that store path."""
-    name = f"store:{path}"
-    if name not in _shared:
-        _shared[name] = actor_classes()["store"].options(
-            name=name, namespace=NAMESPACE, get_if_exists=True, scheduling_strategy=here()
-        ).remote(path)
-    return _shared[name]
+    return _shared_actor("store", store_name(path), path)
 
 
-def gateway_actor(config, name: str = "gateway"):
-    """The gateway for `config`: one per distinct model endpoint and settings, shared by every run."""
-    key = f"{name}:{hash(msgspec.json.encode(config))}"
-    if key not in _shared:
-        _shared[key] = actor_classes()["gateway"].options(
-            name=key, namespace=NAMESPACE, get_if_exists=True, scheduling_strategy=here()
-        ).remote(config)
-    return _shared[key]
+def gateway_actor(config):
+    """The gateway for `config`: one per distinct model endpoint and settings, shared by every run
+    and every driver on the cluster, so its concurrency and rate limits hold for all of them."""
+    return _shared_actor("gateway", gateway_name(config), config)
 
 
-def supervisor_actor(*args):
+def stop_shared(store_path: str) -> list[str]:
+    """End the store's actor and every gateway on the cluster; the names of those ended."""
+    from ray.util import list_named_actors
+
+    ended = []
+    for entry in list_named_actors(all_namespaces=True):
+        name = entry["name"]
+        if entry["namespace"] == NAMESPACE and (name == store_name(store_path) or name.startswith(GATEWAY_PREFIX)):
+            try:
+                ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+            except ValueError:  # ended meanwhile
+                continue
+            _shared.pop(name, None)
+            ended.append(name)
+    return ended
+
+
+def supervisor_actor(*args, **kwargs):
     roles = RoleActors(custodian=custodian_actor, developer=developer_actor, qa=qa_actor)
-    return actor_classes()["supervisor"].options(scheduling_strategy=here()).remote(*args, roles=roles)
+    return actor_classes()["supervisor"].options(scheduling_strategy=here()).remote(*args, roles=roles, **kwargs)
 
 
 def custodian_actor(*args):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from magis_ray.events.history import effective
+from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import TERMINAL_EVENTS, Recorded, RunStarted
 
 from magis_ray.actors.runtime.inprocess import ThreadWorkforce
@@ -33,13 +34,13 @@ class MemoryAsOf:
     def __init__(self, store):
         self._store = store
 
-    def get_summary(self, repo, path, blob_id, before_position=None):
-        return self._store.get_summary(repo, path, blob_id, before_position)
+    def get_summary(self, repo, path, blob_id, before_position=None, model=None):
+        return self._store.get_summary(repo, path, blob_id, before_position, model)
 
-    def latest_summary(self, repo, path, before_position=None):
-        return self._store.latest_summary(repo, path, before_position)
+    def latest_summary(self, repo, path, before_position=None, model=None):
+        return self._store.latest_summary(repo, path, before_position, model)
 
-    def put_summary(self, repo, path, blob_id, summary) -> None:
+    def put_summary(self, repo, path, blob_id, summary, model="") -> None:
         pass
 
 
@@ -72,6 +73,8 @@ def replay_run(events: list[Recorded], store, repo_path: str | None = None) -> R
         issue=issue_of(started), settings=started.settings, snapshot=snapshot, asker_for=lanes,
         custodian=Custodian(snapshot, MemoryAsOf(store), lanes, started.repo, started.settings),
         workforce=ThreadWorkforce(lanes),
+        # the diff as the log held it before its end: what the run checked before it ended
+        projected_diff=lambda: final_diff(fold(r for r in history if not isinstance(r.event, TERMINAL_EVENTS))),
     )
     try:
         team.run()

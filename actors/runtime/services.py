@@ -23,14 +23,17 @@ class StoreService:
         from magis_ray.store import open_store
 
         self._store = open_store(path, create=True)
-        self._writers: dict[str, RunWriter] = {}
+        self._writers: dict[tuple[str, int], RunWriter] = {}
 
-    def append_next(self, run_id: str, events: Sequence[NewEvent]) -> list[int]:
-        """Append after whatever the run holds now; the events' global positions."""
-        writer = self._writers.get(run_id)
+    def append_next(self, run_id: str, events: Sequence[NewEvent], fence: int = 0) -> list[int]:
+        """Append after whatever the run holds now; the events' global positions. `fence`: the
+        epoch of the run's lease its driver holds (the store refuses a driver that lost it)."""
+        # A writer per driver's lease: this actor outlives drivers, and a run resumed by another
+        # driver (maybe through another store actor) is at a version the old writer never saw.
+        writer = self._writers.get((run_id, fence))
         if writer is None:
-            writer = self._writers[run_id] = RunWriter(self._store, run_id)
-        return writer.write(events)
+            writer = self._writers[(run_id, fence)] = RunWriter(self._store, run_id)
+        return writer.write(events, fence)
 
     def read(self, run_id: str, after_version: int = 0) -> list[Recorded]:
         return self._store.read(run_id, after_version)
@@ -38,14 +41,14 @@ class StoreService:
     def version(self, run_id: str) -> int:
         return self._store.version(run_id)
 
-    def get_summary(self, repo, path, blob_id, before_position=None):
-        return self._store.get_summary(repo, path, blob_id, before_position)
+    def get_summary(self, repo, path, blob_id, before_position=None, model=None):
+        return self._store.get_summary(repo, path, blob_id, before_position, model)
 
-    def latest_summary(self, repo, path, before_position=None):
-        return self._store.latest_summary(repo, path, before_position)
+    def latest_summary(self, repo, path, before_position=None, model=None):
+        return self._store.latest_summary(repo, path, before_position, model)
 
-    def put_summary(self, repo, path, blob_id, summary) -> None:
-        self._store.put_summary(repo, path, blob_id, summary)
+    def put_summary(self, repo, path, blob_id, summary, model="") -> None:
+        self._store.put_summary(repo, path, blob_id, summary, model)
 
 
 class GatewayService:
@@ -77,25 +80,25 @@ class GatewayService:
 
 
 class StoreSink:
-    def __init__(self, store, run_id: str):
-        self._store, self._run_id = store, run_id
+    def __init__(self, store, run_id: str, fence: int = 0):
+        self._store, self._run_id, self._fence = store, run_id, fence
 
     def write(self, events: Sequence[NewEvent]) -> list[int]:
-        return ray.get(self._store.append_next.remote(self._run_id, list(events)))
+        return ray.get(self._store.append_next.remote(self._run_id, list(events), self._fence))
 
 
 class StoreMemory:
     def __init__(self, store):
         self._store = store
 
-    def get_summary(self, repo, path, blob_id, before_position=None):
-        return ray.get(self._store.get_summary.remote(repo, path, blob_id, before_position))
+    def get_summary(self, repo, path, blob_id, before_position=None, model=None):
+        return ray.get(self._store.get_summary.remote(repo, path, blob_id, before_position, model))
 
-    def latest_summary(self, repo, path, before_position=None):
-        return ray.get(self._store.latest_summary.remote(repo, path, before_position))
+    def latest_summary(self, repo, path, before_position=None, model=None):
+        return ray.get(self._store.latest_summary.remote(repo, path, before_position, model))
 
-    def put_summary(self, repo, path, blob_id, summary) -> None:
-        ray.get(self._store.put_summary.remote(repo, path, blob_id, summary))
+    def put_summary(self, repo, path, blob_id, summary, model="") -> None:
+        ray.get(self._store.put_summary.remote(repo, path, blob_id, summary, model))
 
 
 class GatewayLLM:
@@ -108,14 +111,14 @@ class GatewayLLM:
         ))
 
 
-def lanes_for(run_id: str, store, gateway, recorded: dict[str, list[Recorded]] | None) -> Lanes:
+def lanes_for(run_id: str, store, gateway, recorded: dict[str, list[Recorded]] | None, fence: int = 0) -> Lanes:
     """The lanes of a role actor; its events say which node it ran on. Its log lines (JSON, in
     Ray's worker logs) name the run."""
     from magis_ray.actors.runtime.logs import configure_logging
 
     configure_logging()
     structlog.contextvars.bind_contextvars(run=run_id)
-    return Lanes(run_id, StoreSink(store, run_id), GatewayLLM(gateway), recorded, ray.get_runtime_context().get_node_id())
+    return Lanes(run_id, StoreSink(store, run_id, fence), GatewayLLM(gateway), recorded, ray.get_runtime_context().get_node_id())
 
 
 # --- the roles -------------------------------------------------------------------------------
@@ -124,12 +127,12 @@ def lanes_for(run_id: str, store, gateway, recorded: dict[str, list[Recorded]] |
 class CustodianService:
     """Runs where the repository is: it reads every file at the base commit."""
 
-    def __init__(self, run_id, repo_path, commit, repo, settings: RunSettings, store, gateway, recorded):
+    def __init__(self, run_id, repo_path, commit, repo, settings: RunSettings, store, gateway, recorded, fence=0):
         from magis_ray.actors.code.repository import RepoSnapshot
         from magis_ray.actors.roles.custodian import Custodian
 
         self._custodian = Custodian(
-            RepoSnapshot.open(repo_path, commit), StoreMemory(store), lanes_for(run_id, store, gateway, recorded), repo, settings,
+            RepoSnapshot.open(repo_path, commit), StoreMemory(store), lanes_for(run_id, store, gateway, recorded, fence), repo, settings,
         )
 
     def locate(self, issue_text: str, memory_before: int | None = None):
@@ -137,8 +140,8 @@ class CustodianService:
 
 
 class QAService:
-    def __init__(self, run_id, store, gateway, recorded):
-        self._lanes = lanes_for(run_id, store, gateway, recorded)
+    def __init__(self, run_id, store, gateway, recorded, fence=0):
+        self._lanes = lanes_for(run_id, store, gateway, recorded, fence)
 
     def review(self, qa: QAAssigned, patch: PatchProposed, issue_text: str, task_description: str):
         from magis_ray.actors.roles.qa import QAEngineer
@@ -157,8 +160,8 @@ class RemoteReviewer:
 class DeveloperService:
     """Needs only its task: the file content travels in the Assignment, so it can run on any node."""
 
-    def __init__(self, run_id, store, gateway, recorded):
-        self._lanes = lanes_for(run_id, store, gateway, recorded)
+    def __init__(self, run_id, store, gateway, recorded, fence=0):
+        self._lanes = lanes_for(run_id, store, gateway, recorded, fence)
 
     def run(self, work, qa_actor) -> TaskFinished:
         from magis_ray.actors.roles.developer import Developer

@@ -70,7 +70,7 @@ class Recreating:
 
 class SupervisorService:
     def __init__(self, run_id: str, issue: IssueRecord, settings: RunSettings, repo_path: str,
-                 store, gateway, recorded: list[Recorded] | None = None, *, roles: RoleActors):
+                 store, gateway, recorded: list[Recorded] | None = None, *, roles: RoleActors, fence: int = 0):
         self.run_id = run_id
         self.issue = issue
         self.settings = settings
@@ -79,6 +79,12 @@ class SupervisorService:
         self.gateway = gateway
         self.recorded = lanes_of(recorded or [])
         self.roles = roles
+        self.fence = fence  # the epoch of the driver's lease on the run: every write carries it
+
+    def projected_diff(self) -> str:
+        from magis_ray.events.projections import final_diff, fold
+
+        return final_diff(fold(ray.get(self.store.read.remote(self.run_id))))
 
     def run(self):
         snapshot = RepoSnapshot.open(self.repo_path, self.issue.base_commit)
@@ -87,8 +93,8 @@ class SupervisorService:
         try:
             team = Team(
                 issue=self.issue, settings=self.settings, snapshot=snapshot,
-                asker_for=lanes_for(self.run_id, self.store, self.gateway, self.recorded),
-                custodian=custodian, workforce=workforce,
+                asker_for=lanes_for(self.run_id, self.store, self.gateway, self.recorded, self.fence),
+                custodian=custodian, workforce=workforce, projected_diff=self.projected_diff,
             )
             return team.run()
         finally:
@@ -108,7 +114,7 @@ class RemoteLocator:
     def _make(self, recorded) -> tuple:
         s = self._s
         return (s.roles.custodian(
-                s.run_id, s.repo_path, self._commit_id, s.issue.repo, s.settings, s.store, s.gateway, lanes_named(recorded, "custodian"),
+                s.run_id, s.repo_path, self._commit_id, s.issue.repo, s.settings, s.store, s.gateway, lanes_named(recorded, "custodian"), s.fence,
         ),)
 
     def locate(self, issue_text: str, memory_before: int | None = None):
@@ -139,8 +145,8 @@ class RayWorkforce:
 
     def _make(self, task_id: str, recorded) -> tuple:
         s = self._s
-        developer = s.roles.developer(s.run_id, s.store, s.gateway, {k: v for k, v in recorded.items() if k == f"developer:{task_id}"})
-        qa = s.roles.qa(s.run_id, s.store, s.gateway, lanes_named(recorded, f"qa:{task_id}"))
+        developer = s.roles.developer(s.run_id, s.store, s.gateway, {k: v for k, v in recorded.items() if k == f"developer:{task_id}"}, s.fence)
+        qa = s.roles.qa(s.run_id, s.store, s.gateway, lanes_named(recorded, f"qa:{task_id}"), s.fence)
         return developer, qa
 
     def run_stage(self, assignments: list[Assignment]) -> list[TaskFinished]:

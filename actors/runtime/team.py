@@ -8,6 +8,9 @@ from typing import Callable, Protocol
 import structlog
 
 from magis_ray.events.schema import RunFailed, RunFinished, RunSettings, RunStarted, TaskDefined, TaskFinished
+from magis_ray.store import Fenced
+
+from magis_ray.actors.code.applying import diff_applies
 
 from magis_ray.actors.model.asking import Asker, BudgetExceeded, ModelUnavailable
 from magis_ray.actors.runtime.issue import IssueRecord
@@ -55,13 +58,17 @@ class Team:
         asker_for: Callable[[str], Asker],
         custodian: Locator,
         workforce: Workforce,
+        projected_diff: Callable[[], str] | None = None,
     ):
+        """`projected_diff`: the repository diff the log holds now (the final_diff projection);
+        a run ends `patched` only if it applies to the base commit."""
         self.issue = issue
         self.settings = settings
         self._snapshot = snapshot
         self._asker_for = asker_for
         self._custodian = custodian
         self._workforce = workforce
+        self._projected_diff = projected_diff
 
     def started_event(self) -> RunStarted:
         i = self.issue
@@ -80,7 +87,7 @@ class Team:
             end: RunFinished | RunFailed = self._collaborate(memory_before=journal.last_position)
         except Exception as raised:  # noqa: BLE001 - the log must end consistently whatever broke
             exc = root_cause(raised)
-            if isinstance(exc, Divergence):
+            if isinstance(exc, (Divergence, Fenced)):  # the log is another's now: nothing may be written
                 raise exc from None
             if isinstance(exc, ModelUnavailable):
                 end = RunFailed(reason=f"no reachable model ({one_line(exc)})", error_type="ModelUnavailable")
@@ -123,4 +130,8 @@ class Team:
         summary = ", ".join(f"{f.task_id} {f.status}" for f in finished)
         if not patched:
             return RunFinished(outcome="no_patch", summary=summary)
+        if self._projected_diff is not None:
+            problem = diff_applies(self._snapshot.path, self._snapshot.commit_id, self._projected_diff())
+            if problem is not None:
+                return RunFinished(outcome="no_patch", summary=f"{summary}; the combined diff does not apply: {problem}")
         return RunFinished(outcome="patched", files_changed=patched, summary=summary)

@@ -6,6 +6,7 @@ escaped with html.escape, so model-written markup shows as text and never runs.
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from html import escape
 from importlib.resources import files
@@ -29,8 +30,13 @@ def _template() -> Template:
     return Template(files(__package__).joinpath("audit.html").read_text(encoding="utf-8"))
 
 
+# NUL and other control characters (tabs and line ends aside) from model text: shown as \xNN,
+# never written raw into the page (a NUL there truncates or breaks it in browsers and tools)
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
 def esc(text: object) -> str:
-    return escape(str(text), quote=True)
+    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)), quote=True)
 
 
 def _badge(text: str, kind: str) -> str:
@@ -133,7 +139,7 @@ def _header(view: RunView, m: dict) -> str:
         (str(t["calls"]), f"LLM calls ({t['failed_calls']} failed)"),
         (f"{t['prompt_tokens'] + t['completion_tokens']:,}", "tokens"),
         (f"${t['cost_usd']:.4f}", "cost (USD)"),
-        (str(len(view.tasks)), "tasks"),
+        (str(len(view.tasks)), f"tasks ({sum(1 for t in view.tasks.values() if t.finished and t.finished.status == 'failed')} failed)"),
     ]
     stat_html = "".join(f'<div class="stat"><b>{v}</b><span>{k}</span></div>' for v, k in stats)
     return (
@@ -289,6 +295,8 @@ def _tasks(view: RunView) -> str:
 def _failures(view: RunView, start: float, old: set[int]) -> str:
     fails = [r for r in view.timeline if isinstance(r.event, (ev.StepFailed, ev.RunFailed))]
     fails += [r for r in view.exchanges if r.event.error]  # type: ignore[union-attr]
+    # a task fails when its answers stay invalid after corrections: no call failed, yet the task did
+    fails += [r for r in view.timeline if isinstance(r.event, ev.TaskFinished) and r.event.status == "failed"]
     fails.sort(key=lambda r: r.version)
     if not fails:
         return '<section id="failures"><h2>Failures</h2><p class="empty">No step failed.</p></section>'
@@ -299,6 +307,8 @@ def _failures(view: RunView, start: float, old: set[int]) -> str:
             what, why, then = f"{esc(e.purpose)}{' / ' + esc(e.task_id) if e.task_id else ''}{' / <code>' + esc(e.path) + '</code>' if e.path else ''}", e.reason, e.fallback
         elif isinstance(e, ev.LLMExchanged):
             what, why, then = f"LLM call {esc(e.purpose)} (attempt {e.attempt})", e.error, ""
+        elif isinstance(e, ev.TaskFinished):
+            what, why, then = f"task {esc(e.task_id)}", e.reason or "failed", "no patch for this task"
         else:
             what, why, then = f"run failed{' (' + esc(e.error_type) + ')' if e.error_type else ''}", e.reason, ""  # type: ignore[union-attr]
         tr = '<tr class="superseded">' if r.version in old else "<tr>"

@@ -1,0 +1,49 @@
+"""A run records its model endpoint at submit (never the key): a plain `magis-ray resume RUN`
+talks to that model again, here a scripted one, even where `--llm auto` would pick another."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from checks import assert_consistent_log
+from test_resume import run, start, wait_for_events, wait_for_lease_expiry
+
+from magis_ray.events.schema import LLMExchanged, RunFinished, RunResumed, RunStarted
+from magis_ray.store import open_store
+
+KEY = "sk-never-in-the-log-4711"
+EXAMPLE = Path(__file__).parents[1] / "examples" / "calc"
+
+
+def test_a_plain_resume_of_a_scripted_run_uses_the_scripted_model(tmp_path):
+    subprocess.run([sys.executable, str(EXAMPLE / "make_repo.py"), str(tmp_path / "calc")], check=True, capture_output=True)
+    script = json.loads((EXAMPLE / "script.json").read_text())
+    script["latency_s"] = 0.3  # slow enough to be cut off half-way
+    (tmp_path / "script.json").write_text(json.dumps(script))
+    driver = start(["submit", str(EXAMPLE / "issue.json"), "--repo", "calc", "--store", "store", "--llm", "scripted:script.json",
+                    "--timeout", "7"], tmp_path, start_new_session=True, env_extra={"OPENAI_API_KEY": KEY})
+    try:
+        run_id = wait_for_events(tmp_path / "store", 10)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    wait_for_lease_expiry(tmp_path / "store", run_id)
+    # OPENAI_API_KEY is set: `--llm auto` alone would now pick openai
+    code, out, err = run(["resume", run_id, "--store", "store"], tmp_path, env_extra={"OPENAI_API_KEY": KEY})
+    assert code == 0, err
+    assert "outcome:  patched" in out
+    with open_store(str(tmp_path / "store")) as s:
+        events = s.read(run_id)
+    assert_consistent_log(events)
+    started = events[0].event
+    assert isinstance(started, RunStarted) and started.settings.llm.kind == f"scripted:{tmp_path / 'script.json'}"
+    assert started.settings.llm.timeout_s == 7
+    assert KEY.encode() not in (tmp_path / "store" / "events.sqlite3").read_bytes()
+    resumed_at = next(r.version for r in events if isinstance(r.event, RunResumed))
+    after = [r.event for r in events if r.version > resumed_at and isinstance(r.event, LLMExchanged)]
+    assert after and all(e.model == "scripted" and not e.error for e in after)
+    assert isinstance(events[-1].event, RunFinished)

@@ -1,0 +1,106 @@
+"""Two drivers on one Ray cluster share the store's actor and the gateway (named from the store's
+path and the gateway's settings, detached): the gateway's concurrency limit holds between them,
+and `magis-ray stop` ends the shared actors."""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from checks import assert_consistent_log
+from scenarios import BOTH_ISSUE, calc_issue, write_issue
+from test_jobs import BIN, free_ports, stop_head
+from test_resume import EXPECTED_DIFF, team
+
+from magis_ray.actors.model.gateway import GatewayConfig
+from magis_ray.actors.model.scripted_server import ScriptedServer
+from magis_ray.actors.runtime.remote import gateway_name
+from magis_ray.events.projections import final_diff, fold
+from magis_ray.events.schema import RunFinished
+from magis_ray.store import open_store
+
+MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
+
+
+def test_a_gateway_name_is_the_same_in_every_process_and_never_holds_the_key():
+    config = GatewayConfig(base_url="http://127.0.0.1:1/v1", model="m", api_key="sk-secret", concurrency=1)
+    code = ("from magis_ray.actors.model.gateway import GatewayConfig\nfrom magis_ray.actors.runtime.remote import gateway_name\n"
+            "print(gateway_name(GatewayConfig(base_url='http://127.0.0.1:1/v1', model='m', api_key='sk-secret', concurrency=1)))")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert other == gateway_name(config) and "secret" not in other
+    assert gateway_name(GatewayConfig(base_url="http://127.0.0.1:1/v1", model="m", api_key="sk-secret", concurrency=2)) != other
+
+
+@pytest.fixture
+def ray_cluster():
+    """A Ray head of this test's own (`ray start --head --block`, free ports, a short temp dir);
+    yields the environment a driver joins it with."""
+    root = tempfile.mkdtemp(prefix="mrshr-", dir="/tmp")
+    gcs, *others = free_ports(5)
+    token = secrets.token_hex(32)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+    for name in ("RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(name, None)
+    log = open(Path(root) / "ray-start.log", "w")
+    head = subprocess.Popen(
+        [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", f"--port={gcs}", "--num-cpus=2", "--include-dashboard=false",
+         f"--dashboard-agent-listen-port={others[0]}", f"--dashboard-agent-grpc-port={others[1]}",
+         f"--ray-client-server-port={others[2]}", f"--runtime-env-agent-port={others[3]}",
+         "--object-store-memory=100000000", f"--temp-dir={root}/ray", "--disable-usage-stats"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        yield {**env, "RAY_ADDRESS": f"127.0.0.1:{gcs}", "OPENAI_API_KEY": "k", "MAGIS_LOG_LEVEL": "warning"}
+    finally:
+        try:
+            stop_head(head, root)
+        finally:
+            log.close()
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def magis(args, env, cwd):
+    return subprocess.Popen([*MAGIS, *args], env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def joined(env, cwd, timeout=120):
+    """Wait until a driver can join the head (it is up), by asking `magis-ray stop` with no store."""
+    deadline = time.monotonic() + timeout
+    while True:
+        proc = subprocess.run([*MAGIS, "stop", "--store", str(cwd / "no-store")], env=env, cwd=cwd, capture_output=True,
+                              text=True, timeout=timeout)
+        if proc.returncode == 0:
+            return proc.stdout
+        assert time.monotonic() < deadline, proc.stderr
+        time.sleep(0.5)
+
+
+def test_two_drivers_on_one_cluster_share_one_gateway_limit(ray_cluster, calc_repo, tmp_path):
+    repo_path, base = calc_repo
+    issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base, BOTH_ISSUE))
+    joined(ray_cluster, tmp_path)
+    with ScriptedServer(team(delay_s=0.05)) as server:
+        args = ["submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "m", "--concurrency", "1"]
+        drivers = [magis(args, ray_cluster, tmp_path) for _ in range(2)]
+        outs = [d.communicate(timeout=300) for d in drivers]
+        for driver, (out, err) in zip(drivers, outs):
+            assert driver.returncode == 0 and "Traceback" not in err, err
+        assert server.max_in_flight == 1  # one gateway for both drivers, and its limit held
+        assert server.count() > 40  # both runs asked the model, through that one gateway
+        stopped = subprocess.run([*MAGIS, "stop", "--store", "store"], env=ray_cluster, cwd=tmp_path, capture_output=True,
+                                 text=True, timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "stopped 2 shared actor(s)" in stopped.stdout and "store:" in stopped.stdout and "gateway:" in stopped.stdout
+    with open_store(str(tmp_path / "store")) as s:
+        runs = [s.read(r.run_id) for r in s.list_runs()]
+    assert len(runs) == 2
+    for events in runs:
+        assert_consistent_log(events)
+        assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF

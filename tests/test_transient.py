@@ -1,0 +1,89 @@
+"""Transient model faults (500, 429, a timeout, after every retry) stop a run with a resumable
+RunFailed naming the cause, never a run finished as if the model had answered; a plain resume
+against the healthy server then finishes with the diff an uninterrupted run gives, and a re-run
+batch picks the instance up."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from checks import assert_consistent_log
+from test_batch import batch_args, dataset, finish, magis, team as batch_team  # noqa: F401 - the dataset fixture
+from test_resume import EXPECTED_DIFF, issue_file, run, team  # noqa: F401 - the issue_file fixture
+
+from magis_ray.actors.model.scripted_server import Rule, ScriptedServer
+from magis_ray.events.projections import final_diff, fold
+from magis_ray.events.schema import LLMExchanged, RunFailed, RunFinished, RunResumed
+from magis_ray.store import open_store
+
+
+class Fault:
+    """Answers one step with a fault while `on`; everything else falls through to the team."""
+
+    def __init__(self, rule: Rule, purpose: str, contains: str = ""):
+        self.rule, self.purpose, self.contains, self.on = rule, purpose, contains, True
+
+    def __call__(self, request):
+        if self.on and request.purpose == self.purpose and self.contains in request.text:
+            return self.rule
+        return None
+
+
+@pytest.mark.parametrize(
+    "rule, cause",
+    [
+        (Rule(status=500, reply="upstream exploded"), "http 500: upstream exploded (after 5 tries)"),
+        # the same path through asking and resume as a 500 (tests/test_hostile.py has both in-process):
+        # on demand, as each waits out the retries' backoff
+        pytest.param(Rule(status=429, reply="rate limited", retry_after_s=0), "http 429: rate limited (after 5 tries)",
+                     marks=pytest.mark.slow),
+        pytest.param(Rule(hang=True), "timeout: no answer within 0.5 s (after 5 tries)", marks=pytest.mark.slow),
+    ],
+    ids=["http-500", "http-429", "timeout"],
+)
+def test_a_fault_stops_the_run_and_a_plain_resume_finishes_it_with_the_same_diff(rule, cause, issue_file, tmp_path):
+    fault = Fault(rule, "write_code")
+    with ScriptedServer([fault, team(delay_s=0)]) as server:
+        code, out, err = run(["submit", str(issue_file), "--store", "store", "--base-url", server.base_url, "--model", "m",
+                              "--timeout", "0.5"], tmp_path)
+        run_id = out.split("run:", 1)[1].split()[0]
+        [line] = err.strip().splitlines()[-1:]
+        assert code == 2 and line.startswith(f"magis-ray: error: run {run_id} failed: no reachable model (write_code: ")
+        assert cause in line and line.endswith(f"resume it with `magis-ray resume {run_id} --store store`")
+        with open_store(str(tmp_path / "store")) as s:
+            cut = s.read(run_id)
+        assert isinstance(cut[-1].event, RunFailed) and cut[-1].event.resumable
+        assert not [r for r in cut if isinstance(r.event, RunFinished)]
+        fault.on = False  # the server is healthy again
+        # the hint as printed: no model flags, so the run's recorded endpoint, model and timeout
+        code, out, err = run(["resume", run_id, "--store", "store"], tmp_path, env_extra={"OPENAI_API_KEY": ""})
+        assert code == 0, err
+        asked = [r for r in server.requests if r.purpose == "write_code"]
+    assert {r.body["model"] for r in server.requests} == {"m"}
+    assert asked[-1].headers.get("x-magis-run") == run_id
+    with open_store(str(tmp_path / "store")) as s:
+        events = s.read(run_id)
+    assert_consistent_log(events)
+    assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF
+    [marker] = [r.event for r in events if isinstance(r.event, RunResumed)]
+    assert marker.superseded >= 2  # the unanswered exchange and the failure are retried, not kept
+    assert all(r.event.model == "m" for r in events if isinstance(r.event, LLMExchanged))
+
+
+def test_a_batch_rerun_picks_up_an_instance_a_fault_cut_off(dataset, tmp_path):
+    path, repos = dataset
+    fault = Fault(Rule(status=500, reply="down for maintenance"), "define_task", contains="Also `calc.texts.shout")  # calc__calc-2's issue
+    with ScriptedServer([fault, batch_team()]) as server:
+        code, out, err = finish(magis(batch_args(path, repos, server), tmp_path))
+        assert code == 0, err
+        assert "calc__calc-2: failed: no reachable model (define_task: http 500: down for maintenance" in out
+        preds = {json.loads(x)["instance_id"]: json.loads(x)["model_patch"] for x in (tmp_path / "preds.jsonl").read_text().splitlines()}
+        assert "calc/stats.py" in preds["calc__calc-1"] and preds["calc__calc-2"] == ""
+        fault.on = False
+        code, out, err = finish(magis(batch_args(path, repos, server), tmp_path))
+        assert code == 0, err
+        assert "1 skipped" in out and "1 finished" in out
+    preds = {json.loads(x)["instance_id"]: json.loads(x)["model_patch"] for x in (tmp_path / "preds.jsonl").read_text().splitlines()}
+    assert "calc/stats.py" in preds["calc__calc-2"] and "calc/texts.py" in preds["calc__calc-2"]
+    with open_store(str(tmp_path / "store")) as s:
+        assert len(s.list_runs()) == 2  # the cut-off run went on; no instance ran twice
