@@ -58,6 +58,13 @@ class RunSettings(msgspec.Struct, frozen=True):
     model: str = ""
     max_files: int = 3  # the Custodian keeps at most this many relevant files
     batch: str = ""  # the batch the run belongs to ("" for a single issue); its token budget is shared
+    # Execution (off: the paper's MAGIS exactly). With tests on, a reproduction test and the
+    # repository's nearest regression tests judge every patch; `candidates` patches per task.
+    tests: bool = False
+    candidates: int = 1
+    env_setup: str = ""  # the user's install step for the test environment ("": SWE-bench's spec, or the default)
+    test_python: str = ""  # the interpreter version for a user's repository's environment
+    sandbox: str = "bwrap"  # "none" runs tests unconfined (the user asked for it)
 
 
 # --- the run's life -------------------------------------------------------------------------
@@ -72,6 +79,8 @@ class RunStarted(Event, frozen=True, tag="RunStarted"):
     settings: RunSettings = RunSettings()
     schema_version: int = SCHEMA_VERSION
     repo_path: str = ""  # where the checkout was, so resume and replay find it again
+    version: str = ""  # the SWE-bench version, which names the test environment's spec
+    environment_setup_commit: str = ""
 
 
 class RunFinished(Event, frozen=True, tag="RunFinished"):
@@ -204,6 +213,49 @@ class StepFailed(Event, frozen=True, tag="StepFailed"):
     fallback: str = ""
 
 
+# --- execution: the team runs the code -------------------------------------------------------
+
+
+class ReproductionWritten(Event, frozen=True, tag="ReproductionWritten"):
+    """A test written from the issue that must fail on the base commit. It lives in a scratch
+    folder of the workspace and never enters the final diff."""
+
+    path: str
+    content: str
+    attempt: int = 1
+
+
+class TestsRan(Event, frozen=True, tag="TestsRan"):
+    """One test command on a workspace: the base commit with `patches` applied (their digest names
+    them), the outcome, the parsed per-test results and the output cut to a sane size.
+
+    purpose: "reproduce" (the reproduction test on the base commit), "baseline" (the regression
+    candidates on the base commit), "check" (a patch, with the reproduction and regression tests)."""
+
+    purpose: str
+    command: str
+    outcome: Literal["passed", "failed", "error", "timeout"]
+    task_id: str = ""
+    attempt: int = 0
+    candidate: int = 0
+    patch_digest: str = ""
+    exit_code: int | None = None
+    passed: list[str] = []
+    failed: list[str] = []
+    output: str = ""
+    duration_s: float = 0.0
+
+
+class CandidateChosen(Event, frozen=True, tag="CandidateChosen"):
+    """Which of a task's candidate patches became the task's patch, and why."""
+
+    task_id: str
+    chosen: int  # the candidate's number, 1-based
+    candidates: int
+    reason: str
+    votes: int = 0  # how many candidates' normalized diffs equal the chosen one's
+
+
 # --- the model -------------------------------------------------------------------------------
 
 
@@ -244,6 +296,9 @@ AnyEvent = Union[
     TaskFinished,
     StepFailed,
     LLMExchanged,
+    ReproductionWritten,
+    TestsRan,
+    CandidateChosen,
 ]
 
 TERMINAL_EVENTS = (RunFinished, RunFailed)

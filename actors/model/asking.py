@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol, TypeVar
 
-from magis_ray.events.schema import AnyEvent, LLMExchanged, Message
+from magis_ray.events.schema import AnyEvent, LLMExchanged, Message, TestsRan
 
 from magis_ray.actors.model.answers import Answer, json_schema, parse_answer
 from magis_ray.actors.model.prompting import render
@@ -31,6 +31,8 @@ class JournalPort(Protocol):
     def emit(self, event: AnyEvent, caused_by: str = "") -> str: ...
 
     def recorded_exchange(self, probe: LLMExchanged) -> LLMExchanged | None: ...
+
+    def recorded_tests(self, probe: TestsRan) -> TestsRan | None: ...
 
 
 class LLMPort(Protocol):

@@ -23,6 +23,7 @@ _PATH_PATTERNS = {
     "locate_lines": r"The file `([^`]+)`",
     "write_code": r"In the file `([^`]+)`",
     "review_patch": r"task on `([^`]+)`",
+    "review_patch_tested": r"task on `([^`]+)`",
 }
 
 
@@ -38,13 +39,19 @@ class ScriptedTeam:
 
     `review(path, attempt) -> (approved, comment)` decides the QA's verdicts (default: approve).
     `stages`: the plan's stages as lists of paths (default: every task in one stage).
+    `retries`: path -> the Edits of the attempts after the first, in order (the last one repeats).
+    `reproductions`: the reproduction tests written, in order (the last one repeats); none: no
+    answer to that step.
     """
 
     fixes: dict[str, list[Edit]]
     review: Callable[[str, int], tuple[bool, str]] = lambda path, attempt: (True, "Looks right.")
     stages: list[list[str]] | None = None
     delay_s: float | None = None
+    retries: dict[str, list[list[Edit]]] = field(default_factory=dict)
+    reproductions: list[str] = field(default_factory=list)
     _attempts: dict[str, int] = field(default_factory=dict)
+    _writes: dict[str, int] = field(default_factory=dict)
 
     def __call__(self, request: ScriptedRequest) -> Rule | None:
         answer = self.answer(request)
@@ -71,8 +78,16 @@ class ScriptedTeam:
             case "locate_lines":
                 return {"ranges": [{"start": e.range.start, "end": e.range.end} for e in fixes], "reason": "scripted"}
             case "write_code":
-                return {"edits": [{"start": e.range.start, "end": e.range.end, "new_code": e.new_code} for e in fixes]}
-            case "review_patch":
+                write = self._writes[path] = self._writes.get(path, 0) + 1
+                later = self.retries.get(path, [])
+                edits = fixes if write == 1 or not later else later[min(write - 2, len(later) - 1)]
+                return {"edits": [{"start": e.range.start, "end": e.range.end, "new_code": e.new_code} for e in edits]}
+            case "write_reproduction":
+                if not self.reproductions:
+                    return None
+                tries = self._writes["<reproduction>"] = self._writes.get("<reproduction>", 0) + 1
+                return {"content": self.reproductions[min(tries, len(self.reproductions)) - 1]}
+            case "review_patch" | "review_patch_tested":
                 attempt = self._attempts[path] = self._attempts.get(path, 0) + 1
                 approved, comment = self.review(path, attempt)
                 return {"approved": approved, "comment": comment}

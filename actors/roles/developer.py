@@ -14,10 +14,11 @@ from magis_ray.actors.model.answers import CodeAnswer, LinesAnswer, PersonaAnswe
 from magis_ray.actors.model.asking import Asker, StepFailed
 from magis_ray.actors.code.diffs import file_diff
 from magis_ray.actors.code.edits import apply_edits, check_ranges, numbered
+from magis_ray.actors.roles.testing import Evidence, PatchChecker, Tester, TestPlan
 
 
 class Reviewer(Protocol):
-    def review(self, qa: QAAssigned, patch: PatchProposed) -> ReviewIssued | None:
+    def review(self, qa: QAAssigned, patch: PatchProposed, evidence: Evidence | None = None) -> ReviewIssued | None:
         """None when the QA Engineer could not give a usable review."""
 
 
@@ -31,6 +32,7 @@ class Assignment:
     base_text: str
     max_review_rounds: int
     use_qa: bool
+    tests: TestPlan | None = None  # None: the paper's MAGIS, no test runs
 
 
 def line_count(text: str) -> int:
@@ -47,11 +49,13 @@ def old_parts(text: str, ranges: list[LineRange]) -> str:
 
 
 class Developer:
-    def __init__(self, work: Assignment, asker: Asker, reviewer: Reviewer | None):
+    def __init__(self, work: Assignment, asker: Asker, reviewer: Reviewer | None, tester: Tester | None = None):
         self._work = work
         self._asker = asker
         self._reviewer = reviewer if work.use_qa else None
         self._persona = dict(name=work.developer.name, profile=work.developer.profile)
+        plan = work.tests
+        self._checker = PatchChecker(tester, plan, work.task.task_id) if tester is not None and plan and not plan.empty else None
 
     def run(self) -> TaskFinished:
         work = self._work
@@ -64,16 +68,22 @@ class Developer:
             except StepFailed as exc:
                 status = "unapproved" if patch is not None else "failed"
                 return self._finish(status, attempt - 1, f"attempt {attempt}: {exc}")
+            evidence = self._checker.check(patch.diff, attempt) if self._checker is not None else None
             if qa is None:
-                return self._finish("unreviewed", attempt)
-            review = self._reviewer.review(qa, patch)
+                if evidence is None or not evidence.blocks_approval or attempt == work.max_review_rounds:
+                    return self._finish("unreviewed", attempt)
+                feedback = (f"\nYour previous attempt was tested and sent back:\n```diff\n{patch.diff}```\n"
+                            f"{evidence.summary()}\nTake this into account.\n")
+                continue
+            review = self._reviewer.review(qa, patch, evidence)
             if review is None:
                 return self._finish("unapproved", attempt, "the QA engineer gave no usable review")
             if review.approved:
                 return self._finish("approved", attempt)
+            tested = f"\n{evidence.summary()}" if evidence is not None and evidence.summary() not in review.comment else ""
             feedback = (
                 f"\nYour previous attempt was reviewed and sent back:\n```diff\n{patch.diff}```\n"
-                f"The QA engineer said: {review.comment.strip()}\nTake this into account.\n"
+                f"The QA engineer said: {review.comment.strip()}{tested}\nTake this into account.\n"
             )
         return self._finish("unapproved", work.max_review_rounds, f"not approved after {work.max_review_rounds} rounds")
 

@@ -11,24 +11,27 @@ from magis_ray.actors.runtime.lanes import Lanes
 from magis_ray.actors.roles.developer import Assignment, Developer
 from magis_ray.actors.roles.manager import parallel
 from magis_ray.actors.roles.qa import QAEngineer
+from magis_ray.actors.roles.testing import Bench, Tester
 
 
-def run_task(lanes: Lanes, work: Assignment, reviewer=None) -> TaskFinished:
+def run_task(lanes: Lanes, work: Assignment, reviewer=None, bench: Bench | None = None) -> TaskFinished:
     tid = work.task.task_id
     if reviewer is None:
         reviewer = QAEngineer(lanes(f"qa:{tid}"), work.issue_text, work.task.description)
-    return Developer(work, lanes(f"developer:{tid}"), reviewer).run()
+    asker = lanes(f"developer:{tid}")
+    return Developer(work, asker, reviewer, Tester(asker.journal, bench)).run()
 
 
 class ThreadWorkforce:
-    def __init__(self, lanes: Lanes):
+    def __init__(self, lanes: Lanes, bench: Bench | None = None):
         self._lanes = lanes
+        self._bench = bench
 
     def prepare(self, tasks) -> None:
         pass  # roles in this process are made when their stage comes
 
     def run_stage(self, assignments: list[Assignment]) -> list[TaskFinished]:
-        return parallel(assignments, lambda work: run_task(self._lanes, work))
+        return parallel(assignments, lambda work: run_task(self._lanes, work, bench=self._bench))
 
 
 class LocalLLM:
@@ -46,7 +49,7 @@ class LocalLLM:
         self._loop.call_soon_threadsafe(self._loop.stop)
 
 
-def run_in_process(*, store, issue, settings, repo_path: str, llm, run_id: str, recorded=None):
+def run_in_process(*, store, issue, settings, repo_path: str, llm, run_id: str, recorded=None, bench: Bench | None = None):
     """One run with every role in this process; returns the terminal event."""
     from magis_ray.actors.runtime.journal import RunWriter, lanes_of
     from magis_ray.actors.code.repository import RepoSnapshot
@@ -56,5 +59,6 @@ def run_in_process(*, store, issue, settings, repo_path: str, llm, run_id: str, 
     snapshot = RepoSnapshot.open(repo_path, issue.base_commit)
     lanes = Lanes(run_id, RunWriter(store, run_id), llm, lanes_of(recorded or []))
     custodian = Custodian(snapshot, store, lanes, issue.repo, settings)
-    team = Team(issue=issue, settings=settings, snapshot=snapshot, asker_for=lanes, custodian=custodian, workforce=ThreadWorkforce(lanes))
+    team = Team(issue=issue, settings=settings, snapshot=snapshot, asker_for=lanes, custodian=custodian,
+                workforce=ThreadWorkforce(lanes, bench), bench=bench)
     return team.run()

@@ -15,7 +15,8 @@ from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.journal import lanes_of
 from magis_ray.actors.code.repository import RepoSnapshot
 from magis_ray.actors.roles.developer import Assignment
-from magis_ray.actors.runtime.services import lanes_for
+from magis_ray.actors.runtime.bench import BenchSetup
+from magis_ray.actors.runtime.services import RemoteBench, lanes_for
 from magis_ray.actors.runtime.team import Team
 
 log = structlog.get_logger()
@@ -37,6 +38,7 @@ class RoleActors:
     custodian: Callable[..., object]
     developer: Callable[..., object]
     qa: Callable[..., object]
+    bench: Callable[..., object]
 
 
 class Recreating:
@@ -83,17 +85,20 @@ class SupervisorService:
     def run(self):
         snapshot = RepoSnapshot.open(self.repo_path, self.issue.base_commit)
         custodian = RemoteLocator(self, snapshot.commit_id)
+        self.bench = self.roles.bench(BenchSetup.of(self.issue, self.settings, self.repo_path)) if self.settings.tests else None
         workforce = RayWorkforce(self)
         try:
             team = Team(
                 issue=self.issue, settings=self.settings, snapshot=snapshot,
                 asker_for=lanes_for(self.run_id, self.store, self.gateway, self.recorded),
-                custodian=custodian, workforce=workforce,
+                custodian=custodian, workforce=workforce, bench=RemoteBench(self.bench) if self.bench is not None else None,
             )
             return team.run()
         finally:
             custodian.end()
             workforce.end()
+            if self.bench is not None:
+                ray.kill(self.bench)
 
 
 class RemoteLocator:
@@ -150,7 +155,7 @@ class RayWorkforce:
             actors = self._ready.pop(tid, None) or self._make(tid, self._s.recorded)
             calls.append(Recreating(
                 self._s.run_id, self._s.store, lambda recorded, tid=tid: self._make(tid, recorded),
-                lambda actors, work=work: actors[0].run.remote(work, actors[1]), actors,
+                lambda actors, work=work: actors[0].run.remote(work, actors[1], self._s.bench), actors,
             ))
         try:
             return [call.result() for call in calls]

@@ -16,6 +16,13 @@ from magis_ray.actors.code.repository import RepoSnapshot
 from magis_ray.actors.roles.custodian import LocatedFile
 from magis_ray.actors.roles.developer import Assignment
 from magis_ray.actors.roles.manager import Manager
+from magis_ray.actors.roles.qa import write_reproduction
+from magis_ray.actors.roles.testing import Bench, Reproduction, Tester, TestPlan
+from magis_ray.actors.code.regression import nearest_tests
+
+# Tries at a reproduction test that fails on the base commit: the first and two corrections, as
+# for any invalid answer.
+REPRODUCTION_TRIES = 3
 
 log = structlog.get_logger()
 
@@ -55,6 +62,7 @@ class Team:
         asker_for: Callable[[str], Asker],
         custodian: Locator,
         workforce: Workforce,
+        bench: Bench | None = None,
     ):
         self.issue = issue
         self.settings = settings
@@ -62,13 +70,14 @@ class Team:
         self._asker_for = asker_for
         self._custodian = custodian
         self._workforce = workforce
+        self._bench = bench  # runs the tests when settings.tests is on; replay has none and runs none
 
     def started_event(self) -> RunStarted:
         i = self.issue
         return RunStarted(
             instance_id=i.instance_id, repo=i.repo, base_commit=self._snapshot.commit_id,
             problem_statement=i.problem_statement, hints_text=i.hints_text, settings=self.settings,
-            repo_path=i.repo_path or "",
+            repo_path=i.repo_path or "", version=i.version, environment_setup_commit=i.environment_setup_commit,
         )
 
     def run(self) -> RunFinished | RunFailed:
@@ -96,7 +105,24 @@ class Team:
         """The file as the base commit has it; "" for a file the task creates."""
         return self._snapshot.read_text(task.path) if task.base_blob_id else ""
 
+    def _reproduce(self, issue_text: str, tasks: list[TaskDefined]) -> Reproduction | None:
+        """The QA side's reproduction test, before the Developers start."""
+        asker = self._asker_for("qa:reproduction")
+        files = "\n".join(f"- `{t.path}`: {t.description}" for t in tasks)
+        return write_reproduction(asker, Tester(asker.journal, self._bench), issue_text, files, REPRODUCTION_TRIES)
+
+    def _test_plan(self, task: TaskDefined, reproduction: Reproduction | None) -> TestPlan:
+        """The reproduction test, and the repository's tests nearest the task's file (a new file has none)."""
+        return TestPlan(reproduction, nearest_tests(self._snapshot, task.path) if task.base_blob_id else ())
+
+    def _tests_ready(self) -> bool:
+        """Tests are on and this run's environment is ready; otherwise the log says why not."""
+        if not self.settings.tests:
+            return False
+        return Tester(self._asker_for("supervisor").journal, self._bench).prepare().outcome == "passed"
+
     def _collaborate(self, memory_before: int) -> RunFinished:
+        tests = self._tests_ready()
         issue_text = self.issue.brief(self.settings.use_hints)
         located = self._custodian.locate(issue_text, memory_before)
         manager = Manager(self._asker_for, issue_text, self._snapshot.read_text, self._snapshot.blob_id)
@@ -107,6 +133,7 @@ class Team:
         team = manager.recruit(tasks)
         transcript = manager.hold_meeting(tasks, team)
         plan = manager.make_plan(tasks, transcript)
+        reproduction = self._reproduce(issue_text, tasks) if tests else None
         by_id = {t.task_id: (t, d) for t, d in zip(tasks, team)}
         finished: list[TaskFinished] = []
         for stage in plan.stages:
@@ -115,6 +142,7 @@ class Team:
                     issue_text=issue_text, task=by_id[tid][0], developer=by_id[tid][1],
                     base_text=self._base_text(by_id[tid][0]),
                     max_review_rounds=self.settings.max_review_rounds, use_qa=self.settings.use_qa,
+                    tests=self._test_plan(by_id[tid][0], reproduction) if tests else None,
                 )
                 for tid in stage
             ]

@@ -18,6 +18,7 @@ class TaskView:
     locations: list[ev.LinesLocated] = field(default_factory=list)
     patches: list[ev.PatchProposed] = field(default_factory=list)
     reviews: list[ev.ReviewIssued] = field(default_factory=list)
+    test_runs: list[ev.TestsRan] = field(default_factory=list)  # its regression baseline, then each patch's check
     finished: ev.TaskFinished | None = None
 
     @property
@@ -39,6 +40,9 @@ class RunView:
     tasks: dict[str, TaskView] = field(default_factory=dict)
     meeting: list[ev.MeetingUtterance] = field(default_factory=list)
     plan: ev.PlanMade | None = None
+    environment: ev.TestsRan | None = None  # the test environment's readiness (tests on)
+    reproductions: list[ev.ReproductionWritten] = field(default_factory=list)
+    reproduction_runs: list[ev.TestsRan] = field(default_factory=list)
     exchanges: list[ev.Recorded] = field(default_factory=list)
     timeline: list[ev.Recorded] = field(default_factory=list)
     finished: ev.RunFinished | None = None
@@ -89,6 +93,14 @@ class RunView:
                 self.tasks[e.task_id].finished = e
             case ev.LLMExchanged():
                 self.exchanges.append(rec)
+            case ev.ReproductionWritten():
+                self.reproductions.append(e)
+            case ev.TestsRan() if e.purpose == "prepare":
+                self.environment = e
+            case ev.TestsRan() if e.task_id:
+                self.tasks[e.task_id].test_runs.append(e)
+            case ev.TestsRan():
+                self.reproduction_runs.append(e)
             case ev.RunFinished():
                 self.finished = e
             case ev.RunFailed():
