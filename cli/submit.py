@@ -193,6 +193,9 @@ def settings_options(f):
         click.option("--tests", type=click.Choice(["on", "off"]), default="on", envvar="MAGIS_TESTS", show_default=True,
                      help="Run the code: a reproduction test and the nearest regression tests judge every patch "
                           "(off: the paper's MAGIS exactly). Without an environment the run goes on without, and says so."),
+        click.option("--candidates", type=int, default=1, show_default=True,
+                     help="Candidate patches per task, each by its own Developer sampling above temperature 0; "
+                          "the tests, then a majority of equivalent patches, then the QA Engineer choose."),
         click.option("--env-setup", default="", help="Tests: the install step of your repository's environment "
                                                      "(default: SWE-bench's spec, or `pip install -e . pytest`)."),
         click.option("--sandbox", type=click.Choice(["bwrap", "none"]), default="bwrap", show_default=True,
@@ -203,14 +206,14 @@ def settings_options(f):
 
 
 def run_settings(model: str, top_k, max_files, max_review_rounds, no_qa, no_hints, no_memory, token_budget,
-                 tests="off", env_setup="", sandbox="bwrap"):
+                 tests="off", env_setup="", sandbox="bwrap", candidates=1):
     from magis_ray.events.schema import RunSettings
 
-    if top_k < 1 or max_files < 1 or max_review_rounds < 1 or token_budget < 0:
-        raise BadInput("--top-k, --max-files and --max-review-rounds must be at least 1, --token-budget not negative")
+    if top_k < 1 or max_files < 1 or max_review_rounds < 1 or token_budget < 0 or candidates < 1:
+        raise BadInput("--top-k, --max-files, --max-review-rounds and --candidates must be at least 1, --token-budget not negative")
     return RunSettings(
         top_k=top_k, max_files=max_files, max_review_rounds=max_review_rounds, use_qa=not no_qa,
         use_hints=not no_hints, use_memory=not no_memory, token_budget=token_budget,
-        model=model, tests=tests == "on", env_setup=env_setup, sandbox=sandbox,
+        model=model, tests=tests == "on", env_setup=env_setup, sandbox=sandbox, candidates=candidates,
         test_python=f"{sys.version_info.major}.{sys.version_info.minor}",
     )

@@ -166,12 +166,14 @@ class QAAssigned(Event, frozen=True, tag="QAAssigned"):
     task_id: str
     name: str
     profile: str
+    candidate: int = 0  # which of the task's candidates (0: the task has one)
 
 
 class LinesLocated(Event, frozen=True, tag="LinesLocated"):
     task_id: str
     attempt: int
     ranges: list[LineRange]
+    candidate: int = 0  # which of the task's candidates (0: the task has one)
 
 
 class PatchProposed(Event, frozen=True, tag="PatchProposed"):
@@ -184,6 +186,7 @@ class PatchProposed(Event, frozen=True, tag="PatchProposed"):
     edits: list[Edit]
     new_text: str
     diff: str
+    candidate: int = 0  # which of the task's candidates (0: the task has one)
 
 
 class ReviewIssued(Event, frozen=True, tag="ReviewIssued"):
@@ -191,6 +194,7 @@ class ReviewIssued(Event, frozen=True, tag="ReviewIssued"):
     attempt: int
     approved: bool
     comment: str = ""
+    candidate: int = 0  # which of the task's candidates (0: the task has one)
 
 
 class TaskFinished(Event, frozen=True, tag="TaskFinished"):
@@ -201,6 +205,7 @@ class TaskFinished(Event, frozen=True, tag="TaskFinished"):
     status: Literal["approved", "unreviewed", "unapproved", "failed"]
     attempts: int = 0
     reason: str = ""
+    candidate: int = 0  # which of the task's candidates (0: the task has one)
 
 
 class StepFailed(Event, frozen=True, tag="StepFailed"):

@@ -162,3 +162,50 @@ def test_the_nearest_tests_are_those_importing_the_module(tmp_path):
     assert nearest_tests(snapshot, "src/pkg/other.py") == ("tests/test_other.py", "tests/test_api.py")
     assert nearest_tests(snapshot, "tests/test_core.py") == ()
     assert nearest_tests(snapshot, "README.md") == ()
+
+
+SAME_FIX_SPACED = Edit(LineRange(9, 9), "    return total / len(values)   \n")  # the mean fix, trailing blanks
+SUM_FIX = Edit(LineRange(9, 9), "    return sum(values) / len(values)\n")  # another right fix
+
+
+def submit_candidates(tmp_path, calc, env_cache, later_writes):
+    repo_path, base = calc
+    issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base))
+    team = ScriptedTeam({"calc/stats.py": [FLOOR_FIX]}, retries={"calc/stats.py": later_writes}, reproductions=[REPRODUCES])
+    with ScriptedServer(team) as server:
+        result = magis("submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "scripted",
+                       "--tests", "on", "--env-setup", ENV_SETUP, "--candidates", "3", "--max-review-rounds", "1",
+                       cwd=tmp_path, env_cache=env_cache)
+        requests = list(server.requests)
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)
+    return lines, [r.event for r in events_of(lines["run"].strip(), tmp_path, env_cache)], requests
+
+
+@needs_sandbox
+def test_candidates_the_tests_filter_and_the_majority_chooses(calc_repo, tmp_path, env_cache):
+    # three Developers in parallel: floor division (the tests reject it), and the mean fix twice
+    lines, events, requests = submit_candidates(tmp_path, calc_repo, env_cache, [[MEAN_FIX], [SAME_FIX_SPACED]])
+    patches = [e for e in events if type(e).__name__ == "PatchProposed"]
+    assert sorted(p.candidate for p in patches) == [1, 2, 3]
+    floor = next(p for p in patches if "//" in p.diff)
+    chosen = next(e for e in events if type(e).__name__ == "CandidateChosen")
+    assert chosen.candidates == 3 and chosen.votes == 2 and chosen.chosen != floor.candidate
+    assert "2 of 3 patched candidates pass the tests" in chosen.reason
+    assert not [r for r in requests if r.purpose == "choose_candidate"]  # a majority needs no tie-break
+    # the candidates sampled above temperature 0, and the final diff is the chosen one's
+    assert {r.body.get("temperature") for r in requests if r.purpose == "write_code"} == {0.8}
+    diff = (tmp_path / lines["diff"].strip()).read_text()
+    assert "return total / len(values)" in diff and "//" not in diff
+    assert lines["outcome"].strip() == "patched"
+
+
+@needs_sandbox
+def test_candidates_a_tie_is_broken_by_the_qa_engineer(calc_repo, tmp_path, env_cache):
+    lines, events, requests = submit_candidates(tmp_path, calc_repo, env_cache, [[MEAN_FIX], [SUM_FIX]])
+    chosen = next(e for e in events if type(e).__name__ == "CandidateChosen")
+    tie = [r for r in requests if r.purpose == "choose_candidate"]
+    assert len(tie) == 1 and "Candidate" in tie[0].text and "Tests:" in tie[0].text
+    assert chosen.votes == 1 and "the QA engineer chose it" in chosen.reason
+    offered = sorted(int(n) for n in tie[0].text.split("one of ")[1].split('"')[0].replace(",", " ").split())
+    assert chosen.chosen == offered[0] and len(offered) == 2

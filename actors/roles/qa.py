@@ -33,7 +33,8 @@ class QAEngineer:
             # The tests have the last word: a patch they reject is sent back whatever the review says.
             approved = False
             comment = f"The tests reject this patch.\n{evidence.summary()}\n(The reviewer had said: {comment.strip() or 'approved'})"
-        review = ReviewIssued(task_id=patch.task_id, attempt=patch.attempt, approved=approved, comment=comment)
+        review = ReviewIssued(task_id=patch.task_id, attempt=patch.attempt, approved=approved, comment=comment,
+                              candidate=patch.candidate)
         self._asker.journal.emit(review)
         return review
 

@@ -5,21 +5,19 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from magis_ray.events.schema import TaskFinished
-
 from magis_ray.actors.runtime.lanes import Lanes
-from magis_ray.actors.roles.developer import Assignment, Developer
+from magis_ray.actors.roles.developer import Assignment, Developer, TaskResult, candidate_numbers, candidate_temperature, lane_suffix
 from magis_ray.actors.roles.manager import parallel
 from magis_ray.actors.roles.qa import QAEngineer
 from magis_ray.actors.roles.testing import Bench, Tester
 
 
-def run_task(lanes: Lanes, work: Assignment, reviewer=None, bench: Bench | None = None) -> TaskFinished:
-    tid = work.task.task_id
+def run_task(lanes: Lanes, work: Assignment, reviewer=None, bench: Bench | None = None, candidate: int = 0) -> TaskResult:
+    tid, suffix = work.task.task_id, lane_suffix(candidate)
     if reviewer is None:
-        reviewer = QAEngineer(lanes(f"qa:{tid}"), work.issue_text, work.task.description)
-    asker = lanes(f"developer:{tid}")
-    return Developer(work, asker, reviewer, Tester(asker.journal, bench)).run()
+        reviewer = QAEngineer(lanes(f"qa:{tid}{suffix}"), work.issue_text, work.task.description)
+    asker = lanes(f"developer:{tid}{suffix}", candidate_temperature(candidate))
+    return Developer(work, asker, reviewer, Tester(asker.journal, bench), candidate).run()
 
 
 class ThreadWorkforce:
@@ -30,8 +28,9 @@ class ThreadWorkforce:
     def prepare(self, tasks) -> None:
         pass  # roles in this process are made when their stage comes
 
-    def run_stage(self, assignments: list[Assignment]) -> list[TaskFinished]:
-        return parallel(assignments, lambda work: run_task(self._lanes, work, bench=self._bench))
+    def run_stage(self, assignments: list[Assignment]) -> list[TaskResult]:
+        jobs = [(work, candidate) for work in assignments for candidate in candidate_numbers(work)]
+        return parallel(jobs, lambda job: run_task(self._lanes, job[0], bench=self._bench, candidate=job[1]))
 
 
 class LocalLLM:

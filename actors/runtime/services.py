@@ -102,9 +102,10 @@ class GatewayLLM:
     def __init__(self, gateway):
         self._gateway = gateway
 
-    def exchange(self, *, run_id: str, purpose: str, messages: list[Message], schema: dict | None, task_id: str, attempt: int) -> LLMExchanged:
+    def exchange(self, *, run_id: str, purpose: str, messages: list[Message], schema: dict | None, task_id: str, attempt: int,
+                 **sampling) -> LLMExchanged:
         return ray.get(self._gateway.exchange.remote(
-            run_id=run_id, purpose=purpose, messages=messages, schema=schema, task_id=task_id, attempt=attempt,
+            run_id=run_id, purpose=purpose, messages=messages, schema=schema, task_id=task_id, attempt=attempt, **sampling,
         ))
 
 
@@ -143,7 +144,10 @@ class QAService:
     def review(self, qa: QAAssigned, patch: PatchProposed, issue_text: str, task_description: str, evidence=None):
         from magis_ray.actors.roles.qa import QAEngineer
 
-        return QAEngineer(self._lanes(f"qa:{patch.task_id}"), issue_text, task_description).review(qa, patch, evidence)
+        from magis_ray.actors.roles.developer import lane_suffix
+
+        asker = self._lanes(f"qa:{patch.task_id}{lane_suffix(patch.candidate)}")
+        return QAEngineer(asker, issue_text, task_description).review(qa, patch, evidence)
 
 
 class RemoteReviewer:
@@ -188,11 +192,11 @@ class DeveloperService:
     def __init__(self, run_id, store, gateway, recorded):
         self._lanes = lanes_for(run_id, store, gateway, recorded)
 
-    def run(self, work, qa_actor, bench_actor=None) -> TaskFinished:
-        from magis_ray.actors.roles.developer import Developer
+    def run(self, work, qa_actor, bench_actor=None, candidate: int = 0):
+        from magis_ray.actors.roles.developer import Developer, candidate_temperature, lane_suffix
         from magis_ray.actors.roles.testing import Tester
 
         reviewer = RemoteReviewer(qa_actor, work.issue_text, work.task.description)
-        asker = self._lanes(f"developer:{work.task.task_id}")
+        asker = self._lanes(f"developer:{work.task.task_id}{lane_suffix(candidate)}", candidate_temperature(candidate))
         bench = RemoteBench(bench_actor) if bench_actor is not None else None
-        return Developer(work, asker, reviewer, Tester(asker.journal, bench)).run()
+        return Developer(work, asker, reviewer, Tester(asker.journal, bench), candidate).run()

@@ -14,7 +14,7 @@ from magis_ray.events.schema import Recorded, RunSettings, TaskDefined, TaskFini
 from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.journal import lanes_of
 from magis_ray.actors.code.repository import RepoSnapshot
-from magis_ray.actors.roles.developer import Assignment
+from magis_ray.actors.roles.developer import Assignment, TaskResult, candidate_numbers, lane_suffix
 from magis_ray.actors.runtime.bench import BenchSetup
 from magis_ray.actors.runtime.services import RemoteBench, lanes_for
 from magis_ray.actors.runtime.team import Team
@@ -136,27 +136,30 @@ class RayWorkforce:
 
     def __init__(self, supervisor: SupervisorService):
         self._s = supervisor
-        self._ready: dict[str, tuple] = {}
+        self._ready: dict[tuple[str, int], tuple] = {}  # (task, candidate) -> its Developer and QA actors
 
     def prepare(self, tasks: list[TaskDefined]) -> None:
         for task in tasks:
-            self._ready[task.task_id] = self._make(task.task_id, self._s.recorded)
+            for candidate in ([0] if self._s.settings.candidates <= 1 else range(1, self._s.settings.candidates + 1)):
+                self._ready[task.task_id, candidate] = self._make(task.task_id, candidate, self._s.recorded)
 
-    def _make(self, task_id: str, recorded) -> tuple:
-        s = self._s
-        developer = s.roles.developer(s.run_id, s.store, s.gateway, {k: v for k, v in recorded.items() if k == f"developer:{task_id}"})
-        qa = s.roles.qa(s.run_id, s.store, s.gateway, lanes_named(recorded, f"qa:{task_id}"))
+    def _make(self, task_id: str, candidate: int, recorded) -> tuple:
+        s, suffix = self._s, lane_suffix(candidate)
+        developer = s.roles.developer(s.run_id, s.store, s.gateway,
+                                      {k: v for k, v in recorded.items() if k == f"developer:{task_id}{suffix}"})
+        qa = s.roles.qa(s.run_id, s.store, s.gateway, lanes_named(recorded, f"qa:{task_id}{suffix}"))
         return developer, qa
 
-    def run_stage(self, assignments: list[Assignment]) -> list[TaskFinished]:
+    def run_stage(self, assignments: list[Assignment]) -> list[TaskResult]:
         calls = []
         for work in assignments:
-            tid = work.task.task_id
-            actors = self._ready.pop(tid, None) or self._make(tid, self._s.recorded)
-            calls.append(Recreating(
-                self._s.run_id, self._s.store, lambda recorded, tid=tid: self._make(tid, recorded),
-                lambda actors, work=work: actors[0].run.remote(work, actors[1], self._s.bench), actors,
-            ))
+            for candidate in candidate_numbers(work):
+                tid = work.task.task_id
+                actors = self._ready.pop((tid, candidate), None) or self._make(tid, candidate, self._s.recorded)
+                calls.append(Recreating(
+                    self._s.run_id, self._s.store, lambda recorded, tid=tid, c=candidate: self._make(tid, c, recorded),
+                    lambda actors, work=work, c=candidate: actors[0].run.remote(work, actors[1], self._s.bench, c), actors,
+                ))
         try:
             return [call.result() for call in calls]
         finally:

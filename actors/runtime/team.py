@@ -14,9 +14,10 @@ from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.journal import Divergence
 from magis_ray.actors.code.repository import RepoSnapshot
 from magis_ray.actors.roles.custodian import LocatedFile
-from magis_ray.actors.roles.developer import Assignment
+from magis_ray.actors.roles.developer import Assignment, TaskResult
 from magis_ray.actors.roles.manager import Manager
 from magis_ray.actors.roles.qa import write_reproduction
+from magis_ray.actors.roles.selection import choose
 from magis_ray.actors.roles.testing import Bench, Reproduction, Tester, TestPlan
 from magis_ray.actors.code.regression import nearest_tests
 
@@ -43,8 +44,9 @@ class Workforce(Protocol):
     def prepare(self, tasks: list[TaskDefined]) -> None:
         """The tasks are known: get their Developers and QA Engineers ready."""
 
-    def run_stage(self, assignments: list[Assignment]) -> list[TaskFinished]:
-        """Run the tasks of one stage in parallel, each by its own Developer and QA Engineer."""
+    def run_stage(self, assignments: list[Assignment]) -> list[TaskResult]:
+        """Run the tasks of one stage in parallel, each by its own Developer and QA Engineer (one
+        pair per candidate when a task has several)."""
 
 
 class Locator(Protocol):
@@ -115,6 +117,26 @@ class Team:
         """The reproduction test, and the repository's tests nearest the task's file (a new file has none)."""
         return TestPlan(reproduction, nearest_tests(self._snapshot, task.path) if task.base_blob_id else ())
 
+    def _settle(self, results: list[TaskResult], issue_text: str) -> list[TaskFinished]:
+        """Each task's outcome: its one Developer's, or its chosen candidate's."""
+        by_task: dict[str, list[TaskResult]] = {}
+        for result in results:
+            by_task.setdefault(result.finished.task_id, []).append(result)
+        settled = []
+        for task_id, candidates in by_task.items():
+            if len(candidates) == 1:
+                settled.append(candidates[0].finished)
+                continue
+            asker = self._asker_for(f"selection:{task_id}")
+            choice = choose(candidates, asker, issue_text)
+            if choice is None:  # no candidate has a patch: the task failed
+                settled.append(min(candidates, key=lambda r: r.finished.candidate).finished)
+                continue
+            winner, chosen = choice
+            asker.journal.emit(chosen)
+            settled.append(winner.finished)
+        return settled
+
     def _tests_ready(self) -> bool:
         """Tests are on and this run's environment is ready; otherwise the log says why not."""
         if not self.settings.tests:
@@ -143,10 +165,11 @@ class Team:
                     base_text=self._base_text(by_id[tid][0]),
                     max_review_rounds=self.settings.max_review_rounds, use_qa=self.settings.use_qa,
                     tests=self._test_plan(by_id[tid][0], reproduction) if tests else None,
+                    candidates=self.settings.candidates,
                 )
                 for tid in stage
             ]
-            finished.extend(self._workforce.run_stage(assignments))
+            finished.extend(self._settle(self._workforce.run_stage(assignments), issue_text))
         patched = sorted(by_id[f.task_id][0].path for f in finished if f.status != "failed")
         summary = ", ".join(f"{f.task_id} {f.status}" for f in finished)
         if not patched:

@@ -112,11 +112,13 @@ def audit_json(view: RunView) -> dict:
                     {
                         "attempt": p.attempt,
                         "diff": p.diff,
-                        "review": next((to_builtins(r) for r in t.reviews if r.attempt == p.attempt), None),
-                        "tests": [test_run_json(r) for r in t.test_runs if r.attempt == p.attempt],
+                        "candidate": p.candidate,
+                        "review": next((to_builtins(r) for r in t.reviews if (r.candidate, r.attempt) == (p.candidate, p.attempt)), None),
+                        "tests": [test_run_json(r) for r in t.test_runs if (r.candidate, r.attempt) == (p.candidate, p.attempt)],
                     }
                     for p in t.patches
                 ],
+                "chosen": to_builtins(t.chosen) if t.chosen else None,
                 "regression_baseline": next((test_run_json(r) for r in t.test_runs if r.purpose == "baseline"), None),
                 "status": t.finished.status if t.finished else "unfinished",
                 "reason": t.finished.reason if t.finished else "",
@@ -187,14 +189,16 @@ def audit_markdown(view: RunView) -> str:
             if run.purpose == "baseline":
                 out += test_run_markdown(run)
         for p in t.patches:
-            out.append(f"### Attempt {p.attempt}\n")
+            out.append(f"### Candidate {p.candidate}, attempt {p.attempt}\n" if p.candidate else f"### Attempt {p.attempt}\n")
             out.append(_fence(p.diff or "(no change)", "diff"))
             for run in t.test_runs:
-                if run.attempt == p.attempt and run.purpose == "check":
+                if (run.candidate, run.attempt) == (p.candidate, p.attempt) and run.purpose == "check":
                     out += test_run_markdown(run)
-            review = next((r for r in t.reviews if r.attempt == p.attempt), None)
+            review = next((r for r in t.reviews if (r.candidate, r.attempt) == (p.candidate, p.attempt)), None)
             if review:
                 out.append(f"Review: **{'approved' if review.approved else 'sent back'}** — {review.comment.strip()}\n")
+        if t.chosen:
+            out.append(f"Chosen: candidate {t.chosen.chosen} of {t.chosen.candidates} ({t.chosen.reason})\n")
         if t.finished:
             out.append(f"Result: {t.finished.status}" + (f" ({t.finished.reason})" if t.finished.reason else "") + "\n")
     failures = [r for r in view.timeline if isinstance(r.event, ev.StepFailed)]
@@ -207,6 +211,8 @@ def audit_markdown(view: RunView) -> str:
     out += ["## Cost", "", "| role | calls | prompt tokens | completion tokens | cost (USD) | LLM seconds |", "|---|---:|---:|---:|---:|---:|"]
     for role, b in [*m["by_role"].items(), ("total", m["total"])]:
         out.append(f"| {role} | {b['calls']} | {b['prompt_tokens']} | {b['completion_tokens']} | {b['cost_usd']:.4f} | {b['llm_seconds']:.2f} |")
+    if m["total"].get("test_runs"):
+        out.append(f"\nTests: {m['total']['test_runs']} runs, {m['total']['test_seconds']:.1f} s in the sandbox.")
     out.append(f"\nWall time: {m['total']['wall_seconds']:.1f} s over {m['total']['events']} events.\n")
     out += ["## Timeline", ""]
     out += [f"{r.version}. `{r.actor}` {describe(r.event)}" for r in view.timeline]
