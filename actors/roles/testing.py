@@ -101,12 +101,12 @@ class Evidence:
     """What the tests said of one patch, and whether that patch may be approved."""
 
     run: TestsRan
-    reproduction: str  # the reproduction test's id, or "" without one
+    reproduction: tuple[str, ...]  # the tests that show the issue (files or ids): all must pass now
     regressions: tuple[str, ...]  # the regression tests that passed on the base commit
 
     @property
     def reproduction_fails(self) -> bool:
-        return bool(self.reproduction) and not passed(self.run, self.reproduction)
+        return any(not passed(self.run, test) for test in self.reproduction)
 
     @property
     def broken(self) -> list[str]:
@@ -115,13 +115,15 @@ class Evidence:
 
     @property
     def blocks_approval(self) -> bool:
-        return self.run.outcome == "timeout" or self.reproduction_fails or bool(self.broken)
+        return self.run.outcome in ("timeout", "error") or self.reproduction_fails or bool(self.broken)
 
     def summary(self) -> str:
         """One paragraph for the QA Engineer and the Developer: the verdict, the failures, the output."""
         lines = []
         if self.run.outcome == "timeout":
             lines.append("The tests did not finish within the time limit.")
+        elif self.run.outcome == "error" and not (self.run.passed or self.run.failed):
+            lines.append("The tests could not run (the output says why).")
         if self.reproduction:
             lines.append("The reproduction test " + ("still FAILS with this patch." if self.reproduction_fails else "passes with this patch."))
         if self.regressions:
@@ -191,11 +193,12 @@ class PatchChecker:
         plan = self._plan
         regressions = self._baseline()
         repro = plan.reproduction
-        # exactly the tests that judge: the reproduction test and the regression tests that passed
-        # on the base commit (a file's tests that failed there already say nothing of the patch)
+        # Whole files run, not the test ids that passed before: a parsed id is not always one pytest
+        # takes back (parameters with spaces). The verdict goes by ids (Evidence), so a test of those
+        # files that failed on the base commit already says nothing of the patch.
         request = TestRequest(
-            "check", ((repro.path,) if repro else ()) + regressions, (*plan.earlier_patches, diff),
+            "check", ((repro.path,) if repro else ()) + plan.regression_targets, (*plan.earlier_patches, diff),
             ((repro.path, repro.content),) if repro else (),
         )
         run = self._tester.run(request, task_id=self._task_id, attempt=attempt, candidate=candidate)
-        return Evidence(run, repro.path if repro else "", regressions)
+        return Evidence(run, (repro.path,) if repro else (), regressions)

@@ -71,7 +71,7 @@ class ExecutionBench:
         self._env: Environment | None = None
         sandbox = Sandbox(mode=setup.sandbox)
         self._runner = TestRunner(sandbox, TEST_LIMITS)
-        self._cache = EnvironmentCache(root=Path(setup.env_cache), sandbox=sandbox) if setup.env_cache else EnvironmentCache(sandbox=sandbox)
+        self.cache = EnvironmentCache(root=Path(setup.env_cache), sandbox=sandbox) if setup.env_cache else EnvironmentCache(sandbox=sandbox)
 
     def environment(self) -> Environment:
         """The run's environment, built now if this node has none; BenchUnavailable says why not."""
@@ -80,7 +80,7 @@ class ExecutionBench:
                 if self._setup.sandbox != "none":
                     check_available()
                 self._spec = spec_of(self._setup)
-                self._env = self._cache.get(self._spec.recipe, self._setup.repo_path)
+                self._env = self.cache.get(self._spec.recipe, self._setup.repo_path)
             except (HarnessMissing, SandboxUnavailable, EnvironmentUnsupported, InterpreterMissing) as exc:
                 raise BenchUnavailable(str(exc)) from None
             except EnvironmentBuildError as exc:
@@ -101,7 +101,7 @@ class ExecutionBench:
         env = self.environment()
         command = " ".join([TEST_COMMAND, *(shlex.quote(t) for t in request.targets)])
         with Workspace(self._setup.repo_path, self._setup.record["base_commit"]) as workspace:
-            for number, diff in enumerate(request.patches, 1):
+            for number, diff in enumerate((d for d in request.patches if d.strip()), 1):
                 try:
                     workspace.apply(diff, f"patch-{number}")
                 except WorkspaceError as exc:
