@@ -133,12 +133,16 @@ def select(record: dict, repos_dir: str, env_cache: str) -> dict:
         patch = PatchProposed(task_id="T1", attempt=1, path="", base_blob_id="", edits=[], new_text="", diff=diff, candidate=number)
         results.append(TaskResult(TaskFinished(task_id="T1", status=status, attempts=1, candidate=number), patch, evidence))
         kinds[number] = (kind, not evidence.blocks_approval)
+    # No model here: a tie between groups falls to the lowest-numbered candidate (the order is
+    # shuffled per instance), where the team would ask its QA Engineer.
     chosen, event = choose(results, None, record["problem_statement"])
+    accepted = sum(ok for _, ok in kinds.values())
+    decided_by = "tests" if accepted == 1 else "tie" if "different changes" in event.reason else "majority"
     return {
         "instance": record["instance_id"], "env": env.label, "env_build_s": round(build_s, 1),
         "candidates": [f"{kinds[n][0]}{'+' if kinds[n][1] else '-'}" for n in sorted(kinds)],
         "chosen": kinds[chosen.finished.candidate][0], "gold_equivalent": normalized(chosen.patch.diff) == normalized(record["patch"]),
-        "reason": event.reason, "regressions": len(regressions), "test_s": round(time.perf_counter() - tests_started, 1),
+        "reason": event.reason, "decided_by": decided_by, "regressions": len(regressions), "test_s": round(time.perf_counter() - tests_started, 1),
     }
 
 
@@ -155,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         records = [r for r in records if r["instance_id"] in set(args.instances)]
     rows, skipped = [], []
     print(f"{'instance':<34} {'env':>7} {'tests':>7}  {'candidates (+ accepted by the tests)':<40} chosen")
+    print(f"{'':<34} {'(first build)':>15}")
     for record in records:
         try:
             row = select(record, args.repos_dir, args.env_cache)
@@ -169,14 +174,16 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         mark = "gold-equivalent" if row["gold_equivalent"] else "WRONG"
         print(f"{row['instance']:<34} {row['env_build_s']:>6.0f}s {row['test_s']:>6.0f}s  {' '.join(row['candidates']):<40} "
-              f"{row['chosen']} ({mark})")
+              f"{row['chosen']} ({mark}, by {row['decided_by']})")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "skipped": skipped}, indent=1))
     if not rows:
         print("no instance had an environment")
         return 1
     right = sum(r["gold_equivalent"] for r in rows)
-    print(f"\ngold-equivalent choices: {right} of {len(rows)} ({100 * right / len(rows):.0f}%); {len(skipped)} skipped")
+    ties = [r for r in rows if r["decided_by"] == "tie"]
+    print(f"\ngold-equivalent choices: {right} of {len(rows)} ({100 * right / len(rows):.0f}%); {len(skipped)} skipped; "
+          f"{len(ties)} decided by a tie-break ({sum(r['gold_equivalent'] for r in ties)} of them gold-equivalent)")
     return 0 if right >= 0.9 * len(rows) else 1
 
 

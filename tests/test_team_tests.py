@@ -180,7 +180,7 @@ def submit_candidates(tmp_path, calc, env_cache, later_writes):
     team = ScriptedTeam({"calc/stats.py": [FLOOR_FIX]}, retries={"calc/stats.py": later_writes}, reproductions=[REPRODUCES])
     with ScriptedServer(team) as server:
         result = magis("submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "scripted",
-                       "--tests", "on", "--env-setup", ENV_SETUP, "--candidates", "3", "--max-review-rounds", "1",
+                       "--tests", "on", "--candidates", "3", "--max-review-rounds", "1",  # an unpackaged repo: pytest alone
                        cwd=tmp_path, env_cache=env_cache)
         requests = list(server.requests)
     assert result.returncode == 0, result.stderr

@@ -20,7 +20,7 @@ from magis_ray.actors.execution.environments import Environment, EnvironmentBuil
 from magis_ray.actors.execution.interpreters import InterpreterMissing
 from magis_ray.actors.execution.runner import TestRunner
 from magis_ray.actors.execution.sandbox import Limits, Sandbox, SandboxUnavailable, check_available
-from magis_ray.actors.execution.workspaces import Workspace, WorkspaceError
+from magis_ray.actors.execution.workspaces import Workspace, WorkspaceError, read_file_at
 from magis_ray.actors.roles.testing import TestRequest
 from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.execution.specs import HarnessMissing, InstanceSpec, custom_spec, instance_spec
@@ -54,6 +54,12 @@ class BenchSetup:
                    sandbox=settings.sandbox, env_cache=os.environ.get("MAGIS_ENV_CACHE", ""))
 
 
+PACKAGING_FILES = ("pyproject.toml", "setup.py")  # what `pip install -e .` needs (setup.cfg alone is not enough)
+# A repository that is no installable package (a folder of modules and tests): its tests import it
+# from the checkout, so its environment needs only the test runner.
+UNPACKAGED_SETUP = "python -m pip install pytest"
+
+
 def spec_of(setup: BenchSetup) -> InstanceSpec:
     record = setup.record
     if record.get("version") and not setup.env_setup:
@@ -61,7 +67,10 @@ def spec_of(setup: BenchSetup) -> InstanceSpec:
             return instance_spec(record, Path(setup.repo_path))
         except KeyError:
             pass  # a version the harness does not know: the repository is treated as the user's own
-    return custom_spec(record, setup.python, setup.env_setup or None)
+    env_setup = setup.env_setup or None
+    if env_setup is None and not any(read_file_at(setup.repo_path, record["base_commit"], f) is not None for f in PACKAGING_FILES):
+        env_setup = UNPACKAGED_SETUP
+    return custom_spec(record, setup.python, env_setup)
 
 
 class ExecutionBench:
