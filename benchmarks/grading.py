@@ -26,7 +26,7 @@ from magis_ray.actors.execution.sandbox import Limits, Sandbox
 from magis_ray.actors.execution.workspaces import Workspace
 from magis_ray.actors.swebench.grading import grade
 from magis_ray.actors.swebench.grading_batch import GradeJob, GradeOptions, ThreadExecutor, run_grading
-from magis_ray.actors.swebench.specs import instance_spec
+from magis_ray.actors.execution.specs import instance_spec
 from magis_ray.events.schema import GradingStarted
 from magis_ray.store.memory import InMemoryStore
 

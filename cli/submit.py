@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
@@ -50,6 +51,9 @@ def write_outputs(store_path: str, run_id: str) -> tuple[Path, Path, dict]:
     diff_path.write_text(final_diff(view))
     audit_path.write_text(audit_markdown(view))
     (out / "audit.html").write_text(audit_html(view))
+    if view.environment is not None and view.environment.outcome != "passed":
+        # --tests is on by default: say once, on stderr, that this run went without them
+        click.echo(f"magis-ray: notice: tests off for this run: {' '.join(view.environment.output.split())[:300]}", err=True)
     return diff_path, audit_path, metrics(view)["total"]
 
 
@@ -226,18 +230,30 @@ def settings_options(f):
         click.option("--token-budget", type=int, default=0, help="Most tokens the run may spend (0: no limit)."),
         click.option("--memory-any-model", is_flag=True,
                      help="Reuse file summaries written by any model (by default only by the run's own model)."),
+        click.option("--tests", type=click.Choice(["on", "off"]), default="on", envvar="MAGIS_TESTS", show_default=True,
+                     help="Run the code: a reproduction test and the nearest regression tests judge every patch "
+                          "(off: the paper's MAGIS exactly). Without an environment the run goes on without, and says so."),
+        click.option("--candidates", type=int, default=1, show_default=True,
+                     help="Candidate patches per task, each by its own Developer sampling above temperature 0; "
+                          "the tests, then a majority of equivalent patches, then the QA Engineer choose."),
+        click.option("--env-setup", default="", help="Tests: the install step of your repository's environment "
+                                                     "(default: SWE-bench's spec, or `pip install -e . pytest`)."),
+        click.option("--sandbox", type=click.Choice(["bwrap", "none"]), default="bwrap", show_default=True,
+                     help="Tests: bubblewrap (no network, read-only system), or none (unconfined; only for code you trust)."),
     ]):
         f = option(f)
     return f
 
 
-def run_settings(model: str, top_k, max_files, max_review_rounds, no_qa, no_hints, no_memory, token_budget, memory_any_model=False):
+def run_settings(model: str, top_k, max_files, max_review_rounds, no_qa, no_hints, no_memory, token_budget,
+                 memory_any_model=False, tests="off", env_setup="", sandbox="bwrap", candidates=1):
     from magis_ray.events.schema import RunSettings
 
-    if top_k < 1 or max_files < 1 or max_review_rounds < 1 or token_budget < 0:
-        raise BadInput("--top-k, --max-files and --max-review-rounds must be at least 1, --token-budget not negative")
+    if top_k < 1 or max_files < 1 or max_review_rounds < 1 or token_budget < 0 or candidates < 1:
+        raise BadInput("--top-k, --max-files, --max-review-rounds and --candidates must be at least 1, --token-budget not negative")
     return RunSettings(
         top_k=top_k, max_files=max_files, max_review_rounds=max_review_rounds, use_qa=not no_qa,
         use_hints=not no_hints, use_memory=not no_memory, token_budget=token_budget,
-        model=model, memory_any_model=memory_any_model,
+        model=model, memory_any_model=memory_any_model, tests=tests == "on", env_setup=env_setup, sandbox=sandbox,
+        candidates=candidates, test_python=f"{sys.version_info.major}.{sys.version_info.minor}",
     )

@@ -73,6 +73,13 @@ class RunSettings(msgspec.Struct, frozen=True):
     batch: str = ""  # the batch the run belongs to ("" for a single issue); its token budget is shared
     llm: ModelSettings = ModelSettings()  # the model endpoint `model` was asked through
     memory_any_model: bool = False  # reuse file summaries written by any model, not only by `model`
+    # Execution (off: the paper's MAGIS exactly). With tests on, a reproduction test and the
+    # repository's nearest regression tests judge every patch; `candidates` patches per task.
+    tests: bool = False
+    candidates: int = 1
+    env_setup: str = ""  # the user's install step for the test environment ("": SWE-bench's spec, or the default)
+    test_python: str = ""  # the interpreter version for a user's repository's environment
+    sandbox: str = "bwrap"  # "none" runs tests unconfined (the user asked for it)
 
 
 # --- the run's life -------------------------------------------------------------------------
@@ -87,6 +94,8 @@ class RunStarted(Event, frozen=True, tag="RunStarted"):
     settings: RunSettings = RunSettings()
     schema_version: int = SCHEMA_VERSION
     repo_path: str = ""  # where the checkout was, so resume and replay find it again
+    version: str = ""  # the SWE-bench version, which names the test environment's spec
+    environment_setup_commit: str = ""
 
 
 class RunFinished(Event, frozen=True, tag="RunFinished"):
@@ -172,12 +181,14 @@ class QAAssigned(Event, frozen=True, tag="QAAssigned"):
     task_id: str
     name: str
     profile: str
+    candidate: int = 0  # which of the task's candidates (0: the task has one)
 
 
 class LinesLocated(Event, frozen=True, tag="LinesLocated"):
     task_id: str
     attempt: int
     ranges: list[LineRange]
+    candidate: int = 0  # which of the task's candidates (0: the task has one)
 
 
 class PatchProposed(Event, frozen=True, tag="PatchProposed"):
@@ -190,6 +201,7 @@ class PatchProposed(Event, frozen=True, tag="PatchProposed"):
     edits: list[Edit]
     new_text: str
     diff: str
+    candidate: int = 0  # which of the task's candidates (0: the task has one)
 
 
 class ReviewIssued(Event, frozen=True, tag="ReviewIssued"):
@@ -197,6 +209,7 @@ class ReviewIssued(Event, frozen=True, tag="ReviewIssued"):
     attempt: int
     approved: bool
     comment: str = ""
+    candidate: int = 0  # which of the task's candidates (0: the task has one)
 
 
 class TaskFinished(Event, frozen=True, tag="TaskFinished"):
@@ -207,6 +220,7 @@ class TaskFinished(Event, frozen=True, tag="TaskFinished"):
     status: Literal["approved", "unreviewed", "unapproved", "failed"]
     attempts: int = 0
     reason: str = ""
+    candidate: int = 0  # which of the task's candidates (0: the task has one)
 
 
 class StepFailed(Event, frozen=True, tag="StepFailed"):
@@ -217,6 +231,49 @@ class StepFailed(Event, frozen=True, tag="StepFailed"):
     task_id: str = ""
     path: str = ""
     fallback: str = ""
+
+
+# --- execution: the team runs the code -------------------------------------------------------
+
+
+class ReproductionWritten(Event, frozen=True, tag="ReproductionWritten"):
+    """A test written from the issue that must fail on the base commit. It lives in a scratch
+    folder of the workspace and never enters the final diff."""
+
+    path: str
+    content: str
+    attempt: int = 1
+
+
+class TestsRan(Event, frozen=True, tag="TestsRan"):
+    """One test command on a workspace: the base commit with `patches` applied (their digest names
+    them), the outcome, the parsed per-test results and the output cut to a sane size.
+
+    purpose: "reproduce" (the reproduction test on the base commit), "baseline" (the regression
+    candidates on the base commit), "check" (a patch, with the reproduction and regression tests)."""
+
+    purpose: str
+    command: str
+    outcome: Literal["passed", "failed", "error", "timeout"]
+    task_id: str = ""
+    attempt: int = 0
+    candidate: int = 0
+    patch_digest: str = ""
+    exit_code: int | None = None
+    passed: list[str] = []
+    failed: list[str] = []
+    output: str = ""
+    duration_s: float = 0.0
+
+
+class CandidateChosen(Event, frozen=True, tag="CandidateChosen"):
+    """Which of a task's candidate patches became the task's patch, and why."""
+
+    task_id: str
+    chosen: int  # the candidate's number, 1-based
+    candidates: int
+    reason: str
+    votes: int = 0  # how many candidates' normalized diffs equal the chosen one's
 
 
 # --- the model -------------------------------------------------------------------------------
@@ -315,6 +372,9 @@ AnyEvent = Union[
     GradingStarted,
     InstanceGradingStarted,
     InstanceGraded,
+    ReproductionWritten,
+    TestsRan,
+    CandidateChosen,
 ]
 
 TERMINAL_EVENTS = (RunFinished, RunFailed)

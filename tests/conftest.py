@@ -1,6 +1,7 @@
 """Shared fixtures: a real Ray session per module that needs it, a scripted model, the calc repo."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -9,6 +10,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the helpers beside the tests (gitfixtures, scenarios)
+# The suite's runs are the paper's MAGIS unless a test asks for tests (`--tests on`): most tests check
+# the team's collaboration, and would otherwise each build an environment. Children inherit this.
+os.environ.setdefault("MAGIS_TESTS", "off")
 
 
 @pytest.fixture(scope="module")

@@ -21,3 +21,25 @@ def test_the_v1_example_run_replays_without_divergence(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "replayed 37 events: no divergence" in result.stdout
+
+
+def test_the_v2_run_with_tests_and_candidates_replays_without_running_a_test(tmp_path):
+    """tests/golden/v2_tests_run.jsonl (made by tests/make_golden_v2.py) holds a reproduction test,
+    regression baselines, checks of three candidates and the choice among them. Replay reuses every
+    recorded outcome: it builds no environment and makes no workspace."""
+    subprocess.run([sys.executable, str(ROOT / "examples" / "calc" / "make_repo.py"), str(tmp_path / "calc")], check=True,
+                   capture_output=True)
+    log = GOLDEN / "v2_tests_run.jsonl"
+    envs, scratch = tmp_path / "envs", tmp_path / "tmp"
+    envs.mkdir()
+    scratch.mkdir()
+    env = {**os.environ, "MAGIS_PROMPTS_DIR": str(GOLDEN / "v2_prompts"), "MAGIS_ENV_CACHE": str(envs), "TMPDIR": str(scratch)}
+    result = subprocess.run(
+        [sys.executable, "-m", "magis_ray.cli.main", "replay", str(log), "--repo", str(tmp_path / "calc")],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    events = len(log.read_bytes().splitlines())
+    assert f"replayed {events} events: no divergence" in result.stdout
+    assert log.read_text().count('"type":"TestsRan"') == 9
+    assert list(envs.iterdir()) == [] and not [p for p in scratch.iterdir() if p.name.startswith("magis-ws-")]

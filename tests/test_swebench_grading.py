@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from magis_ray.actors.swebench.specs import SWEBENCH_ERA, instance_spec
+from magis_ray.actors.execution.specs import SWEBENCH_ERA, instance_spec
 
 DATASET = Path(__file__).resolve().parents[2] / "shared" / "swebench" / "lite-dev.jsonl"
 REPOS = Path(os.environ.get("MAGIS_REPOS_DIR", "/work/repos"))

@@ -74,6 +74,15 @@ class ReviewAnswer(Answer, frozen=True):
     comment: str = ""
 
 
+class ReproductionAnswer(Answer, frozen=True):
+    content: str  # a whole pytest file
+
+
+class ChoiceAnswer(Answer, frozen=True):
+    candidate: int
+    reason: str = ""
+
+
 @lru_cache(maxsize=None)
 def json_schema(answer_type: type[Answer]) -> dict:
     """A self-contained JSON schema (definitions inlined) that servers can enforce."""

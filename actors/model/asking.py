@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Protocol, TypeVar
 
-from magis_ray.events.schema import AnyEvent, LLMExchanged, Message
+from magis_ray.events.schema import AnyEvent, LLMExchanged, Message, TestsRan
 
 from magis_ray.actors.model.answers import Answer, json_schema, parse_answer
 from magis_ray.actors.model.prompting import render
@@ -45,18 +45,23 @@ class JournalPort(Protocol):
 
     def recorded_exchange(self, probe: LLMExchanged) -> LLMExchanged | None: ...
 
+    def recorded_tests(self, probe: TestsRan) -> TestsRan | None: ...
+
 
 class LLMPort(Protocol):
     """The gateway as a role sees it: one request in, one recorded exchange out."""
 
     def exchange(
-        self, *, run_id: str, purpose: str, messages: list[Message], schema: dict | None, task_id: str, attempt: int
+        self, *, run_id: str, purpose: str, messages: list[Message], schema: dict | None, task_id: str, attempt: int,
+        temperature: float | None = None,
     ) -> LLMExchanged: ...
 
 
 class Asker:
-    def __init__(self, journal: JournalPort, llm: LLMPort, run_id: str, max_corrections: int = 2):
+    def __init__(self, journal: JournalPort, llm: LLMPort, run_id: str, max_corrections: int = 2,
+                 temperature: float | None = None):
         self.journal = journal
+        self._temperature = temperature  # None: the gateway's own (0); candidates sample above 0
         self._llm = llm
         self._run_id = run_id
         self._max_corrections = max_corrections
@@ -94,9 +99,10 @@ class Asker:
         recorded = self.journal.recorded_exchange(probe)
         if recorded is not None:
             return recorded
+        sampling = {} if self._temperature is None else {"temperature": self._temperature}
         exchange = self._llm.exchange(
             run_id=self._run_id, purpose=purpose, messages=messages, schema=json_schema(answer_type),
-            task_id=task_id, attempt=attempt,
+            task_id=task_id, attempt=attempt, **sampling,
         )
         self.journal.emit(exchange)
         return exchange

@@ -161,6 +161,7 @@ class Gateway:
         attempt: int = 1,
         max_tokens: int | None = None,
         budget_keys: tuple[str, ...] | None = None,
+        temperature: float | None = None,
     ) -> LLMExchanged:
         """Send one logical request (transport retries inside) and describe how it ended."""
         self._bind_to_loop()
@@ -173,12 +174,12 @@ class Gateway:
             await self._rate.acquire(prompt_estimate + allowed)
             outcome = _Outcome()
             try:
-                outcome = await self._send_with_retries(run_id, purpose, task_id, fit.messages, schema, allowed)
+                outcome = await self._send_with_retries(run_id, purpose, task_id, fit.messages, schema, allowed, temperature)
                 refit = self._refit_after_overflow(messages, fit, outcome)
                 if refit is not None:  # the estimate was too kind: cut further, once
                     fit, first = refit, outcome
                     outcome = await self._send_with_retries(
-                        run_id, purpose, task_id, fit.messages, schema, min(allowed, fit.max_tokens)
+                        run_id, purpose, task_id, fit.messages, schema, min(allowed, fit.max_tokens), temperature
                     )
                     outcome.tries += first.tries
                     if outcome.error:
@@ -221,12 +222,13 @@ class Gateway:
         messages: list[Message],
         schema: dict | None,
         max_tokens: int,
+        temperature: float | None = None,
     ) -> _Outcome:
         assert self._client is not None
         request = {
             "model": self.model,
             "messages": [{"role": m.role, "content": m.content} for m in messages],
-            "temperature": self.config.temperature,
+            "temperature": self.config.temperature if temperature is None else temperature,
             self.config.max_tokens_field: max_tokens,
             "extra_headers": {"X-Magis-Purpose": purpose, "X-Magis-Task": task_id, "X-Magis-Run": run_id},
         }

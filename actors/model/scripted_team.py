@@ -5,6 +5,7 @@ benchmarks and demos; it reads our own prompt templates' wording, nothing else."
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -23,6 +24,7 @@ _PATH_PATTERNS = {
     "locate_lines": r"The file `([^`]+)`",
     "write_code": r"In the file `([^`]+)`",
     "review_patch": r"task on `([^`]+)`",
+    "review_patch_tested": r"task on `([^`]+)`",
 }
 
 
@@ -38,13 +40,27 @@ class ScriptedTeam:
 
     `review(path, attempt) -> (approved, comment)` decides the QA's verdicts (default: approve).
     `stages`: the plan's stages as lists of paths (default: every task in one stage).
+    `retries`: path -> the Edits of the later writes to that path (a retry, or another candidate's
+    first try), in the order they are asked for (the last one repeats).
+    `reproductions`: the reproduction tests written, in order (the last one repeats); none: no
+    answer to that step.
     """
 
     fixes: dict[str, list[Edit]]
     review: Callable[[str, int], tuple[bool, str]] = lambda path, attempt: (True, "Looks right.")
     stages: list[list[str]] | None = None
     delay_s: float | None = None
+    retries: dict[str, list[list[Edit]]] = field(default_factory=dict)
+    reproductions: list[str] = field(default_factory=list)
     _attempts: dict[str, int] = field(default_factory=dict)
+    _writes: dict[str, int] = field(default_factory=dict)
+    # the server answers on several threads (candidates ask at once): counting is one step
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _count(self, counter: dict[str, int], key: str) -> int:
+        with self._lock:
+            counter[key] = counter.get(key, 0) + 1
+            return counter[key]
 
     def __call__(self, request: ScriptedRequest) -> Rule | None:
         answer = self.answer(request)
@@ -71,9 +87,20 @@ class ScriptedTeam:
             case "locate_lines":
                 return {"ranges": [{"start": e.range.start, "end": e.range.end} for e in fixes], "reason": "scripted"}
             case "write_code":
-                return {"edits": [{"start": e.range.start, "end": e.range.end, "new_code": e.new_code} for e in fixes]}
-            case "review_patch":
-                attempt = self._attempts[path] = self._attempts.get(path, 0) + 1
+                write = self._count(self._writes, path)
+                later = self.retries.get(path, [])
+                edits = fixes if write == 1 or not later else later[min(write - 2, len(later) - 1)]
+                return {"edits": [{"start": e.range.start, "end": e.range.end, "new_code": e.new_code} for e in edits]}
+            case "write_reproduction":
+                if not self.reproductions:
+                    return None
+                tries = self._count(self._writes, "<reproduction>")
+                return {"content": self.reproductions[min(tries, len(self.reproductions)) - 1]}
+            case "choose_candidate":
+                offered = re.search(r"one of ([\d, ]+)", request.text)
+                return {"candidate": int(offered.group(1).split(",")[0]), "reason": "scripted: the first offered"} if offered else None
+            case "review_patch" | "review_patch_tested":
+                attempt = self._count(self._attempts, path)
                 approved, comment = self.review(path, attempt)
                 return {"approved": approved, "comment": comment}
         return None

@@ -14,10 +14,11 @@ from magis_ray.actors.model.answers import CodeAnswer, LinesAnswer, PersonaAnswe
 from magis_ray.actors.model.asking import Asker, StepFailed
 from magis_ray.actors.code.diffs import file_diff
 from magis_ray.actors.code.edits import apply_edits, check_ranges, numbered
+from magis_ray.actors.roles.testing import Evidence, PatchChecker, Tester, TestPlan
 
 
 class Reviewer(Protocol):
-    def review(self, qa: QAAssigned, patch: PatchProposed) -> ReviewIssued | None:
+    def review(self, qa: QAAssigned, patch: PatchProposed, evidence: Evidence | None = None) -> ReviewIssued | None:
         """None when the QA Engineer could not give a usable review."""
 
 
@@ -31,6 +32,27 @@ class Assignment:
     base_text: str
     max_review_rounds: int
     use_qa: bool
+    tests: TestPlan | None = None  # None: the paper's MAGIS, no test runs
+    candidates: int = 1  # candidate patches written for the task, each by its own Developer
+
+
+# Candidates sample their answers, so that they differ; a single Developer answers as the model's
+# default (0) makes it most likely.
+CANDIDATE_TEMPERATURE = 0.8
+
+
+def candidate_numbers(work: Assignment) -> list[int]:
+    """0 for a task with one Developer; 1..N for N candidates."""
+    return [0] if work.candidates <= 1 else list(range(1, work.candidates + 1))
+
+
+def lane_suffix(candidate: int) -> str:
+    """Candidate 1 (or the only one) keeps the task's lanes; candidate k writes in "<lane>/k"."""
+    return f"/{candidate}" if candidate > 1 else ""
+
+
+def candidate_temperature(candidate: int) -> float | None:
+    return CANDIDATE_TEMPERATURE if candidate else None
 
 
 def line_count(text: str) -> int:
@@ -46,41 +68,65 @@ def old_parts(text: str, ranges: list[LineRange]) -> str:
     return "\n".join(parts)
 
 
+@dataclass(frozen=True)
+class TaskResult:
+    """How a Developer's work on a task ended: the event, and what candidate selection weighs."""
+
+    finished: TaskFinished
+    patch: PatchProposed | None  # the last patch (None when the task failed)
+    evidence: Evidence | None  # what the tests said of it (None without tests)
+
+
 class Developer:
-    def __init__(self, work: Assignment, asker: Asker, reviewer: Reviewer | None):
+    def __init__(self, work: Assignment, asker: Asker, reviewer: Reviewer | None, tester: Tester | None = None,
+                 candidate: int = 0):
+        """`candidate`: which of the task's candidates this Developer writes (0: the only one)."""
+        self._candidate = candidate
+        self._evidence: Evidence | None = None
+        self._patch: PatchProposed | None = None
         self._work = work
         self._asker = asker
         self._reviewer = reviewer if work.use_qa else None
         self._persona = dict(name=work.developer.name, profile=work.developer.profile)
+        plan = work.tests
+        self._checker = PatchChecker(tester, plan, work.task.task_id) if tester is not None and plan and not plan.empty else None
 
-    def run(self) -> TaskFinished:
+    def run(self) -> TaskResult:
         work = self._work
         qa = self._design_qa() if self._reviewer is not None else None
         feedback = ""
         patch: PatchProposed | None = None
         for attempt in range(1, work.max_review_rounds + 1):
             try:
-                patch = self._attempt(attempt, feedback)
+                patch = self._patch = self._attempt(attempt, feedback)
             except StepFailed as exc:
                 status = "unapproved" if patch is not None else "failed"
                 return self._finish(status, attempt - 1, f"attempt {attempt}: {exc}")
+            evidence = self._evidence = self._checker.check(patch.diff, attempt, self._candidate) if self._checker is not None else None
             if qa is None:
-                return self._finish("unreviewed", attempt)
-            review = self._reviewer.review(qa, patch)
+                if evidence is None or not evidence.blocks_approval or attempt == work.max_review_rounds:
+                    return self._finish("unreviewed", attempt)
+                feedback = (f"\nYour previous attempt was tested and sent back:\n```diff\n{patch.diff}```\n"
+                            f"{evidence.summary()}\nTake this into account.\n")
+                continue
+            review = self._reviewer.review(qa, patch, evidence)
             if review is None:
                 return self._finish("unapproved", attempt, "the QA engineer gave no usable review")
             if review.approved:
                 return self._finish("approved", attempt)
+            tested = f"\n{evidence.summary()}" if evidence is not None and evidence.summary() not in review.comment else ""
             feedback = (
                 f"\nYour previous attempt was reviewed and sent back:\n```diff\n{patch.diff}```\n"
-                f"The QA engineer said: {review.comment.strip()}\nTake this into account.\n"
+                f"The QA engineer said: {review.comment.strip()}{tested}\nTake this into account.\n"
             )
         return self._finish("unapproved", work.max_review_rounds, f"not approved after {work.max_review_rounds} rounds")
 
-    def _finish(self, status: str, attempts: int, reason: str = "") -> TaskFinished:
-        finished = TaskFinished(task_id=self._work.task.task_id, status=status, attempts=attempts, reason=reason)
+    def _finish(self, status: str, attempts: int, reason: str = "") -> TaskResult:
+        finished = TaskFinished(task_id=self._work.task.task_id, status=status, attempts=attempts, reason=reason,
+                                candidate=self._candidate)
         self._asker.journal.emit(finished)
-        return finished
+        patch = None if status == "failed" else self._patch
+        return TaskResult(finished, patch, self._evidence if patch is not None else None)
 
     def _design_qa(self) -> QAAssigned:
         task = self._work.task
@@ -88,9 +134,11 @@ class Developer:
             persona = self._asker.ask(
                 "design_qa", PersonaAnswer, task_id=task.task_id, path=task.path, task=task.description, **self._persona
             )
-            qa = QAAssigned(task_id=task.task_id, name=persona.name.strip() or f"QA {task.task_id}", profile=persona.profile)
+            qa = QAAssigned(task_id=task.task_id, name=persona.name.strip() or f"QA {task.task_id}", profile=persona.profile,
+                            candidate=self._candidate)
         except StepFailed as exc:
-            qa = QAAssigned(task_id=task.task_id, name=f"QA {task.task_id}", profile="A meticulous reviewer of Python changes.")
+            qa = QAAssigned(task_id=task.task_id, name=f"QA {task.task_id}", profile="A meticulous reviewer of Python changes.",
+                            candidate=self._candidate)
             self._asker.journal.emit(StepFailedEvent(purpose="design_qa", reason=str(exc), task_id=task.task_id, fallback="a generic QA engineer"))
         self._asker.journal.emit(qa)
         return qa
@@ -111,7 +159,7 @@ class Developer:
             line_count=count, after_last=count + 1, numbered=numbered(text), **context,
         )
         ranges = [LineRange(r.start, r.end) for r in located.ranges]
-        self._asker.journal.emit(LinesLocated(task_id=task.task_id, attempt=attempt, ranges=ranges))
+        self._asker.journal.emit(LinesLocated(task_id=task.task_id, attempt=attempt, ranges=ranges, candidate=self._candidate))
 
         def edits_apply(answer: CodeAnswer) -> None:
             edits = [Edit(LineRange(e.start, e.end), e.new_code) for e in answer.edits]
@@ -127,6 +175,7 @@ class Developer:
         patch = PatchProposed(
             task_id=task.task_id, attempt=attempt, path=task.path, base_blob_id=task.base_blob_id,
             edits=edits, new_text=new_text, diff=file_diff(task.path, text if task.base_blob_id else None, new_text),
+            candidate=self._candidate,
         )
         self._asker.journal.emit(patch)
         return patch

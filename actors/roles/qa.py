@@ -1,11 +1,14 @@
-"""QA Engineer: reviews each diff of its Developer, approving it or sending it back with a comment."""
+"""QA Engineer: reviews each diff of its Developer, approving it or sending it back with a comment.
+With tests on, the QA side also writes the issue's reproduction test before the Developers start,
+and each review sees what the tests said of the patch."""
 from __future__ import annotations
 
-from magis_ray.events.schema import PatchProposed, QAAssigned, ReviewIssued
+from magis_ray.events.schema import PatchProposed, QAAssigned, ReproductionWritten, ReviewIssued
 from magis_ray.events.schema import StepFailed as StepFailedEvent
 
-from magis_ray.actors.model.answers import ReviewAnswer
+from magis_ray.actors.model.answers import ReproductionAnswer, ReviewAnswer
 from magis_ray.actors.model.asking import Asker, StepFailed
+from magis_ray.actors.roles.testing import REPRODUCTION_PATH, Evidence, Reproduction, Tester, TestRequest, reproduces
 
 
 class QAEngineer:
@@ -14,15 +17,49 @@ class QAEngineer:
         self._issue = issue_text
         self._task = task_description
 
-    def review(self, qa: QAAssigned, patch: PatchProposed) -> ReviewIssued | None:
+    def review(self, qa: QAAssigned, patch: PatchProposed, evidence: Evidence | None = None) -> ReviewIssued | None:
+        values = dict(task_id=patch.task_id, name=qa.name, profile=qa.profile, issue=self._issue, path=patch.path,
+                      task=self._task, diff=patch.diff)
         try:
-            answer = self._asker.ask(
-                "review_patch", ReviewAnswer, task_id=patch.task_id, name=qa.name, profile=qa.profile,
-                issue=self._issue, path=patch.path, task=self._task, diff=patch.diff,
-            )
+            if evidence is None:
+                answer = self._asker.ask("review_patch", ReviewAnswer, **values)
+            else:
+                answer = self._asker.ask("review_patch_tested", ReviewAnswer, evidence=evidence.summary(), **values)
         except StepFailed as exc:
             self._asker.journal.emit(StepFailedEvent(purpose="review_patch", reason=str(exc), task_id=patch.task_id, fallback="no review"))
             return None
-        review = ReviewIssued(task_id=patch.task_id, attempt=patch.attempt, approved=answer.approved, comment=answer.comment)
+        approved, comment = answer.approved, answer.comment
+        if approved and evidence is not None and evidence.blocks_approval:
+            # The tests have the last word: a patch they reject is sent back whatever the review says.
+            approved = False
+            comment = f"The tests reject this patch.\n{evidence.summary()}\n(The reviewer had said: {comment.strip() or 'approved'})"
+        review = ReviewIssued(task_id=patch.task_id, attempt=patch.attempt, approved=approved, comment=comment,
+                              candidate=patch.candidate)
         self._asker.journal.emit(review)
         return review
+
+
+def write_reproduction(asker: Asker, tester: Tester, issue_text: str, files: str, max_tries: int) -> Reproduction | None:
+    """The QA side's reproduction test: written from the issue, run on the base commit, and sent
+    back while it does not fail there. None (and the log says so) when no try reproduces."""
+    feedback = ""
+    for attempt in range(1, max_tries + 1):
+        try:
+            answer = asker.ask("write_reproduction", ReproductionAnswer, issue=issue_text, files=files,
+                               path=REPRODUCTION_PATH, feedback=feedback)
+        except StepFailed as exc:
+            asker.journal.emit(StepFailedEvent(purpose="write_reproduction", reason=str(exc), fallback="no reproduction test"))
+            return None
+        asker.journal.emit(ReproductionWritten(path=REPRODUCTION_PATH, content=answer.content, attempt=attempt))
+        run = tester.run(TestRequest("reproduce", (REPRODUCTION_PATH,), files=((REPRODUCTION_PATH, answer.content),)),
+                         attempt=attempt)
+        why_not = reproduces(run, REPRODUCTION_PATH)
+        if not why_not:
+            return Reproduction(REPRODUCTION_PATH, answer.content)
+        feedback = (f"\nYour earlier test was run on the unfixed code:\n```python\n{answer.content}\n```\n"
+                    f"It cannot be the reproduction test: {why_not}\nWrite a test that fails on the unfixed code because of the bug.\n")
+    asker.journal.emit(StepFailedEvent(
+        purpose="write_reproduction", reason=f"no test failed on the base commit in {max_tries} tries",
+        fallback="the run goes on without a reproduction test",
+    ))
+    return None

@@ -5,30 +5,32 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from magis_ray.events.schema import TaskFinished
-
 from magis_ray.actors.runtime.lanes import Lanes
-from magis_ray.actors.roles.developer import Assignment, Developer
+from magis_ray.actors.roles.developer import Assignment, Developer, TaskResult, candidate_numbers, candidate_temperature, lane_suffix
 from magis_ray.actors.roles.manager import parallel
 from magis_ray.actors.roles.qa import QAEngineer
+from magis_ray.actors.roles.testing import Bench, Tester
 
 
-def run_task(lanes: Lanes, work: Assignment, reviewer=None) -> TaskFinished:
-    tid = work.task.task_id
+def run_task(lanes: Lanes, work: Assignment, reviewer=None, bench: Bench | None = None, candidate: int = 0) -> TaskResult:
+    tid, suffix = work.task.task_id, lane_suffix(candidate)
     if reviewer is None:
-        reviewer = QAEngineer(lanes(f"qa:{tid}"), work.issue_text, work.task.description)
-    return Developer(work, lanes(f"developer:{tid}"), reviewer).run()
+        reviewer = QAEngineer(lanes(f"qa:{tid}{suffix}"), work.issue_text, work.task.description)
+    asker = lanes(f"developer:{tid}{suffix}", candidate_temperature(candidate))
+    return Developer(work, asker, reviewer, Tester(asker.journal, bench), candidate).run()
 
 
 class ThreadWorkforce:
-    def __init__(self, lanes: Lanes):
+    def __init__(self, lanes: Lanes, bench: Bench | None = None):
         self._lanes = lanes
+        self._bench = bench
 
     def prepare(self, tasks) -> None:
         pass  # roles in this process are made when their stage comes
 
-    def run_stage(self, assignments: list[Assignment]) -> list[TaskFinished]:
-        return parallel(assignments, lambda work: run_task(self._lanes, work))
+    def run_stage(self, assignments: list[Assignment]) -> list[TaskResult]:
+        jobs = [(work, candidate) for work in assignments for candidate in candidate_numbers(work)]
+        return parallel(jobs, lambda job: run_task(self._lanes, job[0], bench=self._bench, candidate=job[1]))
 
 
 class LocalLLM:
@@ -46,7 +48,7 @@ class LocalLLM:
         self._loop.call_soon_threadsafe(self._loop.stop)
 
 
-def run_in_process(*, store, issue, settings, repo_path: str, llm, run_id: str, recorded=None):
+def run_in_process(*, store, issue, settings, repo_path: str, llm, run_id: str, recorded=None, bench: Bench | None = None):
     """One run with every role in this process; returns the terminal event."""
     from magis_ray.actors.runtime.journal import RunWriter, lanes_of
     from magis_ray.actors.code.repository import RepoSnapshot
@@ -58,5 +60,6 @@ def run_in_process(*, store, issue, settings, repo_path: str, llm, run_id: str, 
     lanes = Lanes(run_id, RunWriter(store, run_id), llm, lanes_of(recorded or []))
     custodian = Custodian(snapshot, store, lanes, issue.repo, settings)
     team = Team(issue=issue, settings=settings, snapshot=snapshot, asker_for=lanes, custodian=custodian,
-                workforce=ThreadWorkforce(lanes), projected_diff=lambda: final_diff(fold(store.read(run_id))))
+                workforce=ThreadWorkforce(lanes, bench), bench=bench,
+                projected_diff=lambda: final_diff(fold(store.read(run_id))))
     return team.run()

@@ -11,6 +11,9 @@ class IssueRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     problem_statement: str
     hints_text: str = ""
     repo_path: str | None = None
+    # SWE-bench's environment fields: they name the spec the test environment is built from
+    version: str = ""
+    environment_setup_commit: str = ""
 
     def brief(self, use_hints: bool) -> str:
         """The issue as the roles read it (the paper's ablation drops the hints)."""

@@ -9,7 +9,7 @@ from collections import deque
 from typing import Iterable, Protocol, Sequence
 
 from magis_ray.events.codec import new_event
-from magis_ray.events.schema import TERMINAL_EVENTS, AnyEvent, LLMExchanged, NewEvent, Recorded, RunResumed
+from magis_ray.events.schema import TERMINAL_EVENTS, AnyEvent, LLMExchanged, NewEvent, Recorded, RunResumed, TestsRan
 
 from magis_ray.actors.model.fitting import fitted_from
 
@@ -82,12 +82,22 @@ class Journal:
     def recorded_exchange(self, probe: LLMExchanged) -> LLMExchanged | None:
         """The logged answer to the request `probe` describes, if this lane's log is there.
         When only verifying, a request the log does not hold is a divergence, never a model call."""
+        return self._recorded_result(probe, lambda head: isinstance(head, LLMExchanged) and same_request(head, probe))
+
+    def recorded_tests(self, probe: TestsRan) -> TestsRan | None:
+        """The logged outcome of the test run `probe` describes (the same purpose, task, attempt,
+        candidate and tested content), if this lane's log is there; tests never run twice."""
+        key = (probe.purpose, probe.task_id, probe.attempt, probe.candidate, probe.patch_digest)
+        return self._recorded_result(probe, lambda head: isinstance(head, TestsRan) and key == (
+            head.purpose, head.task_id, head.attempt, head.candidate, head.patch_digest))
+
+    def _recorded_result(self, probe, matches):
         if not self._recorded:
             if self._sink is None:
                 raise Divergence(self.lane, None, probe)
             return None
         head = self._recorded[0]
-        if not isinstance(head.event, LLMExchanged) or not same_request(head.event, probe):
+        if not matches(head.event):
             raise Divergence(self.lane, head, probe)
         self._recorded.popleft()
         self.last_position = head.position

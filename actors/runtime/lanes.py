@@ -20,12 +20,13 @@ class Lanes:
         self._askers: dict[str, Asker] = {}
         self._lock = threading.Lock()
 
-    def __call__(self, lane: str) -> Asker:
+    def __call__(self, lane: str, temperature: float | None = None) -> Asker:
+        """The lane's asker; `temperature` (set by the lane's first use) samples its answers."""
         with self._lock:
             asker = self._askers.get(lane)
             if asker is None:
                 journal = Journal(lane, self._sink, self._recorded.get(lane, ()), self._node)
-                asker = self._askers[lane] = Asker(journal, self._llm, self.run_id)
+                asker = self._askers[lane] = Asker(journal, self._llm, self.run_id, temperature=temperature)
             return asker
 
     def unmatched(self) -> list[Recorded]:

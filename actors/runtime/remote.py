@@ -12,7 +12,7 @@ import msgspec
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from magis_ray.actors.runtime.services import CustodianService, DeveloperService, GatewayService, QAService, StoreService
+from magis_ray.actors.runtime.services import BenchService, CustodianService, DeveloperService, GatewayService, QAService, StoreService
 from magis_ray.actors.runtime.supervisor import RoleActors, SupervisorService
 
 NAMESPACE = "magis"
@@ -30,6 +30,8 @@ def actor_classes():
         "custodian": ray.remote(**ROLE_OPTIONS)(CustodianService),
         "developer": ray.remote(**ROLE_OPTIONS)(DeveloperService),
         "qa": ray.remote(**ROLE_OPTIONS)(QAService),
+        # Test runs use the CPU: the bench takes a slot, so runs with tests queue for cores.
+        "bench": ray.remote(num_cpus=1, max_restarts=0, max_concurrency=2)(BenchService),
     }
 
 
@@ -95,7 +97,7 @@ def stop_shared(store_path: str) -> list[str]:
 
 
 def supervisor_actor(*args, **kwargs):
-    roles = RoleActors(custodian=custodian_actor, developer=developer_actor, qa=qa_actor)
+    roles = RoleActors(custodian=custodian_actor, developer=developer_actor, qa=qa_actor, bench=bench_actor)
     return actor_classes()["supervisor"].options(scheduling_strategy=here()).remote(*args, roles=roles, **kwargs)
 
 
@@ -150,3 +152,8 @@ class RayExecutor:
 
     def close(self) -> None:
         pass
+
+
+def bench_actor(*args):
+    """Beside the supervisor, where the repository and this node's environments are."""
+    return actor_classes()["bench"].options(scheduling_strategy=here()).remote(*args)

@@ -7,7 +7,7 @@ from typing import Sequence
 import ray
 import structlog
 
-from magis_ray.events.schema import LLMExchanged, Message, NewEvent, PatchProposed, QAAssigned, Recorded, RunSettings, TaskFinished
+from magis_ray.events.schema import LLMExchanged, Message, NewEvent, PatchProposed, QAAssigned, Recorded, RunSettings, TaskFinished, TestsRan
 
 from magis_ray.actors.runtime.journal import RunWriter
 from magis_ray.actors.runtime.lanes import Lanes
@@ -105,9 +105,10 @@ class GatewayLLM:
     def __init__(self, gateway):
         self._gateway = gateway
 
-    def exchange(self, *, run_id: str, purpose: str, messages: list[Message], schema: dict | None, task_id: str, attempt: int) -> LLMExchanged:
+    def exchange(self, *, run_id: str, purpose: str, messages: list[Message], schema: dict | None, task_id: str, attempt: int,
+                 **sampling) -> LLMExchanged:
         return ray.get(self._gateway.exchange.remote(
-            run_id=run_id, purpose=purpose, messages=messages, schema=schema, task_id=task_id, attempt=attempt,
+            run_id=run_id, purpose=purpose, messages=messages, schema=schema, task_id=task_id, attempt=attempt, **sampling,
         ))
 
 
@@ -143,18 +144,48 @@ class QAService:
     def __init__(self, run_id, store, gateway, recorded, fence=0):
         self._lanes = lanes_for(run_id, store, gateway, recorded, fence)
 
-    def review(self, qa: QAAssigned, patch: PatchProposed, issue_text: str, task_description: str):
+    def review(self, qa: QAAssigned, patch: PatchProposed, issue_text: str, task_description: str, evidence=None):
+        from magis_ray.actors.roles.developer import lane_suffix
         from magis_ray.actors.roles.qa import QAEngineer
 
-        return QAEngineer(self._lanes(f"qa:{patch.task_id}"), issue_text, task_description).review(qa, patch)
+        asker = self._lanes(f"qa:{patch.task_id}{lane_suffix(patch.candidate)}")
+        return QAEngineer(asker, issue_text, task_description).review(qa, patch, evidence)
 
 
 class RemoteReviewer:
     def __init__(self, qa_actor, issue_text: str, task_description: str):
         self._qa, self._issue, self._task = qa_actor, issue_text, task_description
 
-    def review(self, qa: QAAssigned, patch: PatchProposed):
-        return ray.get(self._qa.review.remote(qa, patch, self._issue, self._task))
+    def review(self, qa: QAAssigned, patch: PatchProposed, evidence=None):
+        return ray.get(self._qa.review.remote(qa, patch, self._issue, self._task, evidence))
+
+
+class BenchService:
+    """The run's test bench, beside the repository; its environment is built before the run starts."""
+
+    def __init__(self, setup):
+        from magis_ray.actors.runtime.bench import ExecutionBench
+
+        self._bench = ExecutionBench(setup)
+
+    def prepare(self) -> TestsRan:
+        return self._bench.prepare()
+
+    def run(self, request) -> TestsRan:
+        return self._bench.run(request)
+
+
+class RemoteBench:
+    """The bench as a role sees it (roles.testing.Bench), backed by the bench actor."""
+
+    def __init__(self, bench_actor):
+        self._bench = bench_actor
+
+    def prepare(self) -> TestsRan:
+        return ray.get(self._bench.prepare.remote())
+
+    def run(self, request) -> TestsRan:
+        return ray.get(self._bench.run.remote(request))
 
 
 class DeveloperService:
@@ -163,8 +194,11 @@ class DeveloperService:
     def __init__(self, run_id, store, gateway, recorded, fence=0):
         self._lanes = lanes_for(run_id, store, gateway, recorded, fence)
 
-    def run(self, work, qa_actor) -> TaskFinished:
-        from magis_ray.actors.roles.developer import Developer
+    def run(self, work, qa_actor, bench_actor=None, candidate: int = 0):
+        from magis_ray.actors.roles.developer import Developer, candidate_temperature, lane_suffix
+        from magis_ray.actors.roles.testing import Tester
 
         reviewer = RemoteReviewer(qa_actor, work.issue_text, work.task.description)
-        return Developer(work, self._lanes(f"developer:{work.task.task_id}"), reviewer).run()
+        asker = self._lanes(f"developer:{work.task.task_id}{lane_suffix(candidate)}", candidate_temperature(candidate))
+        bench = RemoteBench(bench_actor) if bench_actor is not None else None
+        return Developer(work, asker, reviewer, Tester(asker.journal, bench), candidate).run()

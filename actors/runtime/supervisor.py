@@ -14,8 +14,9 @@ from magis_ray.events.schema import Recorded, RunSettings, TaskDefined, TaskFini
 from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.journal import lanes_of
 from magis_ray.actors.code.repository import RepoSnapshot
-from magis_ray.actors.roles.developer import Assignment
-from magis_ray.actors.runtime.services import lanes_for
+from magis_ray.actors.roles.developer import Assignment, TaskResult, candidate_numbers, lane_suffix
+from magis_ray.actors.runtime.bench import BenchSetup
+from magis_ray.actors.runtime.services import RemoteBench, lanes_for
 from magis_ray.actors.runtime.team import Team
 
 log = structlog.get_logger()
@@ -37,6 +38,7 @@ class RoleActors:
     custodian: Callable[..., object]
     developer: Callable[..., object]
     qa: Callable[..., object]
+    bench: Callable[..., object]
 
 
 class Recreating:
@@ -89,17 +91,21 @@ class SupervisorService:
     def run(self):
         snapshot = RepoSnapshot.open(self.repo_path, self.issue.base_commit)
         custodian = RemoteLocator(self, snapshot.commit_id)
+        self.bench = self.roles.bench(BenchSetup.of(self.issue, self.settings, self.repo_path)) if self.settings.tests else None
         workforce = RayWorkforce(self)
         try:
             team = Team(
                 issue=self.issue, settings=self.settings, snapshot=snapshot,
                 asker_for=lanes_for(self.run_id, self.store, self.gateway, self.recorded, self.fence),
                 custodian=custodian, workforce=workforce, projected_diff=self.projected_diff,
+                bench=RemoteBench(self.bench) if self.bench is not None else None,
             )
             return team.run()
         finally:
             custodian.end()
             workforce.end()
+            if self.bench is not None:
+                ray.kill(self.bench)
 
 
 class RemoteLocator:
@@ -137,27 +143,30 @@ class RayWorkforce:
 
     def __init__(self, supervisor: SupervisorService):
         self._s = supervisor
-        self._ready: dict[str, tuple] = {}
+        self._ready: dict[tuple[str, int], tuple] = {}  # (task, candidate) -> its Developer and QA actors
 
     def prepare(self, tasks: list[TaskDefined]) -> None:
         for task in tasks:
-            self._ready[task.task_id] = self._make(task.task_id, self._s.recorded)
+            for candidate in ([0] if self._s.settings.candidates <= 1 else range(1, self._s.settings.candidates + 1)):
+                self._ready[task.task_id, candidate] = self._make(task.task_id, candidate, self._s.recorded)
 
-    def _make(self, task_id: str, recorded) -> tuple:
-        s = self._s
-        developer = s.roles.developer(s.run_id, s.store, s.gateway, {k: v for k, v in recorded.items() if k == f"developer:{task_id}"}, s.fence)
-        qa = s.roles.qa(s.run_id, s.store, s.gateway, lanes_named(recorded, f"qa:{task_id}"), s.fence)
+    def _make(self, task_id: str, candidate: int, recorded) -> tuple:
+        s, suffix = self._s, lane_suffix(candidate)
+        developer = s.roles.developer(s.run_id, s.store, s.gateway,
+                                      {k: v for k, v in recorded.items() if k == f"developer:{task_id}{suffix}"}, s.fence)
+        qa = s.roles.qa(s.run_id, s.store, s.gateway, lanes_named(recorded, f"qa:{task_id}{suffix}"), s.fence)
         return developer, qa
 
-    def run_stage(self, assignments: list[Assignment]) -> list[TaskFinished]:
+    def run_stage(self, assignments: list[Assignment]) -> list[TaskResult]:
         calls = []
         for work in assignments:
-            tid = work.task.task_id
-            actors = self._ready.pop(tid, None) or self._make(tid, self._s.recorded)
-            calls.append(Recreating(
-                self._s.run_id, self._s.store, lambda recorded, tid=tid: self._make(tid, recorded),
-                lambda actors, work=work: actors[0].run.remote(work, actors[1]), actors,
-            ))
+            for candidate in candidate_numbers(work):
+                tid = work.task.task_id
+                actors = self._ready.pop((tid, candidate), None) or self._make(tid, candidate, self._s.recorded)
+                calls.append(Recreating(
+                    self._s.run_id, self._s.store, lambda recorded, tid=tid, c=candidate: self._make(tid, c, recorded),
+                    lambda actors, work=work, c=candidate: actors[0].run.remote(work, actors[1], self._s.bench, c), actors,
+                ))
         try:
             return [call.result() for call in calls]
         finally:

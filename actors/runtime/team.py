@@ -17,8 +17,16 @@ from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.journal import Divergence
 from magis_ray.actors.code.repository import RepoSnapshot
 from magis_ray.actors.roles.custodian import LocatedFile
-from magis_ray.actors.roles.developer import Assignment
+from magis_ray.actors.roles.developer import Assignment, TaskResult
 from magis_ray.actors.roles.manager import Manager
+from magis_ray.actors.roles.qa import write_reproduction
+from magis_ray.actors.roles.selection import choose
+from magis_ray.actors.roles.testing import Bench, Reproduction, Tester, TestPlan
+from magis_ray.actors.code.regression import nearest_tests
+
+# Tries at a reproduction test that fails on the base commit: the first and two corrections, as
+# for any invalid answer.
+REPRODUCTION_TRIES = 3
 
 log = structlog.get_logger()
 
@@ -39,8 +47,9 @@ class Workforce(Protocol):
     def prepare(self, tasks: list[TaskDefined]) -> None:
         """The tasks are known: get their Developers and QA Engineers ready."""
 
-    def run_stage(self, assignments: list[Assignment]) -> list[TaskFinished]:
-        """Run the tasks of one stage in parallel, each by its own Developer and QA Engineer."""
+    def run_stage(self, assignments: list[Assignment]) -> list[TaskResult]:
+        """Run the tasks of one stage in parallel, each by its own Developer and QA Engineer (one
+        pair per candidate when a task has several)."""
 
 
 class Locator(Protocol):
@@ -59,6 +68,7 @@ class Team:
         custodian: Locator,
         workforce: Workforce,
         projected_diff: Callable[[], str] | None = None,
+        bench: Bench | None = None,
     ):
         """`projected_diff`: the repository diff the log holds now (the final_diff projection);
         a run ends `patched` only if it applies to the base commit."""
@@ -69,13 +79,14 @@ class Team:
         self._custodian = custodian
         self._workforce = workforce
         self._projected_diff = projected_diff
+        self._bench = bench  # runs the tests when settings.tests is on; replay has none and runs none
 
     def started_event(self) -> RunStarted:
         i = self.issue
         return RunStarted(
             instance_id=i.instance_id, repo=i.repo, base_commit=self._snapshot.commit_id,
             problem_statement=i.problem_statement, hints_text=i.hints_text, settings=self.settings,
-            repo_path=i.repo_path or "",
+            repo_path=i.repo_path or "", version=i.version, environment_setup_commit=i.environment_setup_commit,
         )
 
     def run(self) -> RunFinished | RunFailed:
@@ -103,7 +114,44 @@ class Team:
         """The file as the base commit has it; "" for a file the task creates."""
         return self._snapshot.read_text(task.path) if task.base_blob_id else ""
 
+    def _reproduce(self, issue_text: str, tasks: list[TaskDefined]) -> Reproduction | None:
+        """The QA side's reproduction test, before the Developers start."""
+        asker = self._asker_for("qa:reproduction")
+        files = "\n".join(f"- `{t.path}`: {t.description}" for t in tasks)
+        return write_reproduction(asker, Tester(asker.journal, self._bench), issue_text, files, REPRODUCTION_TRIES)
+
+    def _test_plan(self, task: TaskDefined, reproduction: Reproduction | None) -> TestPlan:
+        """The reproduction test, and the repository's tests nearest the task's file (a new file has none)."""
+        return TestPlan(reproduction, nearest_tests(self._snapshot, task.path) if task.base_blob_id else ())
+
+    def _settle(self, results: list[TaskResult], issue_text: str) -> list[TaskFinished]:
+        """Each task's outcome: its one Developer's, or its chosen candidate's."""
+        by_task: dict[str, list[TaskResult]] = {}
+        for result in results:
+            by_task.setdefault(result.finished.task_id, []).append(result)
+        settled = []
+        for task_id, candidates in by_task.items():
+            if len(candidates) == 1:
+                settled.append(candidates[0].finished)
+                continue
+            asker = self._asker_for(f"selection:{task_id}")
+            choice = choose(candidates, asker, issue_text)
+            if choice is None:  # no candidate has a patch: the task failed
+                settled.append(min(candidates, key=lambda r: r.finished.candidate).finished)
+                continue
+            winner, chosen = choice
+            asker.journal.emit(chosen)
+            settled.append(winner.finished)
+        return settled
+
+    def _tests_ready(self) -> bool:
+        """Tests are on and this run's environment is ready; otherwise the log says why not."""
+        if not self.settings.tests:
+            return False
+        return Tester(self._asker_for("supervisor").journal, self._bench).prepare().outcome == "passed"
+
     def _collaborate(self, memory_before: int) -> RunFinished:
+        tests = self._tests_ready()
         issue_text = self.issue.brief(self.settings.use_hints)
         located = self._custodian.locate(issue_text, memory_before)
         manager = Manager(self._asker_for, issue_text, self._snapshot.read_text, self._snapshot.blob_id)
@@ -114,6 +162,7 @@ class Team:
         team = manager.recruit(tasks)
         transcript = manager.hold_meeting(tasks, team)
         plan = manager.make_plan(tasks, transcript)
+        reproduction = self._reproduce(issue_text, tasks) if tests else None
         by_id = {t.task_id: (t, d) for t, d in zip(tasks, team)}
         finished: list[TaskFinished] = []
         for stage in plan.stages:
@@ -122,10 +171,12 @@ class Team:
                     issue_text=issue_text, task=by_id[tid][0], developer=by_id[tid][1],
                     base_text=self._base_text(by_id[tid][0]),
                     max_review_rounds=self.settings.max_review_rounds, use_qa=self.settings.use_qa,
+                    tests=self._test_plan(by_id[tid][0], reproduction) if tests else None,
+                    candidates=self.settings.candidates,
                 )
                 for tid in stage
             ]
-            finished.extend(self._workforce.run_stage(assignments))
+            finished.extend(self._settle(self._workforce.run_stage(assignments), issue_text))
         patched = sorted(by_id[f.task_id][0].path for f in finished if f.status != "failed")
         summary = ", ".join(f"{f.task_id} {f.status}" for f in finished)
         if not patched:

@@ -20,7 +20,7 @@ from magis_ray.actors.execution.environments import EnvironmentBuildError, Envir
 from magis_ray.actors.execution.interpreters import InterpreterMissing
 from magis_ray.actors.execution.runner import TestRunner
 from magis_ray.actors.execution.workspaces import Workspace, WorkspaceError
-from .specs import HarnessMissing, custom_spec, harness, instance_spec
+from magis_ray.actors.execution.specs import HarnessMissing, custom_spec, harness, instance_spec
 
 OUTPUT_KEPT = 4000  # characters of test output kept in the result (its tail)
 

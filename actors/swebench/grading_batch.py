@@ -220,7 +220,7 @@ def prepare_environment(job: GradeJob, options: GradeOptions) -> tuple[float, bo
 
     from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentUnsupported
     from magis_ray.actors.execution.interpreters import InterpreterMissing
-    from .specs import HarnessMissing
+    from magis_ray.actors.execution.specs import HarnessMissing
 
     repo_path = Path(options.repos_dir) / job.record["repo"].replace("/", "__")
     cache = EnvironmentCache(options.cache_root, Sandbox(options.sandbox), dict(options.pythons))

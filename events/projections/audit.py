@@ -46,6 +46,16 @@ def describe(e: ev.AnyEvent) -> str:
             return f"LLM {e.purpose}: {status}, {e.latency_s:.2f}s"
         case ev.StepFailed():
             return f"{e.purpose} failed: {e.reason}" + (f"; {e.fallback}" if e.fallback else "")
+        case ev.ReproductionWritten():
+            return f"reproduction test written (try {e.attempt})"
+        case ev.TestsRan() if e.purpose == "prepare":
+            return f"test environment: {e.output}" if e.outcome == "passed" else f"no test environment ({e.output}); tests off"
+        case ev.TestsRan():
+            who = f"{e.task_id} attempt {e.attempt}: " if e.task_id else ""
+            counts = f"{len(e.passed)} passed, {len(e.failed)} failed" if e.passed or e.failed else "no test result"
+            return f"{who}{TEST_PURPOSES.get(e.purpose, e.purpose)} {e.outcome} ({counts}, {e.duration_s:.1f}s)"
+        case ev.CandidateChosen():
+            return f"{e.task_id}: candidate {e.chosen} of {e.candidates} chosen ({e.reason})"
         case ev.RunResumed():
             return f"run resumed from version {e.kept_version} ({e.superseded} events superseded)"
         case ev.RunFinished():
@@ -53,6 +63,23 @@ def describe(e: ev.AnyEvent) -> str:
         case ev.RunFailed():
             return f"run failed: {e.reason}"
     return type(e).__name__
+
+
+TEST_PURPOSES = {"reproduce": "reproduction test on the base commit", "baseline": "regression tests on the base commit",
+                 "check": "tests of the patch"}
+
+
+def test_run_json(run: ev.TestsRan) -> dict:
+    return {k: v for k, v in to_builtins(run).items() if k != "type"}
+
+
+def test_run_markdown(run: ev.TestsRan) -> list[str]:
+    lines = [f"Tests: {describe(run)}, `{run.command}`"]
+    if run.failed:
+        lines.append("Failed: " + ", ".join(f"`{t}`" for t in run.failed[:20]))
+    if run.outcome != "passed" and run.output:
+        lines.append(_fence(run.output[-1500:]))
+    return lines + [""]
 
 
 def audit_json(view: RunView) -> dict:
@@ -69,6 +96,11 @@ def audit_json(view: RunView) -> dict:
         "meeting": [to_builtins(u) for u in view.meeting],
         "step_failures": [to_builtins(r.event) for r in view.timeline if isinstance(r.event, ev.StepFailed)],
         "plan": to_builtins(view.plan) if view.plan else None,
+        "environment": test_run_json(view.environment) if view.environment else None,
+        "reproduction": {
+            "tries": [to_builtins(r) for r in view.reproductions],
+            "runs": [test_run_json(r) for r in view.reproduction_runs],
+        },
         "tasks": [
             {
                 "task_id": t.task_id,
@@ -80,10 +112,14 @@ def audit_json(view: RunView) -> dict:
                     {
                         "attempt": p.attempt,
                         "diff": p.diff,
-                        "review": next((to_builtins(r) for r in t.reviews if r.attempt == p.attempt), None),
+                        "candidate": p.candidate,
+                        "review": next((to_builtins(r) for r in t.reviews if (r.candidate, r.attempt) == (p.candidate, p.attempt)), None),
+                        "tests": [test_run_json(r) for r in t.test_runs if (r.candidate, r.attempt) == (p.candidate, p.attempt)],
                     }
                     for p in t.patches
                 ],
+                "chosen": to_builtins(t.chosen) if t.chosen else None,
+                "regression_baseline": next((test_run_json(r) for r in t.test_runs if r.purpose == "baseline"), None),
                 "status": t.finished.status if t.finished else "unfinished",
                 "reason": t.finished.reason if t.finished else "",
             }
@@ -137,16 +173,32 @@ def audit_markdown(view: RunView) -> str:
         out += [f"**{u.speaker}:** {u.text.strip()}\n" for u in view.meeting]
     if view.plan:
         out.append("Plan: " + " → ".join("[" + ", ".join(s) + "]" for s in view.plan.stages) + "\n")
+    if view.environment or view.reproductions:
+        out += ["## Reproduction", ""]
+        if view.environment:
+            out.append(describe(view.environment) + "\n")
+        for written in view.reproductions:
+            out.append(f"### Try {written.attempt}: `{written.path}`\n")
+            out.append(_fence(written.content, "python"))
+            out += [line for run in view.reproduction_runs if run.attempt == written.attempt for line in test_run_markdown(run)]
     for t in view.tasks.values():
         out += [f"## Task {t.task_id}: `{t.path}`", ""]
         if t.qa:
             out.append(f"QA engineer: {t.qa.name}\n")
+        for run in t.test_runs:
+            if run.purpose == "baseline":
+                out += test_run_markdown(run)
         for p in t.patches:
-            out.append(f"### Attempt {p.attempt}\n")
+            out.append(f"### Candidate {p.candidate}, attempt {p.attempt}\n" if p.candidate else f"### Attempt {p.attempt}\n")
             out.append(_fence(p.diff or "(no change)", "diff"))
-            review = next((r for r in t.reviews if r.attempt == p.attempt), None)
+            for run in t.test_runs:
+                if (run.candidate, run.attempt) == (p.candidate, p.attempt) and run.purpose == "check":
+                    out += test_run_markdown(run)
+            review = next((r for r in t.reviews if (r.candidate, r.attempt) == (p.candidate, p.attempt)), None)
             if review:
                 out.append(f"Review: **{'approved' if review.approved else 'sent back'}** — {review.comment.strip()}\n")
+        if t.chosen:
+            out.append(f"Chosen: candidate {t.chosen.chosen} of {t.chosen.candidates} ({t.chosen.reason})\n")
         if t.finished:
             out.append(f"Result: {t.finished.status}" + (f" ({t.finished.reason})" if t.finished.reason else "") + "\n")
     failures = [r for r in view.timeline if isinstance(r.event, ev.StepFailed)]
@@ -159,6 +211,8 @@ def audit_markdown(view: RunView) -> str:
     out += ["## Cost", "", "| role | calls | prompt tokens | completion tokens | cost (USD) | LLM seconds |", "|---|---:|---:|---:|---:|---:|"]
     for role, b in [*m["by_role"].items(), ("total", m["total"])]:
         out.append(f"| {role} | {b['calls']} | {b['prompt_tokens']} | {b['completion_tokens']} | {b['cost_usd']:.4f} | {b['llm_seconds']:.2f} |")
+    if m["total"].get("test_runs"):
+        out.append(f"\nTests: {m['total']['test_runs']} runs, {m['total']['test_seconds']:.1f} s in the sandbox.")
     out.append(f"\nWall time: {m['total']['wall_seconds']:.1f} s over {m['total']['events']} events.\n")
     out += ["## Timeline", ""]
     out += [f"{r.version}. `{r.actor}` {describe(r.event)}" for r in view.timeline]

@@ -263,27 +263,60 @@ def _task(t: TaskView) -> str:
         team.append(f"QA engineer <b>{esc(t.qa.name)}</b>")
     if team:
         out.append(f'<p class="small muted">{"; ".join(team)}</p>')
-    attempts = sorted({p.attempt for p in t.patches} | {r.attempt for r in t.reviews} | {loc.attempt for loc in t.locations})
-    for n in attempts:
-        review = next((r for r in t.reviews if r.attempt == n), None)
+    attempts = sorted({(p.candidate, p.attempt) for p in t.patches} | {(r.candidate, r.attempt) for r in t.reviews}
+                      | {(loc.candidate, loc.attempt) for loc in t.locations})
+    for baseline in (r for r in t.test_runs if r.purpose == "baseline"):
+        out.append(f'<div class="small">{_test_run(baseline)}</div>')
+    for key in attempts:
+        candidate, n = key
+        review = next((r for r in t.reviews if (r.candidate, r.attempt) == key), None)
         cls = "" if review is None else " ok" if review.approved else " bad"
-        out.append(f'<div class="attempt{cls}"><b>Attempt {n}</b>')
-        for loc in (x for x in t.locations if x.attempt == n):
+        label = f"Candidate {candidate}, attempt {n}" if candidate else f"Attempt {n}"
+        out.append(f'<div class="attempt{cls}"><b>{label}</b>')
+        for loc in (x for x in t.locations if (x.candidate, x.attempt) == key):
             spans = ", ".join(f"{r.start}&ndash;{r.end}" for r in loc.ranges) or "none"
             out.append(f' <span class="small muted">lines {spans}</span>')
-        for p in (x for x in t.patches if x.attempt == n):
+        for p in (x for x in t.patches if (x.candidate, x.attempt) == key):
             out.append(f'<div class="small muted">{len(p.edits)} edit(s) to <code>{esc(p.path)}</code></div>{render_diff(p.diff)}')
+        for run in (x for x in t.test_runs if (x.candidate, x.attempt) == key and x.purpose == "check"):
+            out.append(f'<div class="small">{_test_run(run)}</div>')
         if review is not None:
             verdict = _badge("approved", "b-ok") if review.approved else _badge("sent back", "b-bad")
             comment = f"<div>{esc(review.comment)}</div>" if review.comment.strip() else ""
             out.append(f'<div class="review{cls}">Review: {verdict}{comment}</div>')
         out.append("</div>")
+    if t.chosen:
+        out.append(f"<p><b>Chosen:</b> candidate {t.chosen.chosen} of {t.chosen.candidates}: {esc(t.chosen.reason)}</p>")
     if not attempts:
         out.append('<p class="empty">No attempt recorded.</p>')
     if t.finished:
         reason = f": {esc(t.finished.reason)}" if t.finished.reason else ""
         out.append(f"<p><b>Result:</b> {esc(t.finished.status)} after {t.finished.attempts} attempt(s){reason}</p>")
     out.append("</div>")
+    return "".join(out)
+
+
+def _test_run(run: ev.TestsRan) -> str:
+    """One test run: what ran, its outcome and counts, and (when it did not pass) the end of its output."""
+    badge = _badge(run.outcome, "b-ok" if run.outcome == "passed" else "b-bad")
+    failed = f" failed: {esc(', '.join(run.failed[:10]))}" if run.failed else ""
+    head = (f"Tests {badge} {len(run.passed)} passed, {len(run.failed)} failed, {run.duration_s:.1f} s "
+            f"<code>{esc(run.command)}</code>{failed}")
+    if run.outcome == "passed" or not run.output:
+        return head
+    return f"<details><summary>{head}</summary><pre>{esc(run.output[-2000:])}</pre></details>"
+
+
+def _reproduction(view: RunView) -> str:
+    if view.environment is None and not view.reproductions:
+        return ""
+    out = ['<section id="reproduction"><h2>Reproduction test</h2>']
+    if view.environment is not None:
+        out.append(f"<p>{esc(describe(view.environment))}</p>")
+    for written in view.reproductions:
+        out.append(f"<h3>Try {written.attempt}: <code>{esc(written.path)}</code></h3><pre>{esc(written.content)}</pre>")
+        out += [f"<p>{_test_run(r)}</p>" for r in view.reproduction_runs if r.attempt == written.attempt]
+    out.append("</section>")
     return "".join(out)
 
 
@@ -456,7 +489,7 @@ def audit_html(view: RunView) -> str:
     title = f"MAGIS audit: {view.started.instance_id}" if view.started else f"MAGIS audit: {view.run_id or 'empty run'}"
     nav = '<nav class="toc">' + "".join(f'<a href="#{a}">{t}</a>' for a, t in _NAV) + "</nav>"
     body = "".join([
-        _issue(view), _custodian(view), _manager(view), _tasks(view), _failures(view, start, old),
+        _issue(view), _custodian(view), _manager(view), _reproduction(view), _tasks(view), _failures(view, start, old),
         _final(view), _costs(m), _timeline(view, start, old), _exchanges(view, start, old),
     ])
     return _template().substitute(title=esc(title), header=_header(view, m), nav=nav, body=body, run_id=esc(view.run_id or "-"))

@@ -1,9 +1,10 @@
-"""Tokens, calls, cost and time per role and per step, from the recorded LLM exchanges."""
+"""Tokens, calls, cost and time per role and per step, from the recorded LLM exchanges, and the
+time spent running tests (a run without test runs has exactly the metrics it always had)."""
 from __future__ import annotations
 
 from collections import defaultdict
 
-from magis_ray.events.schema import LLMExchanged
+from magis_ray.events.schema import LLMExchanged, TestsRan
 
 from .state import RunView
 
@@ -30,6 +31,11 @@ def metrics(view: RunView) -> dict:
             bucket["completion_tokens"] += x.completion_tokens
             bucket["cost_usd"] += x.cost_usd
             bucket["llm_seconds"] += x.latency_s
+    for rec in view.timeline:
+        if isinstance(rec.event, TestsRan):
+            for bucket in (by_role[role_of(rec.actor)], by_step[f"tests:{rec.event.purpose}"], total):
+                bucket["test_runs"] = bucket.get("test_runs", 0) + 1
+                bucket["test_seconds"] = round(bucket.get("test_seconds", 0.0) + rec.event.duration_s, 3)
     times = [r.time for r in view.timeline]
     total["wall_seconds"] = (max(times) - min(times)) if times else 0.0
     total["events"] = len(view.timeline)

@@ -18,14 +18,18 @@ class TaskView:
     locations: list[ev.LinesLocated] = field(default_factory=list)
     patches: list[ev.PatchProposed] = field(default_factory=list)
     reviews: list[ev.ReviewIssued] = field(default_factory=list)
-    finished: ev.TaskFinished | None = None
+    test_runs: list[ev.TestsRan] = field(default_factory=list)  # its regression baseline, then each patch's check
+    finished: ev.TaskFinished | None = None  # with candidates: the chosen one's (until then, the latest)
+    finishes: dict[int, ev.TaskFinished] = field(default_factory=dict)  # candidate -> how it ended
+    chosen: ev.CandidateChosen | None = None
 
     @property
     def final_patch(self) -> ev.PatchProposed | None:
-        """The patch the task ends with: its last attempt, unless the task failed."""
+        """The patch the task ends with: its (chosen candidate's) last attempt, unless the task failed."""
         if self.finished is not None and self.finished.status == "failed":
             return None
-        return self.patches[-1] if self.patches else None
+        patches = [p for p in self.patches if p.candidate == self.chosen.chosen] if self.chosen else self.patches
+        return patches[-1] if patches else None
 
 
 @dataclass
@@ -39,6 +43,9 @@ class RunView:
     tasks: dict[str, TaskView] = field(default_factory=dict)
     meeting: list[ev.MeetingUtterance] = field(default_factory=list)
     plan: ev.PlanMade | None = None
+    environment: ev.TestsRan | None = None  # the test environment's readiness (tests on)
+    reproductions: list[ev.ReproductionWritten] = field(default_factory=list)
+    reproduction_runs: list[ev.TestsRan] = field(default_factory=list)
     exchanges: list[ev.Recorded] = field(default_factory=list)
     timeline: list[ev.Recorded] = field(default_factory=list)
     finished: ev.RunFinished | None = None
@@ -86,9 +93,20 @@ class RunView:
             case ev.ReviewIssued():
                 self.tasks[e.task_id].reviews.append(e)
             case ev.TaskFinished():
-                self.tasks[e.task_id].finished = e
+                self.tasks[e.task_id].finished = self.tasks[e.task_id].finishes[e.candidate] = e
+            case ev.CandidateChosen():
+                task = self.tasks[e.task_id]
+                task.chosen, task.finished = e, task.finishes.get(e.chosen, task.finished)
             case ev.LLMExchanged():
                 self.exchanges.append(rec)
+            case ev.ReproductionWritten():
+                self.reproductions.append(e)
+            case ev.TestsRan() if e.purpose == "prepare":
+                self.environment = e
+            case ev.TestsRan() if e.task_id:
+                self.tasks[e.task_id].test_runs.append(e)
+            case ev.TestsRan():
+                self.reproduction_runs.append(e)
             case ev.RunFinished():
                 self.finished = e
             case ev.RunFailed():

@@ -1,0 +1,204 @@
+"""The team's tests as the roles see them: what to run (a TestRequest), who runs it (a Bench, the
+execution layer behind a port), and the rules that turn outcomes into verdicts.
+
+Every run is an event (TestsRan) in the lane that asked for it. On resume and replay the
+recorded outcome is reused, exactly as a recorded model answer is: a test never runs twice for
+the same request, and replay runs none."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Protocol
+
+import msgspec
+
+from magis_ray.events.schema import TestsRan
+
+# Where the reproduction test lives in a workspace: a scratch file at the repository's root (so the
+# root conftest applies and the package imports as the repository's own tests import it), which
+# the final diff never contains: it is written into workspaces only, never proposed as a patch.
+REPRODUCTION_PATH = "test_magis_reproduction.py"
+
+
+@dataclass(frozen=True)
+class TestRequest:
+    """Run `targets` (test files or ids) on the base commit with `patches` (diffs) applied and
+    `files` (path -> text, e.g. the reproduction test) written into the workspace."""
+
+    purpose: str  # "reproduce", "baseline" or "check"
+    targets: tuple[str, ...]
+    patches: tuple[str, ...] = ()
+    files: tuple[tuple[str, str], ...] = ()
+
+    def digest(self) -> str:
+        """What was tested, as a short hash: the same request has the same digest on re-execution."""
+        h = hashlib.sha256()
+        for part in (self.purpose, *self.targets, "\0patches", *self.patches, "\0files", *(p + "\0" + t for p, t in self.files)):
+            h.update(part.encode("utf-8", "surrogateescape") + b"\0")
+        return h.hexdigest()[:16]
+
+
+class Bench(Protocol):
+    """The execution layer: runs a request in the sandbox and says what happened (task ids are
+    filled in by the Tester)."""
+
+    def prepare(self) -> TestsRan:
+        """The run's test environment, made ready: outcome "passed" (the output names it), or
+        "error" with the reason none can be had here."""
+
+    def run(self, request: TestRequest) -> TestsRan: ...
+
+
+class TestJournal(Protocol):
+    def emit(self, event, caused_by: str = "") -> str: ...
+
+    def recorded_tests(self, probe: TestsRan) -> TestsRan | None: ...
+
+
+class Tester:
+    """One lane's way to run tests: reuse the logged outcome of this very request, or run it and
+    log it."""
+
+    def __init__(self, journal: TestJournal, bench: Bench | None):
+        self._journal = journal
+        self._bench = bench
+
+    def prepare(self) -> TestsRan:
+        """The environment's readiness, as the log has it or the bench says now."""
+        probe = TestsRan(purpose="prepare", command="", outcome="error")
+        recorded = self._journal.recorded_tests(probe)
+        if recorded is not None:
+            return recorded
+        ready = self._bench.prepare() if self._bench is not None else msgspec.structs.replace(
+            probe, output="this run has no test bench")
+        ready = msgspec.structs.replace(ready, purpose="prepare")
+        self._journal.emit(ready)
+        return ready
+
+    def run(self, request: TestRequest, *, task_id: str = "", attempt: int = 0, candidate: int = 0) -> TestsRan:
+        probe = TestsRan(purpose=request.purpose, command="", outcome="error", task_id=task_id, attempt=attempt,
+                         candidate=candidate, patch_digest=request.digest())
+        recorded = self._journal.recorded_tests(probe)
+        if recorded is not None:
+            return recorded
+        if self._bench is None:
+            raise RuntimeError("tests were asked for, but this run has no test bench")
+        outcome = self._bench.run(request)
+        ran = msgspec.structs.replace(outcome, purpose=request.purpose, task_id=task_id, attempt=attempt,
+                                      candidate=candidate, patch_digest=probe.patch_digest)
+        self._journal.emit(ran)
+        return ran
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    path: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the tests said of one patch, and whether that patch may be approved."""
+
+    run: TestsRan
+    reproduction: tuple[str, ...]  # the tests that show the issue (files or ids): all must pass now
+    regressions: tuple[str, ...]  # the regression tests that passed on the base commit
+
+    @property
+    def reproduction_fails(self) -> bool:
+        return any(not passed(self.run, test) for test in self.reproduction)
+
+    @property
+    def broken(self) -> list[str]:
+        """Regression tests that passed on the base commit and do not now."""
+        return [t for t in self.regressions if not passed(self.run, t)]
+
+    @property
+    def blocks_approval(self) -> bool:
+        return self.run.outcome in ("timeout", "error") or self.reproduction_fails or bool(self.broken)
+
+    def summary(self) -> str:
+        """One paragraph for the QA Engineer and the Developer: the verdict, the failures, the output."""
+        lines = []
+        if self.run.outcome == "timeout":
+            lines.append("The tests did not finish within the time limit.")
+        elif self.run.outcome == "error" and not (self.run.passed or self.run.failed):
+            lines.append("The tests could not run (the output says why).")
+        if self.reproduction:
+            lines.append("The reproduction test " + ("still FAILS with this patch." if self.reproduction_fails else "passes with this patch."))
+        if self.regressions:
+            broken = self.broken
+            lines.append(f"Regression tests that passed before and FAIL now: {', '.join(broken)}." if broken
+                         else f"All {len(self.regressions)} regression tests that passed before still pass.")
+        if self.run.failed:
+            lines.append(f"Failing tests: {', '.join(self.run.failed[:10])}.")
+        if self.blocks_approval or self.run.failed:
+            lines.append(f"Output of `{self.run.command}` (cut):\n{self.run.output[-OUTPUT_FOR_MODEL:]}")
+        return "\n".join(lines) or "No test ran."
+
+
+OUTPUT_FOR_MODEL = 3000  # characters of a test run's output a prompt shows (its end: where pytest says why)
+
+
+def passed(run: TestsRan, test: str) -> bool:
+    """`test` (a file or an id) passed: some result names it and none of its results failed."""
+    mine = [t for t in (*run.passed, *run.failed) if t == test or t.startswith(test + "::")]
+    return bool(mine) and not any(t in run.failed for t in mine)
+
+
+def reproduces(run: TestsRan, test: str) -> str:
+    """"" when `run` (the reproduction test on the base commit) shows the issue; else why not."""
+    if run.outcome == "timeout":
+        return "it did not finish within the time limit on the unfixed code"
+    if passed(run, test):
+        return "it PASSES on the unfixed code, so it does not reproduce the issue"
+    if not any(t == test or t.startswith(test + "::") for t in run.failed):
+        return f"it did not run as a test on the unfixed code (no test result; the output says why):\n{run.output[-OUTPUT_FOR_MODEL:]}"
+    return ""
+
+
+@dataclass(frozen=True)
+class TestPlan:
+    """What a task's patches are checked against: the reproduction test, and the repository's
+    tests nearest the task's file (those that pass on the base commit become its regression tests)."""
+
+    reproduction: Reproduction | None
+    regression_targets: tuple[str, ...] = ()
+    earlier_patches: tuple[str, ...] = ()  # approved diffs of earlier stages, applied first
+
+    @property
+    def empty(self) -> bool:
+        return self.reproduction is None and not self.regression_targets
+
+
+class PatchChecker:
+    """A task's checks: the regression tests' baseline on first use, then each patch against the
+    reproduction test and the regression tests that passed on the base commit."""
+
+    def __init__(self, tester: Tester, plan: TestPlan, task_id: str):
+        self._tester, self._plan, self._task_id = tester, plan, task_id
+        self._regressions: tuple[str, ...] | None = None
+
+    def _baseline(self) -> tuple[str, ...]:
+        if self._regressions is None:
+            self._regressions = ()
+            if self._plan.regression_targets:
+                base = self._tester.run(
+                    TestRequest("baseline", self._plan.regression_targets, self._plan.earlier_patches), task_id=self._task_id,
+                )
+                self._regressions = tuple(base.passed)
+        return self._regressions
+
+    def check(self, diff: str, attempt: int, candidate: int = 0) -> Evidence:
+        plan = self._plan
+        regressions = self._baseline()
+        repro = plan.reproduction
+        # Whole files run, not the test ids that passed before: a parsed id is not always one pytest
+        # takes back (parameters with spaces). The verdict goes by ids (Evidence), so a test of those
+        # files that failed on the base commit already says nothing of the patch.
+        request = TestRequest(
+            "check", ((repro.path,) if repro else ()) + plan.regression_targets, (*plan.earlier_patches, diff),
+            ((repro.path, repro.content),) if repro else (),
+        )
+        run = self._tester.run(request, task_id=self._task_id, attempt=attempt, candidate=candidate)
+        return Evidence(run, (repro.path,) if repro else (), regressions)

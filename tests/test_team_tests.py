@@ -1,0 +1,217 @@
+"""The team runs the code: a reproduction test written before the Developers start (one that passes
+on the unfixed code is sent back), every patch tested against it and against the repository's
+nearest tests in the sandbox, a patch the tests reject sent back whatever the review says, and a
+replay that reuses every recorded test run and runs none.
+
+Real throughout: the calc repository with its real bug and failing test, a real environment
+(pytest installed from PyPI into a cached venv), bubblewrap, the scripted model over HTTP."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pygit2
+import pytest
+from conftest import run_pytest
+from gitfixtures import checkout
+from scenarios import MEAN_FIX, calc_issue, write_issue
+
+from magis_ray.actors.code.regression import imports_module, module_of, nearest_tests
+from magis_ray.actors.code.repository import RepoSnapshot
+from magis_ray.actors.execution.sandbox import bwrap_path
+from magis_ray.actors.model.scripted_server import ScriptedServer
+from magis_ray.actors.model.scripted_team import ScriptedTeam
+from magis_ray.events.codec import decode_recorded
+from magis_ray.events.schema import Edit, LineRange
+
+MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
+# Integer division: mean([2, 4]) is right, mean([1, 2, 3, 4]) is 2, not 2.5. A reviewer reading
+# only the diff could well approve it.
+FLOOR_FIX = Edit(LineRange(9, 9), "    return total // len(values)\n")
+PASSES_ON_BASE = "from calc.stats import mean\n\n\ndef test_mean_of_two():\n    assert mean([2, 2]) == 4\n"
+REPRODUCES = "from calc.stats import mean\n\n\ndef test_mean_of_four():\n    assert mean([1, 2, 3, 4]) == 2.5\n"
+ENV_SETUP = "python -m pip install pytest"
+
+needs_sandbox = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed (apt-get install bubblewrap)")
+
+
+def magis(*args, cwd, env_cache, timeout=600):
+    env = {**os.environ, "OPENAI_API_KEY": "test-key", "MAGIS_LOG_LEVEL": "warning", "MAGIS_ENV_CACHE": str(env_cache)}
+    env.pop("MAGIS_TESTS", None)
+    return subprocess.run([*MAGIS, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def env_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("envs")
+
+
+def events_of(run_id: str, cwd: Path, env_cache: Path) -> list:
+    out = magis("events", run_id, "--store", "store", cwd=cwd, env_cache=env_cache)
+    assert out.returncode == 0, out.stderr
+    return [decode_recorded(line) for line in out.stdout.splitlines()]
+
+
+@needs_sandbox
+def test_a_patch_the_reproduction_test_rejects_is_sent_back_and_the_next_one_approved(calc_repo, tmp_path, env_cache):
+    repo_path, base = calc_repo
+    issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base))
+    team = ScriptedTeam({"calc/stats.py": [FLOOR_FIX]}, retries={"calc/stats.py": [[MEAN_FIX]]},
+                        reproductions=[PASSES_ON_BASE, REPRODUCES])  # the QA approves every patch
+    with ScriptedServer(team) as server:
+        result = magis("submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "scripted",
+                       "--tests", "on", "--env-setup", ENV_SETUP, cwd=tmp_path, env_cache=env_cache)
+        requests = list(server.requests)
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)
+    assert lines["outcome"].strip() == "patched"
+    run_id = lines["run"].strip()
+    events = [r.event for r in events_of(run_id, tmp_path, env_cache)]
+    kinds = [type(e).__name__ for e in events]
+
+    # the environment, then a reproduction test that passes on the unfixed code is sent back with that fact
+    prepared = next(e for e in events if type(e).__name__ == "TestsRan" and e.purpose == "prepare")
+    assert prepared.outcome == "passed"
+    reproduce = [e for e in events if type(e).__name__ == "TestsRan" and e.purpose == "reproduce"]
+    assert [r.outcome for r in reproduce] == ["passed", "failed"]
+    assert "test_magis_reproduction.py::test_mean_of_four" in reproduce[1].failed
+    second_try = [r for r in requests if r.purpose == "write_reproduction"][1]
+    assert "PASSES on the unfixed code" in second_try.text
+
+    # the regression tests nearest calc/stats.py ran on the base commit: what passed there must keep passing
+    baseline = next(e for e in events if type(e).__name__ == "TestsRan" and e.purpose == "baseline")
+    assert baseline.task_id == "T1" and "tests/test_calc.py::test_median" in baseline.passed
+    assert "tests/test_calc.py::test_mean" in baseline.failed
+
+    # attempt 1 (floor division): the reproduction test still fails, so the review cannot approve it
+    checks = [e for e in events if type(e).__name__ == "TestsRan" and e.purpose == "check"]
+    assert [c.attempt for c in checks] == [1, 2]
+    assert "test_magis_reproduction.py::test_mean_of_four" in checks[0].failed
+    # attempt 2 fixes it; test_shout (another issue's bug) failed before and still does, which says nothing of it
+    assert "test_magis_reproduction.py::test_mean_of_four" in checks[1].passed
+    assert {"tests/test_calc.py::test_mean", "tests/test_calc.py::test_median"} <= set(checks[1].passed)
+    assert checks[1].failed == ["tests/test_calc.py::test_shout"]
+    reviews = [e for e in events if type(e).__name__ == "ReviewIssued"]
+    assert [(r.attempt, r.approved) for r in reviews] == [(1, False), (2, True)]
+    assert "The tests reject this patch" in reviews[0].comment
+    # the QA's review saw the evidence, and the Developer received the failure
+    tested_review = [r for r in requests if r.purpose == "review_patch_tested"][0]
+    assert "still FAILS" in tested_review.text
+    second_code = [r for r in requests if r.purpose == "write_code"][1]
+    assert "still FAILS" in second_code.text and "total // len(values)" in second_code.text
+    finished = next(e for e in events if type(e).__name__ == "TaskFinished")
+    assert (finished.status, finished.attempts) == ("approved", 2)
+
+    # the final diff makes the repository's own failing test pass, and holds no reproduction test
+    diff = (tmp_path / lines["diff"].strip()).read_text()
+    assert "test_magis_reproduction" not in diff
+    after = checkout(pygit2.Repository(str(repo_path)), base, tmp_path / "after")
+    subprocess.run(["git", "apply"], input=diff, text=True, cwd=after, check=True)
+    assert "passed" in run_pytest(after, "tests/test_calc.py::test_mean").stdout
+
+    # the audit shows each test run beside the patch it judged
+    audit = (tmp_path / lines["audit"].strip()).read_text()
+    assert "## Reproduction" in audit and "Regression tests that passed before" not in audit
+    assert "T1 attempt 1: tests of the patch failed (2 passed, 3 failed" in audit and "still FAILS" in audit
+    assert "T1 attempt 2: tests of the patch failed (4 passed, 1 failed" in audit  # test_shout, as on the base commit
+
+    # replay reuses every recorded test run and runs none: no environment, no workspace
+    empty_cache, scratch = tmp_path / "replay-envs", tmp_path / "replay-tmp"
+    empty_cache.mkdir()
+    scratch.mkdir()
+    replay = subprocess.run([*MAGIS, "replay", run_id, "--store", "store"], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "MAGIS_ENV_CACHE": str(empty_cache), "TMPDIR": str(scratch)}, timeout=300)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert "no divergence" in replay.stdout
+    assert sum(k == "TestsRan" for k in kinds) == 6  # prepare, 2 reproduce, baseline, 2 checks: all reused
+    assert list(empty_cache.iterdir()) == [] and not [p for p in scratch.iterdir() if p.name.startswith("magis-ws-")]
+
+
+@needs_sandbox
+def test_without_an_environment_the_run_goes_on_without_tests_and_says_so(calc_repo, tmp_path, env_cache):
+    repo_path, base = calc_repo
+    issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base))
+    with ScriptedServer(ScriptedTeam({"calc/stats.py": [MEAN_FIX]})) as server:
+        result = magis("submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "scripted",
+                       "--env-setup", "exit 3", cwd=tmp_path, env_cache=env_cache)
+    assert result.returncode == 0, result.stderr
+    assert "outcome:  patched" in result.stdout
+    notices = [line for line in result.stderr.splitlines() if line.startswith("magis-ray: notice:")]
+    assert len(notices) == 1 and "tests off" in notices[0] and "exit 3" in notices[0]
+    run_id = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)["run"].strip()
+    kinds = [type(r.event).__name__ for r in events_of(run_id, tmp_path, env_cache)]
+    assert kinds.count("TestsRan") == 1 and "ReproductionWritten" not in kinds
+
+
+def test_the_nearest_tests_are_those_importing_the_module(tmp_path):
+    from gitfixtures import make_repo
+
+    path = tmp_path / "repo"
+    _, commit = make_repo(path, {
+        "src/pkg/__init__.py": "",
+        "src/pkg/core.py": "def f():\n    return 1\n",
+        "src/pkg/other.py": "def g():\n    return 2\n",
+        "tests/test_core.py": "from pkg.core import f\n\ndef test_f():\n    assert f() == 1\n",
+        "tests/test_api.py": "from pkg import core, other\n\ndef test_both():\n    assert core.f() + other.g() == 3\n",
+        "tests/test_other.py": "import pkg.other\n\ndef test_g():\n    assert pkg.other.g() == 2\n",
+        "tests/test_core_named.py": "def test_nothing():\n    assert True\n",
+        "docs/conf.py": "import pkg.core\n",
+    })
+    snapshot = RepoSnapshot.open(path, commit)
+    assert module_of("src/pkg/core.py") == ("pkg.core", "pkg")
+    assert imports_module("from pkg import core, other\n", "pkg.core", "pkg")
+    assert not imports_module("import pkg.core_extra\n", "pkg.core", "pkg")
+    assert nearest_tests(snapshot, "src/pkg/core.py") == ("tests/test_core.py", "tests/test_api.py", "tests/test_core_named.py")
+    assert nearest_tests(snapshot, "src/pkg/other.py") == ("tests/test_other.py", "tests/test_api.py")
+    assert nearest_tests(snapshot, "tests/test_core.py") == ()
+    assert nearest_tests(snapshot, "README.md") == ()
+
+
+SAME_FIX_SPACED = Edit(LineRange(9, 9), "    return total / len(values)   \n")  # the mean fix, trailing blanks
+SUM_FIX = Edit(LineRange(9, 9), "    return sum(values) / len(values)\n")  # another right fix
+
+
+def submit_candidates(tmp_path, calc, env_cache, later_writes):
+    repo_path, base = calc
+    issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base))
+    team = ScriptedTeam({"calc/stats.py": [FLOOR_FIX]}, retries={"calc/stats.py": later_writes}, reproductions=[REPRODUCES])
+    with ScriptedServer(team) as server:
+        result = magis("submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "scripted",
+                       "--tests", "on", "--candidates", "3", "--max-review-rounds", "1",  # an unpackaged repo: pytest alone
+                       cwd=tmp_path, env_cache=env_cache)
+        requests = list(server.requests)
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)
+    return lines, [r.event for r in events_of(lines["run"].strip(), tmp_path, env_cache)], requests
+
+
+@needs_sandbox
+def test_candidates_the_tests_filter_and_the_majority_chooses(calc_repo, tmp_path, env_cache):
+    # three Developers in parallel: floor division (the tests reject it), and the mean fix twice
+    lines, events, requests = submit_candidates(tmp_path, calc_repo, env_cache, [[MEAN_FIX], [SAME_FIX_SPACED]])
+    patches = [e for e in events if type(e).__name__ == "PatchProposed"]
+    assert sorted(p.candidate for p in patches) == [1, 2, 3]
+    floor = next(p for p in patches if "//" in p.diff)
+    chosen = next(e for e in events if type(e).__name__ == "CandidateChosen")
+    assert chosen.candidates == 3 and chosen.votes == 2 and chosen.chosen != floor.candidate
+    assert "2 of 3 patched candidates pass the tests" in chosen.reason
+    assert not [r for r in requests if r.purpose == "choose_candidate"]  # a majority needs no tie-break
+    # the candidates sampled above temperature 0, and the final diff is the chosen one's
+    assert {r.body.get("temperature") for r in requests if r.purpose == "write_code"} == {0.8}
+    diff = (tmp_path / lines["diff"].strip()).read_text()
+    assert "return total / len(values)" in diff and "//" not in diff
+    assert lines["outcome"].strip() == "patched"
+
+
+@needs_sandbox
+def test_candidates_a_tie_is_broken_by_the_qa_engineer(calc_repo, tmp_path, env_cache):
+    lines, events, requests = submit_candidates(tmp_path, calc_repo, env_cache, [[MEAN_FIX], [SUM_FIX]])
+    chosen = next(e for e in events if type(e).__name__ == "CandidateChosen")
+    tie = [r for r in requests if r.purpose == "choose_candidate"]
+    assert len(tie) == 1 and "Candidate" in tie[0].text and "Tests:" in tie[0].text
+    assert chosen.votes == 1 and "the QA engineer chose it" in chosen.reason
+    offered = sorted(int(n) for n in tie[0].text.split("one of ")[1].split('"')[0].replace(",", " ").split())
+    assert chosen.chosen == offered[0] and len(offered) == 2
