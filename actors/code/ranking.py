@@ -232,6 +232,17 @@ PREVIOUS_RANKING = RankingSettings(
     index_imports=True, index_test_modules=True, strip_issue_markup=False,
 )
 
+# RunSettings.ranking -> the settings it names.
+RANKINGS = {"previous": PREVIOUS_RANKING, "symbols": RankingSettings()}
+
+
+def ranking_settings(name: str) -> RankingSettings:
+    try:
+        return RANKINGS[name]
+    except KeyError:
+        raise ValueError(f"unknown ranking {name!r}: one of {', '.join(RANKINGS)}") from None
+
+
 _HTML_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _URL = re.compile(r"\b(?:https?|ftp)://\S+")
 # An import line quoted in an issue, in a session (">>> from x import y") or a script.
@@ -341,6 +352,14 @@ def localize_files(
     plain baseline."""
     if plain:
         return rank_files(documents, plain_bm25_tokens(f"{problem_statement}\n{hints_text}"), k, plain=True)
+    if settings == PREVIOUS_RANKING:
+        # Exactly as before, scores included (tiers raised by the best BM25 score + 1, not the
+        # scaled sum FileRanker computes): logs recorded with it replay unchanged.
+        issue = f"{problem_statement}\n{hints_text}"
+        paths = [path for path, _ in documents]
+        mentioned = mentioned_paths(issue, paths) + named_modules(issue, paths)
+        query = issue_query(problem_statement, hints_text)
+        return rank_files(documents, query, k, boosted=mentioned, first=crash_sites(issue, paths))
     return FileRanker(documents, settings).rank(problem_statement, hints_text, k)
 
 
