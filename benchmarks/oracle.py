@@ -4,7 +4,7 @@ Developers, QA; real gateway over HTTP; a real SQLite store); the run's diff mus
 commit and leave every file the gold patch touches byte-identical to the gold patch's result.
 
     python benchmarks/oracle.py --dataset /work/shared/swebench/lite-dev.jsonl --repos-dir /work/repos \\
-        [--instances ID ...] [--top-k 10]
+        [--instances ID ...] [--top-k 10] [--ranking symbols]
 
 Prints one line per instance ("applies / identical", or why not) and "N of M" at the end, M
 counting every instance of the dataset (one that cannot be tried counts as a failure).
@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repos-dir", required=True, help="folder of owner__name clones")
     parser.add_argument("--instances", nargs="*", default=[], help="only these instance ids")
     parser.add_argument("--top-k", type=int, default=RunSettings().top_k, help="BM25 candidates (the run's top_k)")
+    parser.add_argument("--ranking", choices=["previous", "symbols"], default="symbols", help="the Custodian's file ranking")
     args = parser.parse_args(argv)
     # The runs' own debug logging would bury the table.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.instances:
         instances = [i for i in instances if i.instance_id in set(args.instances)]
         errors = [e for e in errors if e.instance_id in set(args.instances)]
-    settings = RunSettings(top_k=args.top_k, model="oracle")
+    settings = RunSettings(top_k=args.top_k, model="oracle", ranking=args.ranking)
     total = len(instances) + len(errors)
     reproduced = 0
     width = max([len(i.instance_id) for i in instances] + [20])

@@ -80,6 +80,9 @@ class RunSettings(msgspec.Struct, frozen=True):
     env_setup: str = ""  # the user's install step for the test environment ("": SWE-bench's spec, or the default)
     test_python: str = ""  # the interpreter version for a user's repository's environment
     sandbox: str = "bwrap"  # "none" runs tests unconfined (the user asked for it)
+    # The Custodian's file ranking (actors.code.ranking.RANKINGS): "previous" is what every log
+    # written before this field ranked with, so they replay unchanged; "symbols" is issue 15's.
+    ranking: str = "previous"
 
 
 # --- the run's life -------------------------------------------------------------------------

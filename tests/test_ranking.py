@@ -367,3 +367,136 @@ def test_select_documents(tmp_path):
     with_tests = [path for path, _ in select_documents(snapshot, include_tests=True)]
     assert with_tests == ["pkg/conftest.py", "pkg/core.py", "pkg/ext.pyx", "pkg/test/testcases.py", "tests/test_core.py"]
     assert "pkg/huge.py" in [path for path, _ in select_documents(snapshot, max_bytes=10**6)]
+
+
+# --- symbol evidence and what the new ranking leaves out (issue 15) --------------------------------
+
+from magis_ray.actors.code.ranking import PREVIOUS_RANKING, FileRanker, RankingSettings, is_test_code  # noqa: E402
+from magis_ray.actors.code.symbols import (  # noqa: E402
+    SymbolIndex,
+    defined_names,
+    is_compound_name,
+    is_test_module,
+    issue_names,
+    without_imports,
+)
+
+
+def test_defined_names_and_issue_names():
+    text = "class Contains(Boolean):\n    def as_set(self):\n        async def inner(): ...\n\nx = Contains\n"
+    assert defined_names(text) == {"Contains", "as_set", "inner"}
+    assert issue_names("Contains.as_set fails in ./sympy/functions/piecewise.py, see https://x.org/a/b") == {
+        "Contains", "as_set", "fails", "in", "see", "https"}
+    assert [is_compound_name(n) for n in ("as_set", "Contains", "getUser", "L031", "copy", "in", "list", "URL")] == [
+        True, True, True, True, False, None, None, False]
+
+
+def test_symbol_index_weighs_rare_names_and_plain_names_apart():
+    index = SymbolIndex([{"Contains", "copy"}, {"copy"}, {"as_set", "copy"}, set()])
+    compound, plain = index.scores({"Contains", "as_set", "copy", "missing"})
+    assert compound[0] == pytest.approx(1.0) and compound[2] == pytest.approx(1.0) and compound[1] == 0
+    assert plain[0] == plain[1] == plain[2] == pytest.approx(0.2075, abs=1e-3) and plain[3] == 0
+
+
+def test_without_imports_keeps_code_and_drops_every_import_form():
+    text = "import os\nfrom .a import (\n    b,\n    c,\n)\nfrom x import y, \\\n    z\ndef f():\n    import json\n    return 1\n"
+    assert without_imports(text) == "\n\n\ndef f():\n\n    return 1\n"
+
+
+def test_test_code_is_found_by_content_and_by_a_top_level_testing_folder():
+    tests = "import pytest\n\nclass TestCart:\n    def test_add(self): ...\n    def test_remove(self): ...\n"
+    library = "def run_tests(paths): ...\ndef test(label): ...\ndef helper(): ...\ndef other(): ...\n"
+    assert is_test_module(tests) and not is_test_module(library) and not is_test_module("x = 1\n")
+    assert is_test_code("testing/python/metafunc.py", "x = 1\n") and is_test_code("src/pkg/checks.py", tests)
+    assert not is_test_code("sympy/testing/runtests.py", library)
+
+
+SYMBOL_CORPUS = {
+    # Re-exports every name and uses the issue's words: ranked high by BM25 over all its words.
+    "shop/__init__.py": "from shop.basket import Basket, BasketDiscountPolicy, apply_discount_policy\n"
+                        "from shop.orders import (order_total, order_total_discount, order_total_policy,\n"
+                        "    order_basket_total, basket_discount_policy, order_discount_policy)\n",
+    "shop/basket.py": "class Basket:\n    def total(self):\n        return sum(self.items)\n\n"
+                      + "def unrelated_helper(values, limit=3):\n    return [v for v in values if v < limit]\n" * 6
+                      + "class BasketDiscountPolicy:\n    def apply_discount_policy(self, basket):\n        return basket\n",
+    "shop/orders.py": "def order_total(basket, discount, policy):\n    return basket.total() - discount - policy\n",
+    "shop/views.py": "def page(basket):\n    discount = policy = basket\n    return discount, policy, basket\n"
+                     "# an order's basket discount policy is ignored when the basket discount policy ignores it\n",
+}
+
+
+SYMBOL_DOCS = sorted({**CORPUS, **SYMBOL_CORPUS}.items())  # enough files for words to be rare
+
+
+def test_the_file_defining_the_named_class_outranks_files_that_use_its_words(tmp_path):
+    repo, commit = make_repo(tmp_path / "repo", dict(SYMBOL_DOCS))
+    documents = select_documents(RepoSnapshot.open(tmp_path / "repo", commit))
+    issue = "BasketDiscountPolicy.apply_discount_policy ignores the basket discount policy of an order"
+    assert top_paths(localize_files(documents, issue, k=4))[0] == "shop/basket.py"
+    without_symbols = RankingSettings(symbol_weight=0.0)
+    assert top_paths(localize_files(documents, issue, k=4, settings=without_symbols))[0] != "shop/basket.py"
+
+
+def test_a_re_exporting_init_no_longer_outranks_the_module_that_defines_the_names():
+    issue = "the order total is wrong with a discount policy"
+    assert top_paths(localize_files(SYMBOL_DOCS, issue, k=4, settings=PREVIOUS_RANKING))[0] == "shop/__init__.py"
+    ranked = top_paths(localize_files(SYMBOL_DOCS, issue, k=12))
+    assert ranked[0] == "shop/orders.py" and "shop/__init__.py" not in ranked  # its document is empty without imports
+
+
+def test_an_import_line_counts_less_than_a_crash_site_or_a_path_in_prose():
+    docs = SYMBOL_DOCS
+    issue = ('>>> from shop.views import page\n>>> page(b)\nTraceback (most recent call last):\n'
+             '  File "/venv/shop/orders.py", line 3, in order_total\nTypeError\n')
+    ranked = top_paths(localize_files(docs, issue, k=4))
+    assert ranked[0] == "shop/orders.py" and ranked[1] == "shop/views.py"
+    ranker = FileRanker(docs)
+    evidence = ranker.evidence("see shop/basket.py\n" + issue)
+    assert evidence.imported == ("shop/views.py",) and evidence.named == ("shop/basket.py", "shop/orders.py")
+    assert evidence.crashed == ("shop/orders.py",)
+    weak_imports = ranker.weigh(evidence, 4, RankingSettings(import_mention_weight=0.0, mention_weight=1.0))
+    assert top_paths(weak_imports)[:2] == ["shop/orders.py", "shop/basket.py"]
+
+
+def test_many_named_files_share_the_mention_weight():
+    docs = SYMBOL_DOCS
+    ranker = FileRanker(docs)
+    evidence = ranker.evidence("see shop/views.py shop/orders.py shop/basket.py src/shop/cart.py")
+    shared = dict(ranker.weigh(evidence, 20))
+    whole = dict(ranker.weigh(evidence, 20, RankingSettings(mention_share=float("inf"))))
+    assert len(evidence.named) == 4
+    assert whole["shop/views.py"] - shared["shop/views.py"] == pytest.approx(0.5 - 0.5 * 2 / 4)
+
+
+def test_select_documents_leaves_out_test_code_by_content_unless_the_settings_index_it(tmp_path):
+    files = {"pkg/core.py": "def f():\n    return 1\n", "testing/helpers.py": "def make(): ...\n",
+             "pkg/checks.py": "def test_one(): ...\ndef test_two(): ...\n"}
+    repo, commit = make_repo(tmp_path / "repo", files)
+    snapshot = RepoSnapshot.open(tmp_path / "repo", commit)
+    assert [p for p, _ in select_documents(snapshot)] == ["pkg/core.py"]
+    assert [p for p, _ in select_documents(snapshot, settings=PREVIOUS_RANKING)] == ["pkg/checks.py", "pkg/core.py", "testing/helpers.py"]
+
+
+def test_html_comments_and_urls_leave_the_query_but_urls_still_name_files():
+    docs = SYMBOL_DOCS
+    issue = "<!-- policy policy policy discount -->\nwrong page, https://github.com/o/r/blob/main/shop/views.py#L2 basket"
+    ranked = top_paths(localize_files(docs, issue, k=4))
+    assert ranked[0] == "shop/views.py"
+    ranker = FileRanker(docs)
+    assert ranker.evidence(issue).named == ("shop/views.py",)
+    marked = FileRanker(docs, RankingSettings(strip_issue_markup=False)).evidence(issue).bm25
+    assert not (ranker.evidence(issue).bm25 == marked).all()
+    with pytest.raises(ValueError):
+        ranker.weigh(ranker.evidence(issue), 3, RankingSettings(index_imports=True))
+
+
+def test_run_settings_name_the_ranking_and_old_logs_keep_the_previous_one():
+    import msgspec
+
+    from magis_ray.actors.code.ranking import ranking_settings
+    from magis_ray.events.schema import RunSettings
+
+    assert msgspec.json.decode(b'{"top_k": 3}', type=RunSettings).ranking == "previous"
+    assert ranking_settings("previous") == PREVIOUS_RANKING and ranking_settings("symbols") == RankingSettings()
+    with pytest.raises(ValueError, match="unknown ranking"):
+        ranking_settings("bm42")

@@ -1,23 +1,32 @@
 """BM25 file localization: which files of a repository an issue is most likely about.
 
-Two schemes share one index:
-- code (default): identifiers split on snake_case / camelCase, the file's path weighted
-  into its document; where the issue's stack traces end ranked first, then the other files
-  it names (paths, dotted modules, distinctive module names such as "L031");
+Two schemes:
+- code (default): BM25 over identifiers split on snake_case / camelCase, the file's path
+  weighted into its document and its import statements left out; its score, scaled to the best
+  file's, plus evidence weighed by RankingSettings: files defining the names the issue uses
+  (symbols.py), files it names (paths, dotted modules, distinctive module names such as
+  "L031"; less when only quoted on an import line) and, strongest, where its stack traces end;
 - plain: the SWE-bench paper's baseline (lowercase word split of "path\\ncontents",
   no identifier splitting, no boost), kept so a benchmark can compare the two.
+
+PREVIOUS_RANKING is the code scheme as it was before the symbol evidence (tuned on 22
+instances), kept so benchmarks/localization.py can compare old and new on the same instances.
 """
 from __future__ import annotations
 
 import functools
+import math
 import posixpath
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 from rank_bm25 import BM25Okapi
+
+from magis_ray.actors.code.symbols import SymbolIndex, defined_names, is_test_module, issue_names, without_imports
 
 if TYPE_CHECKING:
     from magis_ray.actors.code.repository import RepoSnapshot
@@ -86,11 +95,12 @@ def issue_query(problem_statement: str, hints_text: str = "") -> list[str]:
 PATH_WEIGHT = 3
 
 
-def document_token_counts(path: str, text: str, *, plain: bool = False) -> Counter[str]:
-    """The bag of tokens BM25 indexes for one file."""
+def document_token_counts(path: str, text: str, *, plain: bool = False, index_imports: bool = True) -> Counter[str]:
+    """The bag of tokens BM25 indexes for one file (without its import statements unless
+    `index_imports`)."""
     if plain:
         return Counter(plain_bm25_tokens(f"{path}\n{text}"))
-    counts = _code_token_counts(text)
+    counts = _code_token_counts(text if index_imports else without_imports(text))
     for token in code_tokens(path):
         counts[token] += PATH_WEIGHT
     return counts
@@ -123,10 +133,10 @@ class _CountedBM25(BM25Okapi):
 class BM25Index:
     """BM25 over a set of files; build once, then rank for any number of queries."""
 
-    def __init__(self, documents: Sequence[tuple[str, str]], *, plain: bool = False) -> None:
+    def __init__(self, documents: Sequence[tuple[str, str]], *, plain: bool = False, index_imports: bool = True) -> None:
         self.paths = [path for path, _ in documents]
         self.plain = plain
-        counts = [document_token_counts(path, text, plain=plain) for path, text in documents]
+        counts = [document_token_counts(path, text, plain=plain, index_imports=index_imports) for path, text in documents]
         # rank-bm25 cannot index nothing (it divides by the corpus and vocabulary sizes).
         self._bm25 = _CountedBM25(counts) if any(counts) else None
 
@@ -187,6 +197,148 @@ def rank_files(
     return BM25Index(documents, plain=plain).top(query_tokens, k, boosted=boosted, first=first)
 
 
+@dataclass(frozen=True)
+class RankingSettings:
+    """How the code scheme weighs its evidence. A file's score is its BM25 score divided by the
+    best file's (so 1 at most) plus the weights of the evidence it has. The defaults were chosen
+    by cross-validation on 191 SWE-bench instances (benchmarks/localization.py --folds 2)."""
+
+    # Files defining names the issue uses, per name: weight x rarity (SymbolIndex.scores).
+    symbol_weight: float = 0.3
+    # A plain lowercase name ("copy") counts this share of a compound one ("as_set", "Contains").
+    plain_name_weight: float = 0.3
+    # Files the issue names by path, dotted module or distinctive module name.
+    mention_weight: float = 0.5
+    # Files named only on an import line the issue quotes ("from pkg.mod import x"): the bug
+    # is as likely to be in what uses x as in pkg/mod.py.
+    import_mention_weight: float = 0.5
+    # Beyond this many files named, each counts proportionally less: a list of a dozen modules
+    # (a configuration, an environment report) points at none of them.
+    mention_share: float = 2.0
+    # Where a stack trace in the issue ends.
+    crash_weight: float = 2.0
+    # Whether words of a file's import statements count in its BM25 document.
+    index_imports: bool = False
+    # Whether code made of test functions, or under a top-level testing/ folder, is indexed.
+    index_test_modules: bool = False
+    # Whether HTML comments (issue templates) and URLs are dropped from the BM25 query and names.
+    strip_issue_markup: bool = True
+
+
+# The ranking before symbol evidence: named files in a tier above all others, crash sites above
+# those (weights above the 1 a BM25 score can reach), imports and test modules indexed.
+PREVIOUS_RANKING = RankingSettings(
+    symbol_weight=0.0, mention_weight=1.5, import_mention_weight=1.5, mention_share=math.inf, crash_weight=3.0,
+    index_imports=True, index_test_modules=True, strip_issue_markup=False,
+)
+
+# RunSettings.ranking -> the settings it names.
+RANKINGS = {"previous": PREVIOUS_RANKING, "symbols": RankingSettings()}
+
+
+def ranking_settings(name: str) -> RankingSettings:
+    try:
+        return RANKINGS[name]
+    except KeyError:
+        raise ValueError(f"unknown ranking {name!r}: one of {', '.join(RANKINGS)}") from None
+
+
+_HTML_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+_URL = re.compile(r"\b(?:https?|ftp)://\S+")
+# An import line quoted in an issue, in a session (">>> from x import y") or a script.
+_QUOTED_IMPORT = re.compile(r"^[ \t]*(?:>>>[ \t]*)?(?:from[ \t]+[\w.]+[ \t]+import\b.*|import[ \t]+[\w., \t]+)$", re.MULTILINE)
+
+
+def without_markup(text: str) -> str:
+    """An issue without HTML comments (a template's instructions) and URLs (host names, ids)."""
+    return _URL.sub(" ", _HTML_COMMENT.sub(" ", text))
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What an issue says about each file of a FileRanker, before any weighing (RankingSettings
+    weighs it in FileRanker.weigh): cheap to weigh many ways."""
+
+    bm25: np.ndarray  # BM25 score over the best file's (0..1)
+    compound_names: np.ndarray  # SymbolIndex: the compound or capitalized names the file defines
+    plain_names: np.ndarray  # SymbolIndex: the plain lowercase names it defines
+    named: tuple[str, ...]  # files the issue names (outside quoted import lines)
+    imported: tuple[str, ...]  # files named only on quoted import lines
+    crashed: tuple[str, ...]  # where its stack traces end
+
+
+class FileRanker:
+    """The code scheme over one set of documents; build once, rank for any number of issues.
+
+    The settings that shape the index (index_imports) and the query (strip_issue_markup) are
+    fixed when it is built; the weights can differ per call, so a benchmark can try several
+    on one index and one Evidence.
+    """
+
+    def __init__(self, documents: Sequence[tuple[str, str]], settings: RankingSettings = RankingSettings()) -> None:
+        self.settings = settings
+        self.paths = [path for path, _ in documents]
+        self._texts = [text for _, text in documents]
+        self._bm25 = BM25Index(documents, index_imports=settings.index_imports)
+        self._symbols: SymbolIndex | None = None  # built on first use: PREVIOUS_RANKING never needs it
+        self._position = {path: i for i, path in enumerate(self.paths)}
+
+    def rank(
+        self, problem_statement: str, hints_text: str = "", k: int = 10, settings: RankingSettings | None = None
+    ) -> list[tuple[str, float]]:
+        """The k best (path, score) for an issue, best first, ties by path; files with no
+        evidence at all are left out."""
+        return self.weigh(self.evidence(problem_statement, hints_text), k, settings)
+
+    def evidence(self, problem_statement: str, hints_text: str = "") -> Evidence:
+        issue = f"{problem_statement}\n{hints_text}"
+        query_text = without_markup(issue) if self.settings.strip_issue_markup else issue
+        bm25 = self._bm25.scores(code_tokens(query_text))
+        best = float(bm25.max()) if len(bm25) else 0.0
+        if best > 0:
+            bm25 /= best
+        if self.settings.symbol_weight:
+            if self._symbols is None:
+                self._symbols = SymbolIndex([defined_names(text) for text in self._texts])
+            compound, plain = self._symbols.scores(issue_names(query_text))
+        else:
+            compound = plain = np.zeros(len(self.paths))
+        quoted_imports = "\n".join(_QUOTED_IMPORT.findall(issue))
+        prose = _QUOTED_IMPORT.sub("", issue)
+        named = dict.fromkeys(mentioned_paths(prose, self.paths) + named_modules(prose, self.paths))
+        imported = dict.fromkeys(
+            p for p in mentioned_paths(quoted_imports, self.paths) + named_modules(quoted_imports, self.paths) if p not in named
+        )
+        return Evidence(bm25, compound, plain, tuple(named), tuple(imported), tuple(crash_sites(issue, self.paths)))
+
+    def weigh(self, evidence: Evidence, k: int = 10, settings: RankingSettings | None = None) -> list[tuple[str, float]]:
+        """The k best (path, score) by `settings` (by default the ranker's own)."""
+        if k < 0:
+            raise ValueError(f"k must be at least 0, got {k}")
+        settings = settings or self.settings
+        for name in ("index_imports", "strip_issue_markup"):
+            if getattr(settings, name) != getattr(self.settings, name):
+                raise ValueError(f"{name} differs from the ranker's; build a FileRanker with these settings")
+        if (settings.symbol_weight > 0) != (self.settings.symbol_weight > 0):
+            raise ValueError("symbol evidence is on in one of the settings only; build a FileRanker with these settings")
+        scores = evidence.bm25 + settings.symbol_weight * (
+            evidence.compound_names + settings.plain_name_weight * evidence.plain_names
+        )
+        share = min(1.0, settings.mention_share / len(evidence.named)) if evidence.named else 1.0
+        for paths, weight in (
+            (evidence.named, settings.mention_weight * share),
+            (evidence.imported, settings.import_mention_weight),
+            (evidence.crashed, settings.crash_weight),
+        ):
+            for path in paths:
+                scores[self._position[path]] += weight
+        ranked = sorted(
+            ((path, float(score)) for path, score in zip(self.paths, scores) if score > 0),
+            key=lambda item: (-item[1], item[0]),
+        )
+        return ranked[:k]
+
+
 def localize_files(
     documents: Sequence[tuple[str, str]],
     problem_statement: str,
@@ -194,19 +346,21 @@ def localize_files(
     k: int = 10,
     *,
     plain: bool = False,
+    settings: RankingSettings = RankingSettings(),
 ) -> list[tuple[str, float]]:
-    """Rank files for an issue: the code scheme, or the plain baseline.
-
-    The code scheme ranks first where the issue's stack traces end (crash_sites), then the
-    other files it names (mentioned_paths, named_modules), then the rest, by BM25 within each.
-    """
-    issue = f"{problem_statement}\n{hints_text}"
+    """Rank files for an issue: the code scheme (FileRanker, weighed by `settings`), or the
+    plain baseline."""
     if plain:
-        return rank_files(documents, plain_bm25_tokens(issue), k, plain=True)
-    paths = [path for path, _ in documents]
-    mentioned = mentioned_paths(issue, paths) + named_modules(issue, paths)
-    query = issue_query(problem_statement, hints_text)
-    return rank_files(documents, query, k, boosted=mentioned, first=crash_sites(issue, paths))
+        return rank_files(documents, plain_bm25_tokens(f"{problem_statement}\n{hints_text}"), k, plain=True)
+    if settings == PREVIOUS_RANKING:
+        # Exactly as before, scores included (tiers raised by the best BM25 score + 1, not the
+        # scaled sum FileRanker computes): logs recorded with it replay unchanged.
+        issue = f"{problem_statement}\n{hints_text}"
+        paths = [path for path, _ in documents]
+        mentioned = mentioned_paths(issue, paths) + named_modules(issue, paths)
+        query = issue_query(problem_statement, hints_text)
+        return rank_files(documents, query, k, boosted=mentioned, first=crash_sites(issue, paths))
+    return FileRanker(documents, settings).rank(problem_statement, hints_text, k)
 
 
 # --- files the issue names -------------------------------------------------------------------
@@ -376,16 +530,29 @@ def is_indexed_path(path: str, *, include_tests: bool = False) -> bool:
     return include_tests or not is_test_path(path)
 
 
+# Top-level folders of test code under another name than "tests" (pytest's own testing/). Only at
+# the top: a package's testing/ subpackage (sympy/testing/) is library code its users import.
+TEST_ROOTS = frozenset({"testing"})
+
+
+def is_test_code(path: str, text: str) -> bool:
+    """Test code by its path (is_test_path), its top-level folder (TEST_ROOTS) or its content
+    (symbols.is_test_module): what no fix changes, however its folder is named."""
+    return is_test_path(path) or path.split("/", 1)[0] in TEST_ROOTS or is_test_module(text)
+
+
 def select_documents(
     snapshot: RepoSnapshot,
     *,
     include_tests: bool = False,
     max_bytes: int = MAX_DOCUMENT_BYTES,
+    settings: RankingSettings = RankingSettings(),
 ) -> list[tuple[str, str]]:
     """The (path, text) of every file worth indexing at the snapshot's commit.
 
     Source files (SOURCE_EXTENSIONS) of at most `max_bytes`, not binary, not vendored
-    (VENDORED_DIRS) or generated (GENERATED_SUFFIXES), and not tests unless asked.
+    (VENDORED_DIRS) or generated (GENERATED_SUFFIXES), and not tests unless asked: not by
+    their path, nor (unless settings.index_test_modules) by their content (is_test_code).
     """
     documents = []
     for entry in snapshot.files():
@@ -393,5 +560,8 @@ def select_documents(
             continue
         if snapshot.is_binary(entry.path):
             continue
-        documents.append((entry.path, snapshot.read_text(entry.path)))
+        text = snapshot.read_text(entry.path)
+        if not include_tests and not settings.index_test_modules and is_test_code(entry.path, text):
+            continue
+        documents.append((entry.path, text))
     return documents

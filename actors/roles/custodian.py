@@ -10,7 +10,7 @@ from magis_ray.events.schema import FileJudged, FilesLocated, FilesRanked, FileS
 
 from magis_ray.actors.model.answers import CommitMessageAnswer, RelevanceAnswer, SummaryAnswer
 from magis_ray.actors.model.asking import Asker, StepFailed
-from magis_ray.actors.code.ranking import localize_files, select_documents
+from magis_ray.actors.code.ranking import localize_files, ranking_settings, select_documents
 from magis_ray.actors.code.repository import RepoSnapshot
 
 # The model reads at most this much of a file to summarize it; the rest is cut with a marker.
@@ -55,8 +55,9 @@ class Custodian:
         replay or a resume sees what the original run saw."""
         self._memory_before = memory_before
         journal = self._asker_for("custodian").journal
-        documents = select_documents(self._snapshot)
-        ranked = localize_files(documents, issue_text, k=self._settings.top_k)
+        ranking = ranking_settings(self._settings.ranking)
+        documents = select_documents(self._snapshot, settings=ranking)
+        ranked = localize_files(documents, issue_text, k=self._settings.top_k, settings=ranking)
         journal.emit(FilesRanked(
             candidates=[RankedFile(path, round(score, 4), self._snapshot.blob_id(path) or "") for path, score in ranked],
             files_total=len(documents),

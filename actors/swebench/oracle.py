@@ -23,7 +23,7 @@ import msgspec
 from magis_ray.events.schema import Edit, RunFailed, RunFinished, RunSettings
 
 from magis_ray.actors.code.edits import apply_edits, edits_from_texts
-from magis_ray.actors.code.ranking import localize_files, select_documents
+from magis_ray.actors.code.ranking import localize_files, ranking_settings, select_documents
 from magis_ray.actors.code.repository import RepoSnapshot
 from magis_ray.actors.model.scripted_server import ScriptedRequest, ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
@@ -118,7 +118,9 @@ def build_oracle(instance: Instance, repo_path: str, settings: RunSettings = Run
         if why:
             limits[path] = why
     # The same ranking the Custodian computes from the same inputs, so the oracle knows its candidates.
-    ranked = localize_files(select_documents(snapshot), instance.issue().brief(settings.use_hints), k=settings.top_k)
+    ranking = ranking_settings(settings.ranking)
+    ranked = localize_files(select_documents(snapshot, settings=ranking), instance.issue().brief(settings.use_hints),
+                            k=settings.top_k, settings=ranking)
     candidates = [path for path, _ in ranked]
     if not candidates:
         limits["(ranking)"] = "BM25 finds no candidate, so no file is located and the Manager is never asked"
