@@ -256,4 +256,5 @@ def run_settings(model: str, top_k, max_files, max_review_rounds, no_qa, no_hint
         use_hints=not no_hints, use_memory=not no_memory, token_budget=token_budget,
         model=model, memory_any_model=memory_any_model, tests=tests == "on", env_setup=env_setup, sandbox=sandbox,
         candidates=candidates, test_python=f"{sys.version_info.major}.{sys.version_info.minor}",
+        ranking="symbols",  # issue 15's ranking; logs from before it name none and replay with the previous one
     )
