@@ -49,6 +49,8 @@ def runs_command(store_path: str) -> None:
     try:
         rows = []
         for info in store.list_runs():
+            if info.run_id.startswith("grading:"):  # a grading's stream, not a run (`magis-ray grade` reports it)
+                continue
             view = fold(store.read(info.run_id))
             instance = view.started.instance_id if view.started else "-"
             outcome = view.finished.outcome if view.finished else (view.failed.reason if view.failed else "")
