@@ -215,3 +215,35 @@ def test_candidates_a_tie_is_broken_by_the_qa_engineer(calc_repo, tmp_path, env_
     assert chosen.votes == 1 and "the QA engineer chose it" in chosen.reason
     offered = sorted(int(n) for n in tie[0].text.split("one of ")[1].split('"')[0].replace(",", " ").split())
     assert chosen.chosen == offered[0] and len(offered) == 2
+
+
+@needs_sandbox
+def test_resume_after_a_fault_reuses_every_recorded_test_run(calc_repo, tmp_path, env_cache):
+    """The model fails at the second review (after every retry): the run stops resumably. The
+    resume re-lives the log: the environment, the reproduction test, the baseline and the first
+    check are reused from it, and only what follows the unanswered request runs."""
+    from test_transient import Fault
+
+    from magis_ray.actors.model.scripted_server import Rule
+    from magis_ray.events.history import effective
+    from magis_ray.store import open_store
+
+    repo_path, base = calc_repo
+    issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base))
+    team = ScriptedTeam({"calc/stats.py": [FLOOR_FIX]}, retries={"calc/stats.py": [[MEAN_FIX]]}, reproductions=[REPRODUCES])
+    fault = Fault(Rule(status=500, reply="down"), "review_patch_tested", contains="total / len(values)")
+    with ScriptedServer([fault, team]) as server:
+        cut = magis("submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "scripted",
+                    "--tests", "on", "--timeout", "5", cwd=tmp_path, env_cache=env_cache)
+        assert cut.returncode == 2 and "no reachable model (review_patch_tested" in cut.stderr, cut.stderr
+        run_id = cut.stdout.split("run:", 1)[1].split()[0]
+        fault.on = False
+        resumed = magis("resume", run_id, "--store", "store", cwd=tmp_path, env_cache=env_cache)
+        assert resumed.returncode == 0, resumed.stderr
+    with open_store(str(tmp_path / "store")) as s:
+        events = s.read(run_id)
+    runs = [(r.event.purpose, r.event.attempt) for r in events if type(r.event).__name__ == "TestsRan"]
+    # nothing ran twice: each test run is in the log once, superseded or not
+    assert runs == [("prepare", 0), ("reproduce", 1), ("baseline", 0), ("check", 1), ("check", 2)]
+    kept = [type(r.event).__name__ for r in effective(events)]
+    assert kept.count("TestsRan") == 5 and kept[-1] == "RunFinished"
