@@ -5,20 +5,15 @@ predictions file and the store. The scripted model serves on loopback in this pr
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import msgspec
 import pytest
 from checks import assert_consistent_log
+from rayheads import ray_head_started
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, make_calc_repo
 
 from magis_ray.actors.code.diffs import file_diff
@@ -29,7 +24,6 @@ from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import RunFinished, RunStarted
 from magis_ray.store import open_store
 
-BIN = Path(sys.executable).parent  # the venv's: `ray` and `magis-ray`
 EXPECTED_DIFF = file_diff("calc/stats.py", STATS, apply_edits(STATS, [MEAN_FIX])) + file_diff(
     "calc/texts.py", TEXTS, apply_edits(TEXTS, [SHOUT_FIX])
 )
@@ -37,104 +31,18 @@ START_TIMEOUT_S = 60
 JOB_TIMEOUT_S = 180
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def processes_under(root: str) -> list[int]:
-    """Processes whose command line or working directory lies in `root` (this head's temp dir)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            cwd = os.readlink(entry / "cwd")
-        except OSError:
-            continue
-        if root in cmdline or cwd.startswith(root):
-            found.append(int(entry.name))
-    return found
-
-
-def processes_in_session(sid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[4]) == sid:
-                    found.append(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue
-    return found
-
-
 @pytest.fixture
 def ray_head():
-    """A local head: `ray start --head --block` in a session of its own, a short temp dir (Ray's
-    socket paths must stay under 108 characters), free ports. Stopped by its own process ids:
-    never `ray stop`, which would end every Ray on the machine.
-
-    Ray's token authentication is on, with a token of this head's own (env RAY_AUTH_TOKEN; the
-    job and its actors inherit it): the client sends it as a bearer token. Yields the head's
-    process, the dashboard's address, the client's headers and the temp dir."""
-    root = tempfile.mkdtemp(prefix="mrjob-", dir="/tmp")
-    gcs, dashboard, agent, agent_grpc, client, runtime_env = free_ports(6)
-    token = secrets.token_hex(32)
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "RAY_USAGE_STATS_ENABLED": "0",
-           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
-    for name in ("RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH"):
-        env.pop(name, None)
-    log = open(Path(root) / "ray-start.log", "w")
-    head = subprocess.Popen(
-        [str(BIN / "ray"), "start", "--head", "--block", f"--port={gcs}", "--num-cpus=2", "--include-dashboard=true",
-         "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", f"--dashboard-agent-listen-port={agent}",
-         f"--dashboard-agent-grpc-port={agent_grpc}", f"--ray-client-server-port={client}",
-         f"--runtime-env-agent-port={runtime_env}", "--object-store-memory=100000000", f"--temp-dir={root}/ray",
-         "--disable-usage-stats"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    try:
-        yield head, f"http://127.0.0.1:{dashboard}", {"Authorization": f"Bearer {token}"}, root
-    finally:
-        try:
-            stop_head(head, root)
-        finally:
-            log.close()
-            shutil.rmtree(root, ignore_errors=True)
-
-
-def stop_head(head: subprocess.Popen, root: str) -> None:
-    if head.poll() is None:
-        head.send_signal(signal.SIGTERM)  # `ray start --block` ends the processes it started
-        try:
-            head.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            pass
-    for pid in [head.pid, *processes_in_session(head.pid)]:
-        try:
-            os.killpg(pid, signal.SIGKILL) if pid == head.pid else os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    head.wait(timeout=10)
-    # a job runs in a session of its own (Ray's job supervisor starts it so); its processes and
-    # the workers still name the head's temp dir
-    deadline = time.monotonic() + 10
-    while (left := processes_under(root)) and time.monotonic() < deadline:
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.2)
-    assert not processes_under(root) and not processes_in_session(head.pid), "processes of the Ray head are still running"
+    """A local head whose dashboard serves the job API (see rayheads). Ray's token authentication
+    is on, with a token of this head's own (env RAY_AUTH_TOKEN; the job and its actors inherit it):
+    the client sends it as a bearer token. Yields the head's process, the dashboard's address, the
+    client's headers and the temp dir."""
+    with ray_head_started(
+        "mrjob-", "--include-dashboard=true", "--dashboard-host=127.0.0.1", "--dashboard-port={port0}",
+        "--dashboard-agent-listen-port={port1}", "--dashboard-agent-grpc-port={port2}", "--ray-client-server-port={port3}",
+        "--runtime-env-agent-port={port4}", ports=5,
+    ) as head:
+        yield head.process, f"http://127.0.0.1:{head.ports[0]}", {"Authorization": f"Bearer {head.token}"}, head.root
 
 
 def wait_for_dashboard(client_factory, head: subprocess.Popen, address: str, headers: dict, root: str):

@@ -3,19 +3,14 @@ path and the gateway's settings, detached): the gateway's concurrency limit hold
 and `magis-ray stop` ends the shared actors."""
 from __future__ import annotations
 
-import os
-import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 from checks import assert_consistent_log
+from rayheads import ray_head_started
 from scenarios import BOTH_ISSUE, calc_issue, write_issue
-from test_jobs import BIN, free_ports, stop_head
 from test_resume import EXPECTED_DIFF, team
 
 from magis_ray.actors.model.gateway import GatewayConfig
@@ -39,31 +34,12 @@ def test_a_gateway_name_is_the_same_in_every_process_and_never_holds_the_key():
 
 @pytest.fixture
 def ray_cluster():
-    """A Ray head of this test's own (`ray start --head --block`, free ports, a short temp dir);
-    yields the environment a driver joins it with."""
-    root = tempfile.mkdtemp(prefix="mrshr-", dir="/tmp")
-    gcs, *others = free_ports(5)
-    token = secrets.token_hex(32)
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "RAY_USAGE_STATS_ENABLED": "0",
-           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
-    for name in ("RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH"):
-        env.pop(name, None)
-    log = open(Path(root) / "ray-start.log", "w")
-    head = subprocess.Popen(
-        [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", f"--port={gcs}", "--num-cpus=2", "--include-dashboard=false",
-         f"--dashboard-agent-listen-port={others[0]}", f"--dashboard-agent-grpc-port={others[1]}",
-         f"--ray-client-server-port={others[2]}", f"--runtime-env-agent-port={others[3]}",
-         "--object-store-memory=100000000", f"--temp-dir={root}/ray", "--disable-usage-stats"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    try:
-        yield {**env, "RAY_ADDRESS": f"127.0.0.1:{gcs}", "OPENAI_API_KEY": "k", "MAGIS_LOG_LEVEL": "warning"}
-    finally:
-        try:
-            stop_head(head, root)
-        finally:
-            log.close()
-            shutil.rmtree(root, ignore_errors=True)
+    """A Ray head of this test's own (see rayheads); yields the environment a driver joins it with."""
+    with ray_head_started(
+        "mrshr-", "--include-dashboard=false", "--dashboard-agent-listen-port={port0}", "--dashboard-agent-grpc-port={port1}",
+        "--ray-client-server-port={port2}", "--runtime-env-agent-port={port3}",
+    ) as head:
+        yield {**head.env, "RAY_ADDRESS": head.address, "OPENAI_API_KEY": "k", "MAGIS_LOG_LEVEL": "warning"}
 
 
 def magis(args, env, cwd):

@@ -1,0 +1,123 @@
+"""A Ray head of a test's own, as a user starts one (`ray start --head --block`): in a session of
+its own, a short temp dir (Ray's socket paths must stay under 108 characters), free ports, Ray's
+token authentication on with a token of its own. Stopped by its own process ids: never `ray
+stop`, which would end every Ray on the machine."""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+BIN = Path(sys.executable).parent  # the venv's: `ray` and `magis-ray`
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def processes_under(root: str) -> list[int]:
+    """Processes whose command line or working directory lies in `root` (this head's temp dir)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if root in cmdline or cwd.startswith(root):
+            found.append(int(entry.name))
+    return found
+
+
+def processes_in_session(sid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[4]) == sid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+@dataclass
+class Head:
+    process: subprocess.Popen
+    env: dict  # what a driver or client joins it with (RAY_AUTH_TOKEN; RAY_ADDRESS not set)
+    address: str  # the GCS's, host:port
+    token: str
+    root: str  # its temp dir
+    ports: tuple[int, ...]  # the free ports its options were given, in order
+
+
+@contextmanager
+def ray_head_started(prefix: str, *options: str, ports: int = 4):
+    """A head; `options` are more `ray start` flags, and "{port0}".."{portN}" in them stand for
+    `ports` more free ports."""
+    root = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    gcs, *more = free_ports(1 + ports)
+    token = secrets.token_hex(32)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+    for name in ("RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(name, None)
+    flags = [option.format(**{f"port{i}": port for i, port in enumerate(more)}) for option in options]
+    log = open(Path(root) / "ray-start.log", "w")
+    process = subprocess.Popen(
+        [str(BIN / "ray"), "start", "--head", "--block", f"--port={gcs}", "--num-cpus=2", *flags,
+         "--object-store-memory=100000000", f"--temp-dir={root}/ray", "--disable-usage-stats"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        yield Head(process, env, f"127.0.0.1:{gcs}", token, root, tuple(more))
+    finally:
+        try:
+            stop_head(process, root)
+        finally:
+            log.close()
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def stop_head(head: subprocess.Popen, root: str) -> None:
+    if head.poll() is None:
+        head.send_signal(signal.SIGTERM)  # `ray start --block` ends the processes it started
+        try:
+            head.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            pass
+    for pid in [head.pid, *processes_in_session(head.pid)]:
+        try:
+            os.killpg(pid, signal.SIGKILL) if pid == head.pid else os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    head.wait(timeout=10)
+    # a job runs in a session of its own (Ray's job supervisor starts it so); its processes and
+    # the workers still name the head's temp dir
+    deadline = time.monotonic() + 10
+    while (left := processes_under(root)) and time.monotonic() < deadline:
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.2)
+    assert not processes_under(root) and not processes_in_session(head.pid), "processes of the Ray head are still running"
