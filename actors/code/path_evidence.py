@@ -59,6 +59,17 @@ def without_paths(text: str) -> str:
     return _PATH_OR_FILE_NAME.sub(" ", text)
 
 
+def word_stem(word: str) -> str:
+    """A crude stem, the same for a module's name and the words an issue uses about it: "mocked",
+    "mocking" -> "mock"; "typehints" -> "typehint"; "modules", "module" -> "modul". Only a
+    suffix that leaves four letters goes; "process" keeps its "ss"."""
+    for suffix in ("ing", "ed", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4 and not word.endswith("ss"):
+            word = word[: -len(suffix)]
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 4 else word
+
+
 class PathWordIndex:
     """Which files' paths use which words, and how distinctive each word is in the code."""
 
@@ -66,20 +77,21 @@ class PathWordIndex:
                  project: frozenset[str] = frozenset()) -> None:
         self.size = len(paths)
         self._files_with: dict[str, list[int]] = {}
+        rarity: dict[str, float] = {}
         for position, path in enumerate(paths):
             for word in path_words(path, project):
-                self._files_with.setdefault(word, []).append(position)
-        # A word's rarity in the code: 1 for one no file's text uses (beyond the path itself),
-        # 0 for one every file uses. From the BM25 index's document frequencies.
-        self._rarity = {
-            word: math.log(max(documents, 2) / max(document_frequency.get(word, 1), 1)) / math.log(max(documents, 2))
-            for word in self._files_with
-        }
+                stem = word_stem(word)
+                self._files_with.setdefault(stem, []).append(position)
+                # A word's rarity in the code: 1 for one no file's text uses (beyond the path
+                # itself), 0 for one every file uses. From the BM25 index's document frequencies.
+                rarity[stem] = max(rarity.get(stem, 0.0), math.log(max(documents, 2) / max(document_frequency.get(word, 1), 1))
+                                   / math.log(max(documents, 2)))
+        self._rarity = rarity
 
     def scores(self, issue_tokens: Iterable[str]) -> np.ndarray:
         """Per file, the sum of the rarity of the path words the issue uses."""
         scores = np.zeros(self.size)
-        for word in set(issue_tokens):
+        for word in {word_stem(token) for token in issue_tokens}:
             files = self._files_with.get(word)
             if files:
                 scores[files] += self._rarity[word]
