@@ -512,7 +512,7 @@ from magis_ray.actors.code.path_evidence import (  # noqa: E402
     project_names,
     word_stem,
 )
-from magis_ray.actors.code.ranking import without_markup  # noqa: E402
+from magis_ray.actors.code.ranking import emphasized, without_markup  # noqa: E402
 
 
 def test_the_project_name_is_no_evidence_for_the_file_defining_a_class_of_that_name():
@@ -571,3 +571,20 @@ def test_path_words_match_the_forms_an_issue_uses():
     index = PathWordIndex(["ext/mock.py", "ext/render.py"], {}, 10)
     assert list(index.scores(["classes", "mocked"])) == [pytest.approx(1.0), 0.0]
     assert list(index.scores(["renders"])) == [0.0, pytest.approx(1.0)]
+
+
+def test_the_title_and_inline_code_count_twice():
+    body = "the page of the shop shows the discount policy wrong on every page: page, discount, policy"
+    assert emphasized("BasketDiscountPolicy is wrong\n\n" + body + " `x.y(z)` ```\nblock\n```") == "BasketDiscountPolicy is wrong\nx.y(z)"
+    ranker = FileRanker(SYMBOL_DOCS)
+    assert top_paths(ranker.rank(body + "\n\nBasketDiscountPolicy is wrong", k=2))[0] == "shop/views.py"
+    assert top_paths(ranker.rank("BasketDiscountPolicy is wrong\n\n" + body, k=2))[0] == "shop/basket.py"
+    assert top_paths(ranker.rank(body + "\n\n`BasketDiscountPolicy` is wrong", k=2))[0] == "shop/basket.py"
+
+
+def test_the_language_of_a_code_block_is_no_word_of_the_issue():
+    assert without_markup("a\n```julia\nIn [1]: f(x)\n```\n > ~~~ python\n") == "a\n```\nIn [1]: f(x)\n```\n > ~~~\n"
+    docs = sorted({**dict(SYMBOL_DOCS), "shop/julia.py": "def print_code(expr):\n    return expr\n"}.items())
+    issue = "wrong total\n```julia\nIn [1]: order_total(b, 1, 2)\n```\n"
+    assert "shop/julia.py" in top_paths(FileRanker(docs, RankingSettings(strip_issue_markup=False)).rank(issue, k=20))
+    assert "shop/julia.py" not in top_paths(FileRanker(docs).rank(issue, k=20))

@@ -213,7 +213,7 @@ class RankingSettings:
     by cross-validation on 191 SWE-bench instances (benchmarks/localization.py --folds 2)."""
 
     # Files defining names the issue uses, per name: weight x rarity (SymbolIndex.scores).
-    symbol_weight: float = 0.3
+    symbol_weight: float = 0.15
     # A plain lowercase name ("copy") counts this share of a compound one ("as_set", "Contains").
     plain_name_weight: float = 0.3
     # Files the issue names by path, dotted module or distinctive module name.
@@ -225,7 +225,7 @@ class RankingSettings:
     # (a configuration, an environment report) points at none of them.
     mention_share: float = 2.0
     # Where a stack trace in the issue ends.
-    crash_weight: float = 2.0
+    crash_weight: float = 3.0
     # Files whose folder or module name the issue uses as a word, per word: weight x the word's
     # rarity in the code (path_evidence.PathWordIndex).
     path_weight: float = 0.8
@@ -273,10 +273,28 @@ _ENVIRONMENT_LINE = re.compile(
 )
 
 
+# The language of a fenced code block ("```python", "```julia", "~~~ sql"): a word of markup, not of
+# the issue, and a repository may have a module of that name (sympy/printing/julia.py).
+_FENCE_LANGUAGE = re.compile(r"^([ \t>]*(?:```|~~~))[ \t]*[\w+#.-]+", re.MULTILINE)
+
+
 def without_markup(text: str) -> str:
-    """An issue without HTML comments (a template's instructions), URLs (host names, ids) and
-    environment reports (dependency names and versions)."""
-    return _ENVIRONMENT_LINE.sub("", _URL.sub(" ", _HTML_COMMENT.sub(" ", text)))
+    """An issue without HTML comments (a template's instructions), URLs (host names, ids),
+    environment reports (dependency names and versions) and code blocks' language names."""
+    text = _ENVIRONMENT_LINE.sub("", _URL.sub(" ", _HTML_COMMENT.sub(" ", text)))
+    return _FENCE_LANGUAGE.sub(r"\1", text)
+
+
+# Inline code (`xr.where(..., keep_attrs=True)`), not a fenced block: what the reporter singled out.
+_INLINE_CODE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+
+
+def emphasized(issue: str) -> str:
+    """What an issue stresses: its title (the first line) and its inline code. Its tokens count
+    twice in the BM25 query and its names twice as symbol evidence: a reporter names the broken
+    thing there, while the body also carries reproductions, logs and template text."""
+    title = issue.strip().split("\n", 1)[0]
+    return "\n".join([title, *_INLINE_CODE.findall(issue)])
 
 
 @dataclass(frozen=True)
@@ -322,15 +340,20 @@ class FileRanker:
         issue = f"{problem_statement}\n{hints_text}"
         query_text = without_markup(issue) if self.settings.strip_issue_markup else issue
         query = code_tokens(query_text)
-        bm25 = self._bm25.scores(query)
+        stressed = emphasized(query_text)
+        bm25 = self._bm25.scores(query + code_tokens(stressed))
         best = float(bm25.max()) if len(bm25) else 0.0
         if best > 0:
             bm25 /= best
         if self.settings.symbol_weight:
             if self._symbols is None:
                 self._symbols = SymbolIndex([defined_names(text) for text in self._texts])
-            names = {name for name in issue_names(query_text) if name.lower() not in self._project}
-            compound, plain = self._symbols.scores(names)
+            compound, plain = np.zeros(len(self.paths)), np.zeros(len(self.paths))
+            for text in (query_text, stressed):
+                names = {name for name in issue_names(text) if name.lower() not in self._project}
+                more_compound, more_plain = self._symbols.scores(names)
+                compound += more_compound
+                plain += more_plain
             if self._path_words is None:
                 self._path_words = PathWordIndex(
                     self.paths, self._bm25.document_frequency(), len(self.paths), self._project)
