@@ -35,8 +35,33 @@ def magis(*args, cwd, **popen):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
-def finish(proc, timeout=600):
-    out, err = proc.communicate(timeout=timeout)
+# How long a run may go without a new event before it counts as hung. Not a timing: on a loaded
+# machine the tiny model takes minutes per run, so only the lack of progress is an error.
+STALL_S = 300
+
+
+def events_in(store_path: Path) -> int:
+    try:
+        with open_store(str(store_path)) as store:
+            return sum(len(store.read(info.run_id)) for info in store.list_runs())
+    except (NotAStore, FileNotFoundError):
+        return 0  # not created yet, or still being created
+
+
+def finish(proc, store_path: Path | None = None):
+    """The process's exit code and output, waited for as long as its run makes progress."""
+    seen, last_change = -1, time.monotonic()
+    while True:
+        try:
+            out, err = proc.communicate(timeout=10)
+            break
+        except subprocess.TimeoutExpired:
+            now = events_in(store_path) if store_path else seen
+            if now != seen:
+                seen, last_change = now, time.monotonic()
+            elif time.monotonic() - last_change > STALL_S:
+                proc.kill()
+                raise AssertionError(f"no new event for {STALL_S} s: {proc.args}") from None
     assert "Traceback" not in out + err, err
     return proc.returncode, out, err
 
@@ -58,7 +83,7 @@ def only_run(store_path: Path):
 def test_the_example_runs_end_to_end_on_the_local_model_and_replays(example, tmp_path):
     repo, base = example
     code, out, err = finish(magis("submit", str(ROOT / "examples" / "calc" / "issue.json"), "--repo", str(repo), "--store", "store",
-                                  *QUICK, cwd=tmp_path))  # no --llm, no key: the bundled model is the default
+                                  *QUICK, cwd=tmp_path), tmp_path / "store")  # no --llm, no key: the bundled model is the default
     run_id, events = only_run(tmp_path / "store")
     assert_consistent_log(events)
     exchanges = [r.event for r in events if isinstance(r.event, LLMExchanged)]
@@ -101,25 +126,24 @@ def test_a_model_server_killed_mid_run_fails_the_run_and_resume_finishes_it(exam
     repo, base = example
     driver = magis("submit", str(ROOT / "examples" / "calc" / "issue.json"), "--repo", str(repo), "--store", "store",
                    "--llm", "local", *QUICK, cwd=tmp_path)
-    deadline = time.monotonic() + 300
+    seen, last_change = 0, time.monotonic()
     while True:  # kill the server once the model has answered a few requests
-        assert time.monotonic() < deadline and driver.poll() is None
-        if (tmp_path / "store" / "events.sqlite3").exists():
-            try:
-                with open_store(str(tmp_path / "store")) as store:
-                    runs = store.list_runs()
-                    if runs and sum(isinstance(r.event, LLMExchanged) for r in store.read(runs[0].run_id)) >= 3:
-                        break
-            except NotAStore:
-                pass  # the submit is still creating the store's tables
+        assert driver.poll() is None, driver.communicate()
+        if events_in(tmp_path / "store") != seen:
+            seen, last_change = events_in(tmp_path / "store"), time.monotonic()
+            with open_store(str(tmp_path / "store")) as store:
+                runs = store.list_runs()
+                if runs and sum(isinstance(r.event, LLMExchanged) for r in store.read(runs[0].run_id)) >= 3:
+                    break
+        assert time.monotonic() - last_change < STALL_S, f"no new event for {STALL_S} s"
         time.sleep(0.2)
     for pid in model_server_pids():
         os.kill(pid, signal.SIGKILL)
-    code, out, err = finish(driver)
+    code, out, err = finish(driver, tmp_path / "store")
     run_id, events = only_run(tmp_path / "store")
     assert code == 2 and "no reachable model" in err and f"magis-ray resume {run_id}" in err
     assert isinstance(events[-1].event, RunFailed) and events[-1].event.resumable
-    code, out, err = finish(magis("resume", run_id, "--store", "store", "--llm", "local", cwd=tmp_path))
+    code, out, err = finish(magis("resume", run_id, "--store", "store", "--llm", "local", cwd=tmp_path), tmp_path / "store")
     run_id, events = only_run(tmp_path / "store")
     assert_consistent_log(events)
     assert isinstance(events[-1].event, RunFinished) and code == 0, err

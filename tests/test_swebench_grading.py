@@ -42,6 +42,26 @@ def test_specs_come_from_the_swebench_package_and_the_repository():
     assert parsed == {"test/a.py::test_x": "PASSED", "test/a.py::test_y": "FAILED"}
 
 
+
+def test_a_run_of_a_swebench_issue_tests_in_the_spec_s_environment_with_pytest():
+    """A run's issue carries no test patch; its bench still takes the spec's environment, and
+    where the spec's runner is not pytest (sympy's bin/test) pytest is added to it."""
+    from magis_ray.actors.runtime.bench import TEST_COMMAND, BenchSetup, spec_of
+
+    def of(record):
+        kept = {k: record[k] for k in ("repo", "instance_id", "base_commit", "version", "environment_setup_commit")}
+        return spec_of(BenchSetup(record=kept, repo_path=str(repo_of(record))))
+
+    recs = records()
+    sqlfluff = of(recs["sqlfluff__sqlfluff-1625"])
+    assert sqlfluff.recipe == instance_spec(recs["sqlfluff__sqlfluff-1625"], repo_of(recs["sqlfluff__sqlfluff-1625"])).recipe
+    sympy = of({"repo": "sympy/sympy", "instance_id": "sympy__sympy-1", "base_commit": "0" * 40, "version": "1.1",
+                "environment_setup_commit": "0" * 40})
+    assert (sympy.recipe.label, sympy.recipe.python) == ("sympy/sympy 1.1", "3.9")
+    assert "pytest" in sympy.recipe.pip_packages and sympy.test_command == TEST_COMMAND
+    assert sympy.parse("PASSED sympy/a.py::test_x\n") == {"sympy/a.py::test_x": "PASSED"}
+
+
 @pytest.mark.swebench
 @pytest.mark.skipif(not os.environ.get("MAGIS_SWEBENCH"), reason="builds real SWE-bench environments: MAGIS_SWEBENCH=1")
 @pytest.mark.parametrize("instance_id", ["marshmallow-code__marshmallow-1343", "pydicom__pydicom-1256"])

@@ -247,3 +247,33 @@ def test_resume_after_a_fault_reuses_every_recorded_test_run(calc_repo, tmp_path
     assert runs == [("prepare", 0), ("reproduce", 1), ("baseline", 0), ("check", 1), ("check", 2)]
     kept = [type(r.event).__name__ for r in effective(events)]
     assert kept.count("TestsRan") == 5 and kept[-1] == "RunFinished"
+
+
+@needs_sandbox
+def test_a_later_stage_is_tested_with_the_earlier_stages_patches_applied(calc_repo, tmp_path, env_cache):
+    """Two stages: calc/stats.py, then calc/texts.py. The reproduction test is the mean bug, which
+    only the first stage fixes: the second stage's checks pass it only if they run on top of the
+    first stage's patch, as the final diff will."""
+    from scenarios import BOTH_ISSUE, SHOUT_FIX
+
+    repo_path, base = calc_repo
+    issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base, BOTH_ISSUE))
+    team = ScriptedTeam({"calc/stats.py": [MEAN_FIX], "calc/texts.py": [SHOUT_FIX]},
+                        stages=[["calc/stats.py"], ["calc/texts.py"]], reproductions=[REPRODUCES])
+    with ScriptedServer(team) as server:
+        result = magis("submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "scripted",
+                       "--tests", "on", "--top-k", "4", "--max-review-rounds", "1", cwd=tmp_path, env_cache=env_cache)
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)
+    events = [r.event for r in events_of(lines["run"].strip(), tmp_path, env_cache)]
+    tasks = {e.path: e.task_id for e in events if type(e).__name__ == "TaskDefined"}
+    second = tasks["calc/texts.py"]
+    runs = [e for e in events if type(e).__name__ == "TestsRan" and e.task_id == second]
+    baseline = next(e for e in runs if e.purpose == "baseline")
+    check = next(e for e in runs if e.purpose == "check")
+    # the second stage's base is the first stage's result: the mean test passes there already
+    assert "tests/test_calc.py::test_mean" in baseline.passed and "tests/test_calc.py::test_shout" in baseline.failed
+    assert "test_magis_reproduction.py::test_mean_of_four" in check.passed and not check.failed
+    finished = {e.task_id: e.status for e in events if type(e).__name__ == "TaskFinished"}
+    assert finished == {tasks["calc/stats.py"]: "approved", second: "approved"}
+    assert lines["outcome"].strip() == "patched"

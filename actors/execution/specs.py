@@ -72,15 +72,20 @@ def _requirements(repo: str, repo_path, commit: str, constants, spec_python) -> 
     return spec_python.clean_requirements("\n".join(extra))
 
 
+class NoSpec(KeyError):
+    """The swebench package has no spec for this (repo, version)."""
+
+
 def instance_spec(record: dict, repo_path) -> InstanceSpec:
-    """The recipe and test command of a SWE-bench record (a dict with the dataset's fields).
-    KeyError when the harness has no spec for its (repo, version)."""
+    """The recipe and test command of a SWE-bench record (a dict with the dataset's fields; a run's
+    issue has no test patch, and then the command names no test files). NoSpec when the harness
+    has no spec for its (repo, version)."""
     constants, _, parsers, spec_python, TestSpec = harness()
     repo, version = record["repo"], str(record.get("version", ""))
     try:
         specs = constants.MAP_REPO_VERSION_TO_SPECS[repo][version]
     except KeyError:
-        raise KeyError(f"the swebench package has no spec for {repo} version {version!r}") from None
+        raise NoSpec(f"the swebench package has no spec for {repo} version {version!r}") from None
     setup_commit = record.get("environment_setup_commit") or record["base_commit"]
     unsupported = ""
     requirements = ""
@@ -106,9 +111,9 @@ def instance_spec(record: dict, repo_path) -> InstanceSpec:
     )
     test_cmd = specs["test_cmd"]
     test_cmd = test_cmd[-1] if isinstance(test_cmd, list) else test_cmd
-    directives = spec_python.get_test_directives(record)
+    directives = spec_python.get_test_directives(record) if record.get("test_patch") else []
     from swebench.harness.utils import get_modified_files
-    test_files = tuple(get_modified_files(record.get("test_patch", ""))) if record.get("test_patch") else ()
+    test_files = tuple(get_modified_files(record["test_patch"])) if record.get("test_patch") else ()
     spec = TestSpec(
         instance_id=record["instance_id"], repo=repo, version=version, repo_script_list=[], eval_script_list=[],
         env_script_list=[], arch="x86_64", FAIL_TO_PASS=[], PASS_TO_PASS=[], language="py", docker_specs={},

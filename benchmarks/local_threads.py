@@ -1,0 +1,52 @@
+"""How many threads should the bundled model's llama.cpp server use? Times the same requests
+(a file of about 1,500 tokens to summarize, 60 tokens of answer) with 1 and with 2 threads,
+alternating, with and without two busy-loop processes beside it (a run's Ray workers, another job).
+Reported as ratios taken in this one run: these machines are shared and noisy.
+
+    python benchmarks/local_threads.py [--rounds 2] [--requests 2]
+
+Measured on the 2-core machine (a helper's benchmark also running): unloaded 2 threads took
+1.4x to 3.3x as long as 1; with two busy loops 1.1x to 1.8x. Hence default_threads(): half the cores.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+
+from openai import OpenAI
+
+from magis_ray.actors.model.local_model import LocalModelServer
+
+PROMPT = "Summarize this file.\n" + "\n".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(120))
+
+
+def seconds_for(threads: int, requests: int) -> float:
+    with LocalModelServer(threads=threads) as server:
+        client = OpenAI(base_url=server.base_url, api_key="local")
+        started = time.monotonic()
+        for _ in range(requests):
+            client.chat.completions.create(model=server.model_name, max_tokens=60,
+                                           messages=[{"role": "user", "content": PROMPT}])
+        return time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2, help="alternations of 1 and 2 threads per load")
+    parser.add_argument("--requests", type=int, default=2, help="requests per timing")
+    args = parser.parse_args()
+    for load in ("unloaded", "two busy loops"):
+        loops = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(2 if load != "unloaded" else 0)]
+        try:
+            for round_ in range(args.rounds):
+                one, two = seconds_for(1, args.requests), seconds_for(2, args.requests)
+                print(f"{load:15} round {round_ + 1}: 1 thread {one:6.1f} s, 2 threads {two:6.1f} s, 2/1 = {two / one:.2f}", flush=True)
+        finally:
+            for loop in loops:
+                loop.kill()
+
+
+if __name__ == "__main__":
+    main()
