@@ -208,7 +208,8 @@ KeyError: 'sku'
 
 def test_explicit_paths_and_modules_are_boosted_in_order_of_score():
     issue = "The cart discount is off. I think shop/utils.py or shop.rules.L032 is involved."
-    ranked = localize_files(DOCUMENTS, issue, k=4)
+    # Without path words: "cart" names src/shop/cart.py as a word, the evidence this test leaves out.
+    ranked = localize_files(DOCUMENTS, issue, k=4, settings=RankingSettings(path_weight=0.0))
     assert {path for path, _ in ranked[:2]} == {"src/shop/utils.py", "src/shop/rules/L032.py"}
     assert ranked[2][0] == "src/shop/cart.py"
     unboosted = dict(rank_files(DOCUMENTS, issue_query(issue), k=10))
@@ -500,3 +501,90 @@ def test_run_settings_name_the_ranking_and_old_logs_keep_the_previous_one():
     assert ranking_settings("previous") == PREVIOUS_RANKING and ranking_settings("symbols") == RankingSettings()
     with pytest.raises(ValueError, match="unknown ranking"):
         ranking_settings("bm42")
+
+
+# --- path evidence (actors/code/path_evidence.py) ----------------------------------------------
+
+from magis_ray.actors.code.path_evidence import (  # noqa: E402
+    PathWordIndex,
+    modules_under_test,
+    path_words,
+    project_names,
+    word_stem,
+)
+from magis_ray.actors.code.ranking import emphasized, without_markup  # noqa: E402
+
+
+def test_the_project_name_is_no_evidence_for_the_file_defining_a_class_of_that_name():
+    docs = sorted({**dict(SYMBOL_DOCS), "shop/app.py": "class Shop:\n    def run(self):\n        return self\n"}.items())
+    issue = "Shop: order_total ignores the discount"
+    assert project_names(path for path, _ in docs) == {"shop"}
+    counted = top_paths(localize_files(docs, issue, k=20, settings=RankingSettings(ignore_project_names=False)))
+    ignored = top_paths(localize_files(docs, issue, k=20))
+    assert counted.index("shop/app.py") < ignored.index("shop/app.py")  # it kept only its path's BM25 match
+
+
+def test_a_module_whose_name_the_issue_uses_as_a_word_moves_up_by_how_rare_the_word_is_in_code():
+    docs = sorted({**dict(SYMBOL_DOCS),
+                   "shop/ext/napoleon.py": "def convert(lines):\n    return [line.strip() for line in lines]\n",
+                   "shop/render.py": "def render_docstring(docstring, section):\n"
+                                     "    # renders the docstring section of a page\n    return docstring, section\n"}.items())
+    issue = "the napoleon extension shows the docstring section of a page wrong"
+    ranker = FileRanker(docs)
+    evidence = ranker.evidence(issue)
+    assert evidence.path_words[ranker.paths.index("shop/ext/napoleon.py")] == pytest.approx(1.0)
+    assert evidence.path_words[ranker.paths.index("shop/render.py")] == 0
+    assert top_paths(ranker.weigh(evidence, 3, RankingSettings(path_weight=0.0)))[0] == "shop/render.py"
+    assert top_paths(ranker.weigh(evidence, 3, RankingSettings(path_weight=0.8)))[0] == "shop/ext/napoleon.py"
+    # A path word every file's code uses ("page" in views.py, render.py...) weighs less than one none uses.
+    index = PathWordIndex(["a/page.py", "a/napoleon.py"], {"page": 5, "napoleon": 1}, 10)
+    page, napoleon = index.scores(["page", "napoleon"])
+    assert 0 < page < napoleon == pytest.approx(1.0)
+    assert path_words("src/pkg/core/ext/napoleon/__init__.py", frozenset({"pkg"})) == ["ext", "napoleon"]
+
+
+def test_a_quoted_test_module_names_the_module_it_tests():
+    paths = ["sphinx/pycode/ast.py", "sphinx/pycode/__init__.py", "sphinx/ast.py", "sphinx/ext/autodoc/__init__.py"]
+    text = ("at https://github.com/sphinx-doc/sphinx/blob/e0b1/tests/test_pycode_ast.py#L57 and test_ext_autodoc.py;"
+            " my test_repro.py, test_ast.py (two modules fit) and foo_test.py")
+    assert modules_under_test(text, paths) == ["sphinx/pycode/ast.py", "sphinx/ext/autodoc/__init__.py"]
+    docs = sorted({**dict(SYMBOL_DOCS), "shop/orders_export.py": "def export(orders):\n    return list(orders)\n"}.items())
+    issue = "the total is wrong with a discount policy; add a case to tests/test_orders_export.py"
+    ranker = FileRanker(docs)
+    assert ranker.evidence(issue).named == ("shop/orders_export.py",)
+    assert top_paths(ranker.rank(issue, k=3))[0] == "shop/orders_export.py"
+    assert top_paths(ranker.weigh(ranker.evidence(issue), 3, RankingSettings(mention_weight=0.0)))[0] != "shop/orders_export.py"
+
+
+def test_environment_reports_leave_the_query():
+    report = "wrong total\n<details>\ncommit: None\nxarray: 2022.10.0\n- Python version: 3.8.1\nzarr: 2.13.3\r\nattrs==21.4.0\nMatplotlib 3.6.3\n</details>\n"
+    assert without_markup(report).split() == ["wrong", "total", "<details>", "</details>"]
+    docs = sorted({**dict(SYMBOL_DOCS), "shop/backends/zarr.py": "def open_zarr(store):\n    return store\n"}.items())
+    issue = "the order total is wrong\nzarr: 2.13.3\nnumpy: 1.23.4\n"
+    assert "shop/backends/zarr.py" in top_paths(FileRanker(docs, RankingSettings(strip_issue_markup=False)).rank(issue, k=20))
+    assert "shop/backends/zarr.py" not in top_paths(FileRanker(docs).rank(issue, k=20))
+
+
+def test_path_words_match_the_forms_an_issue_uses():
+    assert [word_stem(w) for w in ("mocked", "mocking", "mock", "typehints", "modules", "module", "process")] == [
+        "mock", "mock", "mock", "typehint", "modul", "modul", "process"]
+    index = PathWordIndex(["ext/mock.py", "ext/render.py"], {}, 10)
+    assert list(index.scores(["classes", "mocked"])) == [pytest.approx(1.0), 0.0]
+    assert list(index.scores(["renders"])) == [0.0, pytest.approx(1.0)]
+
+
+def test_the_title_and_inline_code_count_twice():
+    body = "the page of the shop shows the discount policy wrong on every page: page, discount, policy"
+    assert emphasized("BasketDiscountPolicy is wrong\n\n" + body + " `x.y(z)` ```\nblock\n```") == "BasketDiscountPolicy is wrong\nx.y(z)"
+    ranker = FileRanker(SYMBOL_DOCS)
+    assert top_paths(ranker.rank(body + "\n\nBasketDiscountPolicy is wrong", k=2))[0] == "shop/views.py"
+    assert top_paths(ranker.rank("BasketDiscountPolicy is wrong\n\n" + body, k=2))[0] == "shop/basket.py"
+    assert top_paths(ranker.rank(body + "\n\n`BasketDiscountPolicy` is wrong", k=2))[0] == "shop/basket.py"
+
+
+def test_the_language_of_a_code_block_is_no_word_of_the_issue():
+    assert without_markup("a\n```julia\nIn [1]: f(x)\n```\n > ~~~ python\n") == "a\n```\nIn [1]: f(x)\n```\n > ~~~\n"
+    docs = sorted({**dict(SYMBOL_DOCS), "shop/julia.py": "def print_code(expr):\n    return expr\n"}.items())
+    issue = "wrong total\n```julia\nIn [1]: order_total(b, 1, 2)\n```\n"
+    assert "shop/julia.py" in top_paths(FileRanker(docs, RankingSettings(strip_issue_markup=False)).rank(issue, k=20))
+    assert "shop/julia.py" not in top_paths(FileRanker(docs).rank(issue, k=20))

@@ -4,8 +4,11 @@ Two schemes:
 - code (default): BM25 over identifiers split on snake_case / camelCase, the file's path
   weighted into its document and its import statements left out; its score, scaled to the best
   file's, plus evidence weighed by RankingSettings: files defining the names the issue uses
-  (symbols.py), files it names (paths, dotted modules, distinctive module names such as
-  "L031"; less when only quoted on an import line) and, strongest, where its stack traces end;
+  (symbols.py; the project's own name left out), files whose folder or module name it uses as a
+  word (path_evidence.py), files it names (paths, dotted modules, distinctive module names such
+  as "L031", the module a quoted test file tests; less when only quoted on an import line) and,
+  strongest, where its stack traces end. Template text (HTML comments, URLs, environment
+  reports) leaves the query;
 - plain: the SWE-bench paper's baseline (lowercase word split of "path\\ncontents",
   no identifier splitting, no boost), kept so a benchmark can compare the two.
 
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from rank_bm25 import BM25Okapi
 
+from magis_ray.actors.code.path_evidence import PathWordIndex, modules_under_test, project_names, without_paths
 from magis_ray.actors.code.symbols import SymbolIndex, defined_names, is_test_module, issue_names, without_imports
 
 if TYPE_CHECKING:
@@ -127,7 +131,8 @@ class _CountedBM25(BM25Okapi):
             total += length
         self.corpus_size = len(corpus)
         self.avgdl = total / self.corpus_size
-        return dict(document_frequency)
+        self.document_frequency = dict(document_frequency)
+        return self.document_frequency
 
 
 class BM25Index:
@@ -139,6 +144,10 @@ class BM25Index:
         counts = [document_token_counts(path, text, plain=plain, index_imports=index_imports) for path, text in documents]
         # rank-bm25 cannot index nothing (it divides by the corpus and vocabulary sizes).
         self._bm25 = _CountedBM25(counts) if any(counts) else None
+
+    def document_frequency(self) -> dict[str, int]:
+        """token -> how many documents have it."""
+        return {} if self._bm25 is None else self._bm25.document_frequency
 
     def scores(self, query_tokens: Iterable[str]) -> np.ndarray:
         """One BM25 score per path, as rank-bm25's get_scores(query_tokens) computes it."""
@@ -204,7 +213,7 @@ class RankingSettings:
     by cross-validation on 191 SWE-bench instances (benchmarks/localization.py --folds 2)."""
 
     # Files defining names the issue uses, per name: weight x rarity (SymbolIndex.scores).
-    symbol_weight: float = 0.3
+    symbol_weight: float = 0.15
     # A plain lowercase name ("copy") counts this share of a compound one ("as_set", "Contains").
     plain_name_weight: float = 0.3
     # Files the issue names by path, dotted module or distinctive module name.
@@ -216,7 +225,13 @@ class RankingSettings:
     # (a configuration, an environment report) points at none of them.
     mention_share: float = 2.0
     # Where a stack trace in the issue ends.
-    crash_weight: float = 2.0
+    crash_weight: float = 3.0
+    # Files whose folder or module name the issue uses as a word, per word: weight x the word's
+    # rarity in the code (path_evidence.PathWordIndex).
+    path_weight: float = 0.8
+    # Whether the project's own package names ("Sphinx", "sympy") are left out of the names a file
+    # can define for the issue: every issue says them.
+    ignore_project_names: bool = True
     # Whether words of a file's import statements count in its BM25 document.
     index_imports: bool = False
     # Whether code made of test functions, or under a top-level testing/ folder, is indexed.
@@ -228,8 +243,8 @@ class RankingSettings:
 # The ranking before symbol evidence: named files in a tier above all others, crash sites above
 # those (weights above the 1 a BM25 score can reach), imports and test modules indexed.
 PREVIOUS_RANKING = RankingSettings(
-    symbol_weight=0.0, mention_weight=1.5, import_mention_weight=1.5, mention_share=math.inf, crash_weight=3.0,
-    index_imports=True, index_test_modules=True, strip_issue_markup=False,
+    symbol_weight=0.0, mention_weight=1.5, import_mention_weight=1.5, mention_share=math.inf, crash_weight=3.0, path_weight=0.0,
+    index_imports=True, index_test_modules=True, strip_issue_markup=False, ignore_project_names=False,
 )
 
 # RunSettings.ranking -> the settings it names.
@@ -249,9 +264,37 @@ _URL = re.compile(r"\b(?:https?|ftp)://\S+")
 _QUOTED_IMPORT = re.compile(r"^[ \t]*(?:>>>[ \t]*)?(?:from[ \t]+[\w.]+[ \t]+import\b.*|import[ \t]+[\w., \t]+)$", re.MULTILINE)
 
 
+# A line of an environment report ("xarray: 2022.10.0", "- Sphinx version: 3.0.1", "LC_ALL: None",
+# "numpy==1.24", "Matplotlib 3.6.3"), which bug-report templates ask for: it lists every optional
+# dependency by name, and a repository has modules named after many of them (backends, plugins).
+_ENVIRONMENT_LINE = re.compile(
+    r"^[ \t>*-]*(?:[\w .()/-]{1,40}?:[ \t]*(?:None|v?\d+(?:\.\w+)+[\w.+-]*)|[A-Za-z][\w.-]*(?:==|[ \t]+)v?\d+(?:\.\w+)+[\w.+-]*)[ \t\r]*$",
+    re.MULTILINE,
+)
+
+
+# The language of a fenced code block ("```python", "```julia", "~~~ sql"): a word of markup, not of
+# the issue, and a repository may have a module of that name (sympy/printing/julia.py).
+_FENCE_LANGUAGE = re.compile(r"^([ \t>]*(?:```|~~~))[ \t]*[\w+#.-]+", re.MULTILINE)
+
+
 def without_markup(text: str) -> str:
-    """An issue without HTML comments (a template's instructions) and URLs (host names, ids)."""
-    return _URL.sub(" ", _HTML_COMMENT.sub(" ", text))
+    """An issue without HTML comments (a template's instructions), URLs (host names, ids),
+    environment reports (dependency names and versions) and code blocks' language names."""
+    text = _ENVIRONMENT_LINE.sub("", _URL.sub(" ", _HTML_COMMENT.sub(" ", text)))
+    return _FENCE_LANGUAGE.sub(r"\1", text)
+
+
+# Inline code (`xr.where(..., keep_attrs=True)`), not a fenced block: what the reporter singled out.
+_INLINE_CODE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+
+
+def emphasized(issue: str) -> str:
+    """What an issue stresses: its title (the first line) and its inline code. Its tokens count
+    twice in the BM25 query and its names twice as symbol evidence: a reporter names the broken
+    thing there, while the body also carries reproductions, logs and template text."""
+    title = issue.strip().split("\n", 1)[0]
+    return "\n".join([title, *_INLINE_CODE.findall(issue)])
 
 
 @dataclass(frozen=True)
@@ -262,7 +305,8 @@ class Evidence:
     bm25: np.ndarray  # BM25 score over the best file's (0..1)
     compound_names: np.ndarray  # SymbolIndex: the compound or capitalized names the file defines
     plain_names: np.ndarray  # SymbolIndex: the plain lowercase names it defines
-    named: tuple[str, ...]  # files the issue names (outside quoted import lines)
+    path_words: np.ndarray  # PathWordIndex: the path words of the file the issue uses
+    named: tuple[str, ...]  # files the issue names (outside quoted import lines), or tests by a quoted test file
     imported: tuple[str, ...]  # files named only on quoted import lines
     crashed: tuple[str, ...]  # where its stack traces end
 
@@ -281,6 +325,8 @@ class FileRanker:
         self._texts = [text for _, text in documents]
         self._bm25 = BM25Index(documents, index_imports=settings.index_imports)
         self._symbols: SymbolIndex | None = None  # built on first use: PREVIOUS_RANKING never needs it
+        self._path_words: PathWordIndex | None = None  # likewise
+        self._project = project_names(self.paths) if settings.ignore_project_names else frozenset()
         self._position = {path: i for i, path in enumerate(self.paths)}
 
     def rank(
@@ -293,37 +339,50 @@ class FileRanker:
     def evidence(self, problem_statement: str, hints_text: str = "") -> Evidence:
         issue = f"{problem_statement}\n{hints_text}"
         query_text = without_markup(issue) if self.settings.strip_issue_markup else issue
-        bm25 = self._bm25.scores(code_tokens(query_text))
+        query = code_tokens(query_text)
+        stressed = emphasized(query_text)
+        bm25 = self._bm25.scores(query + code_tokens(stressed))
         best = float(bm25.max()) if len(bm25) else 0.0
         if best > 0:
             bm25 /= best
         if self.settings.symbol_weight:
             if self._symbols is None:
                 self._symbols = SymbolIndex([defined_names(text) for text in self._texts])
-            compound, plain = self._symbols.scores(issue_names(query_text))
+            compound, plain = np.zeros(len(self.paths)), np.zeros(len(self.paths))
+            for text in (query_text, stressed):
+                names = {name for name in issue_names(text) if name.lower() not in self._project}
+                more_compound, more_plain = self._symbols.scores(names)
+                compound += more_compound
+                plain += more_plain
+            if self._path_words is None:
+                self._path_words = PathWordIndex(
+                    self.paths, self._bm25.document_frequency(), len(self.paths), self._project)
+            # Import lines and paths name files, weighed as such; their words do not count twice.
+            path_words = self._path_words.scores(code_tokens(without_paths(_QUOTED_IMPORT.sub("", query_text))))
         else:
-            compound = plain = np.zeros(len(self.paths))
+            compound = plain = path_words = np.zeros(len(self.paths))
         quoted_imports = "\n".join(_QUOTED_IMPORT.findall(issue))
         prose = _QUOTED_IMPORT.sub("", issue)
-        named = dict.fromkeys(mentioned_paths(prose, self.paths) + named_modules(prose, self.paths))
+        named = dict.fromkeys(
+            mentioned_paths(prose, self.paths) + named_modules(prose, self.paths) + modules_under_test(issue, self.paths))
         imported = dict.fromkeys(
             p for p in mentioned_paths(quoted_imports, self.paths) + named_modules(quoted_imports, self.paths) if p not in named
         )
-        return Evidence(bm25, compound, plain, tuple(named), tuple(imported), tuple(crash_sites(issue, self.paths)))
+        return Evidence(bm25, compound, plain, path_words, tuple(named), tuple(imported), tuple(crash_sites(issue, self.paths)))
 
     def weigh(self, evidence: Evidence, k: int = 10, settings: RankingSettings | None = None) -> list[tuple[str, float]]:
         """The k best (path, score) by `settings` (by default the ranker's own)."""
         if k < 0:
             raise ValueError(f"k must be at least 0, got {k}")
         settings = settings or self.settings
-        for name in ("index_imports", "strip_issue_markup"):
+        for name in ("index_imports", "strip_issue_markup", "ignore_project_names"):
             if getattr(settings, name) != getattr(self.settings, name):
                 raise ValueError(f"{name} differs from the ranker's; build a FileRanker with these settings")
         if (settings.symbol_weight > 0) != (self.settings.symbol_weight > 0):
             raise ValueError("symbol evidence is on in one of the settings only; build a FileRanker with these settings")
         scores = evidence.bm25 + settings.symbol_weight * (
             evidence.compound_names + settings.plain_name_weight * evidence.plain_names
-        )
+        ) + settings.path_weight * evidence.path_words
         share = min(1.0, settings.mention_share / len(evidence.named)) if evidence.named else 1.0
         for paths, weight in (
             (evidence.named, settings.mention_weight * share),
