@@ -26,7 +26,6 @@ import random
 import sys
 import time
 from collections import defaultdict
-from statistics import mean
 
 from magis_ray.actors.code import ranking
 from magis_ray.actors.code.ranking import PREVIOUS_RANKING, FileRanker, RankingSettings, localize_files, select_documents

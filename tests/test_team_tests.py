@@ -7,7 +7,6 @@ Real throughout: the calc repository with its real bug and failing test, a real 
 (pytest installed from PyPI into a cached venv), bubblewrap, the scripted model over HTTP."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

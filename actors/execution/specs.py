@@ -7,7 +7,6 @@ pip; steps that have no pip equivalent (environment.yml, apt-get) make the envir
 unsupported, with the reason."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Callable
 

@@ -7,7 +7,7 @@ from typing import Sequence
 import ray
 import structlog
 
-from magis_ray.events.schema import LLMExchanged, Message, NewEvent, PatchProposed, QAAssigned, Recorded, RunSettings, TaskFinished, TestsRan
+from magis_ray.events.schema import LLMExchanged, Message, NewEvent, PatchProposed, QAAssigned, Recorded, RunSettings, TestsRan
 
 from magis_ray.actors.runtime.journal import RunWriter
 from magis_ray.actors.runtime.lanes import Lanes

@@ -9,7 +9,7 @@ from typing import Callable
 import ray
 import structlog
 
-from magis_ray.events.schema import Recorded, RunSettings, TaskDefined, TaskFinished
+from magis_ray.events.schema import Recorded, RunSettings, TaskDefined
 
 from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.journal import lanes_of
