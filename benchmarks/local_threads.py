@@ -5,8 +5,9 @@ Reported as ratios taken in this one run: these machines are shared and noisy.
 
     python benchmarks/local_threads.py [--rounds 2] [--requests 2]
 
-Measured on the 2-core machine (a helper's benchmark also running): unloaded 2 threads took
-1.4x to 3.3x as long as 1; with two busy loops 1.1x to 1.8x. Hence default_threads(): half the cores.
+Measured on the 2-core machine: idle, 2 threads took 0.92x to 0.98x as long as 1; beside two busy
+loops, 1.86x to 2.97x (and 1.4x to 3.3x with only another benchmark running). A run's Ray workers
+always share the cores, hence default_threads(): half of them.
 """
 from __future__ import annotations
 

@@ -70,8 +70,9 @@ def free_port(port: int = 0) -> int:
 
 def default_threads() -> int:
     """Half the machine's cores. llama.cpp's threads wait for each other at every layer by spinning,
-    so one that shares its core with a Ray worker stalls them all: on 2 cores with anything else
-    running, 2 threads took 1.4 to 3 times as long as 1 (benchmarks/local_threads.py)."""
+    so one that shares its core with a Ray worker stalls them all: on 2 cores, 2 threads took 1.9
+    to 3 times as long as 1 beside two busy loops, and gained at most 8% on an idle machine
+    (benchmarks/local_threads.py)."""
     return max(1, (os.cpu_count() or 1) // 2)
 
 
