@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -182,3 +184,19 @@ def test_background():
     assert run.results[test] == "PASSED" and run.exit_code == 0 and not run.timed_out
     assert run.leftover_processes >= 1
     assert host_processes_with(marker) == []
+
+
+def test_without_an_environment_the_hosts_interpreter_and_path_stay_visible(calc, tmp_path, monkeypatch):
+    """The sandbox has its own empty /tmp (and hides what it is told to). A command without an
+    environment uses the host's tools, which may live there: an activated virtualenv under /tmp,
+    or magis-ray's own interpreter (a clean clone in /tmp) must still run."""
+    venv = tmp_path / "venv"  # pytest's tmp_path is under /tmp
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    monkeypatch.setenv("PATH", f"{venv}/bin{os.pathsep}{os.environ['PATH']}")
+    runner = TestRunner(Sandbox(), Limits(wall_seconds=120))
+    activated = run_on_patch(calc["repo"], calc["base"], [], None, "python -c 'import sys; print(sys.prefix)'", runner)
+    assert activated.exit_code == 0 and str(venv) in activated.output, activated.output
+    # magis-ray's own interpreter, in a folder the sandbox hides.
+    hidden = TestRunner(Sandbox(hide=(sys.prefix,)), Limits(wall_seconds=120))
+    own = run_on_patch(calc["repo"], calc["base"], [], None, f"{sys.executable} -c 'print(42)'", hidden)
+    assert own.exit_code == 0 and own.output.strip() == "42", own.output

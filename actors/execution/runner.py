@@ -15,6 +15,7 @@ are read-only; the network is off; HOME and TMPDIR are a private tmpfs.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -75,6 +76,8 @@ class TestRunner:
         mounts = [Mount(str(workspace.repo_path), str(workspace.repo_path))]
         if env is not None:
             mounts.append(Mount(env.path, env.path))
+        else:
+            mounts += host_tools(self.sandbox, variables["PATH"])
         mounts.append(Mount(str(workspace.path), TESTBED, writable=True))
         outcome: Outcome = self.sandbox.run(script, cwd=TESTBED, mounts=mounts,
                                             env=variables, limits=limits or self.limits, network=False, log_path=log)
@@ -84,6 +87,21 @@ class TestRunner:
             output=outcome.output, results=results, leftover_processes=outcome.leftover_processes,
             memory_exhausted=outcome.memory_exhausted, log_path=str(log),
         )
+
+
+def host_tools(sandbox: Sandbox, path_variable: str) -> list[Mount]:
+    """Read-only mounts, at their own paths, for the host tools a command without an environment
+    may use and the sandbox would hide: the interpreter running magis-ray (a virtualenv under /tmp,
+    say) and the folders on PATH."""
+    folders = dict.fromkeys([sys.prefix, sys.base_prefix, *map(_virtualenv_of, filter(None, path_variable.split(os.pathsep)))])
+    return [Mount(folder, folder) for folder in folders if os.path.isdir(folder) and sandbox.replaces(folder)]
+
+
+def _virtualenv_of(folder: str) -> str:
+    """A virtualenv's bin folder stands for the whole virtualenv: its python reads pyvenv.cfg
+    beside bin/ and its packages under lib/."""
+    parent = os.path.dirname(folder.rstrip("/"))
+    return parent if os.path.isfile(os.path.join(parent, "pyvenv.cfg")) else folder
 
 
 def run_on_patch(repo_path: str | os.PathLike, commit: str, patches: list[tuple[str, str]], env: Environment | None,

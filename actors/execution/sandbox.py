@@ -117,6 +117,10 @@ def _host_root() -> list[str]:
     return argv
 
 
+# Folders the sandbox replaces with its own empty tmpfs.
+PRIVATE_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
 @dataclass
 class Sandbox:
     """Where the sandbox's command runs. `mode` "bwrap" is the real sandbox; "none" runs the same
@@ -125,11 +129,19 @@ class Sandbox:
     mode: str = "bwrap"
     hide: tuple[str, ...] = ()  # host folders replaced by an empty tmpfs (e.g. the user's home)
 
+    def replaces(self, path: str | os.PathLike) -> bool:
+        """Whether the sandbox shows its own empty folder where the host has `path` (under /tmp,
+        /var/tmp, /dev/shm or a hidden folder): what lives there must be mounted to be seen."""
+        if self.mode == "none":
+            return False
+        path = os.path.abspath(path)
+        return any(path == folder or path.startswith(folder.rstrip("/") + "/") for folder in (*PRIVATE_FOLDERS, *self.hide))
+
     def command(self, script: str, cwd: str, mounts: list[Mount], env: dict[str, str], network: bool) -> list[str]:
         if self.mode == "none":
             return ["/bin/sh", "-c", script]
         argv = [bwrap_path() or BWRAP, *_host_root(), "--dev", "/dev", "--proc", "/proc",
-                "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/dev/shm",
+                *(arg for folder in PRIVATE_FOLDERS for arg in ("--tmpfs", folder)),
                 "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                 "--die-with-parent", "--new-session", "--clearenv"]
         if not network:
