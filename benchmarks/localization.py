@@ -33,11 +33,11 @@ from magis_ray.actors.code.repository import RepoSnapshot, find_repo
 from magis_ray.actors.swebench.instances import Instance, gold_files, load_dataset
 from magis_ray.actors.swebench.metrics import file_recall
 
-# The weights tried: small on purpose (72 points), around the defaults.
+# The weights tried: small on purpose (216 points), around the defaults.
 GRID = [
     RankingSettings(symbol_weight=s, plain_name_weight=p, mention_weight=m, import_mention_weight=m, path_weight=w,
-                    crash_weight=c)
-    for s, p, m, w, c in itertools.product((0.15, 0.3, 0.6), (0.0, 0.3), (0.5, 1.0), (0.5, 0.8, 1.2), (2.0, 3.0))
+                    crash_weight=c, definition_weight=d)
+    for s, p, m, w, c, d in itertools.product((0.15, 0.3, 0.6), (0.0, 0.3), (0.5, 1.0), (0.5, 0.8, 1.2), (2.0, 3.0), (0.4, 0.6, 0.8))
 ]
 TOP = 10
 
@@ -165,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def describe(settings: RankingSettings) -> str:
     return ", ".join(f"{f.name}={getattr(settings, f.name)}" for f in dataclasses.fields(settings)
-                     if f.name in ("symbol_weight", "plain_name_weight", "mention_weight", "import_mention_weight", "path_weight", "crash_weight"))
+                     if f.name in ("symbol_weight", "plain_name_weight", "mention_weight", "import_mention_weight", "path_weight",
+                                   "crash_weight", "definition_weight"))
 
 
 if __name__ == "__main__":

@@ -209,7 +209,7 @@ KeyError: 'sku'
 def test_explicit_paths_and_modules_are_boosted_in_order_of_score():
     issue = "The cart discount is off. I think shop/utils.py or shop.rules.L032 is involved."
     # Without path words: "cart" names src/shop/cart.py as a word, the evidence this test leaves out.
-    ranked = localize_files(DOCUMENTS, issue, k=4, settings=RankingSettings(path_weight=0.0))
+    ranked = localize_files(DOCUMENTS, issue, k=4, settings=RankingSettings(path_weight=0.0, definition_weight=0.0))
     assert {path for path, _ in ranked[:2]} == {"src/shop/utils.py", "src/shop/rules/L032.py"}
     assert ranked[2][0] == "src/shop/cart.py"
     unboosted = dict(rank_files(DOCUMENTS, issue_query(issue), k=10))
@@ -534,8 +534,9 @@ def test_a_module_whose_name_the_issue_uses_as_a_word_moves_up_by_how_rare_the_w
     evidence = ranker.evidence(issue)
     assert evidence.path_words[ranker.paths.index("shop/ext/napoleon.py")] == pytest.approx(1.0)
     assert evidence.path_words[ranker.paths.index("shop/render.py")] == 0
-    assert top_paths(ranker.weigh(evidence, 3, RankingSettings(path_weight=0.0)))[0] == "shop/render.py"
-    assert top_paths(ranker.weigh(evidence, 3, RankingSettings(path_weight=0.8)))[0] == "shop/ext/napoleon.py"
+    # (render.py defines render_docstring: the definitions field, left out here, would favour it.)
+    assert top_paths(ranker.weigh(evidence, 3, RankingSettings(path_weight=0.0, definition_weight=0.0)))[0] == "shop/render.py"
+    assert top_paths(ranker.weigh(evidence, 3, RankingSettings(path_weight=0.8, definition_weight=0.0)))[0] == "shop/ext/napoleon.py"
     # A path word every file's code uses ("page" in views.py, render.py...) weighs less than one none uses.
     index = PathWordIndex(["a/page.py", "a/napoleon.py"], {"page": 5, "napoleon": 1}, 10)
     page, napoleon = index.scores(["page", "napoleon"])
@@ -553,7 +554,8 @@ def test_a_quoted_test_module_names_the_module_it_tests():
     ranker = FileRanker(docs)
     assert ranker.evidence(issue).named == ("shop/orders_export.py",)
     assert top_paths(ranker.rank(issue, k=3))[0] == "shop/orders_export.py"
-    assert top_paths(ranker.weigh(ranker.evidence(issue), 3, RankingSettings(mention_weight=0.0)))[0] != "shop/orders_export.py"
+    unnamed = RankingSettings(mention_weight=0.0, definition_weight=0.0)  # export() would name it too
+    assert top_paths(ranker.weigh(ranker.evidence(issue), 3, unnamed))[0] != "shop/orders_export.py"
 
 
 def test_environment_reports_leave_the_query():
@@ -576,7 +578,8 @@ def test_path_words_match_the_forms_an_issue_uses():
 def test_the_title_and_inline_code_count_twice():
     body = "the page of the shop shows the discount policy wrong on every page: page, discount, policy"
     assert emphasized("BasketDiscountPolicy is wrong\n\n" + body + " `x.y(z)` ```\nblock\n```") == "BasketDiscountPolicy is wrong\nx.y(z)"
-    ranker = FileRanker(SYMBOL_DOCS)
+    # Without the definitions field, in which basket.py's class would win on its own.
+    ranker = FileRanker(SYMBOL_DOCS, RankingSettings(definition_weight=0.0))
     assert top_paths(ranker.rank(body + "\n\nBasketDiscountPolicy is wrong", k=2))[0] == "shop/views.py"
     assert top_paths(ranker.rank("BasketDiscountPolicy is wrong\n\n" + body, k=2))[0] == "shop/basket.py"
     assert top_paths(ranker.rank(body + "\n\n`BasketDiscountPolicy` is wrong", k=2))[0] == "shop/basket.py"
@@ -588,3 +591,66 @@ def test_the_language_of_a_code_block_is_no_word_of_the_issue():
     issue = "wrong total\n```julia\nIn [1]: order_total(b, 1, 2)\n```\n"
     assert "shop/julia.py" in top_paths(FileRanker(docs, RankingSettings(strip_issue_markup=False)).rank(issue, k=20))
     assert "shop/julia.py" not in top_paths(FileRanker(docs).rank(issue, k=20))
+
+
+# --- the definitions field, bundled assets, generated companions ------------------------------------
+
+from magis_ray.actors.code.path_evidence import generated_companions  # noqa: E402
+from magis_ray.actors.code.ranking import definition_token_counts, is_bundled_asset  # noqa: E402
+
+REPORTS_DOCS = sorted({
+    **dict(SYMBOL_DOCS),
+    # Defines what the issue is about, in names whose words the issue uses.
+    "shop/serial.py": "def report_to_json(r):\n    return dict(r)\n\n\ndef chained_causes(e):\n    return [e.__cause__]\n",
+    # Says the issue's words in its text, more often, and defines nothing of the kind.
+    "shop/notify.py": "def send(message):\n    # json for the exception, chained or not: the exception as json\n"
+                      "    # (an exception chained to another keeps its json)\n    return message\n",
+}.items())
+
+
+def test_the_words_of_the_names_a_file_defines_are_a_field_of_their_own():
+    assert definition_token_counts({"report_to_json", "ReportToJson"}) == Counter(
+        {"report_to_json": 1, "reporttojson": 1, "report": 2, "json": 2})
+    issue = "a report sent as json loses the chained exception"
+    ranker = FileRanker(REPORTS_DOCS)
+    evidence = ranker.evidence(issue)
+    assert evidence.definitions[ranker.paths.index("shop/serial.py")] == pytest.approx(1.0)
+    assert evidence.definitions[ranker.paths.index("shop/notify.py")] == 0
+    assert top_paths(ranker.weigh(evidence, 3, RankingSettings(definition_weight=0.0)))[0] == "shop/notify.py"
+    assert top_paths(ranker.weigh(evidence, 3))[0] == "shop/serial.py"
+    # The ranking before symbol evidence has no such field.
+    assert top_paths(localize_files(REPORTS_DOCS, issue, k=3, settings=PREVIOUS_RANKING))[0] == "shop/notify.py"
+
+
+def test_bundled_copies_of_other_projects_assets_are_not_indexed(tmp_path):
+    source_js = "function search(query) {\n  return index.find(query);\n}\n" * 5
+    files = {
+        "pkg/page.py": "def render_page(page):\n    return page\n",
+        "pkg/static/searchtools.js": source_js,  # the project's own script
+        "pkg/static/jquery-3.5.1.js": source_js,  # a release of another project
+        "pkg/static/jquery.js": "!function(e){" + "var page=e;" * 400 + "}\n",  # minified
+        "pkg/locale/de/LC_MESSAGES/pkg.js": "Documentation.addTranslations({\"page\": \"Seite\"});\n",
+        "pkg/format/cds_parsetab.py": "_lr_action_items = {" + "'PAGE':([0,1,2,],[3,4,5,])," * 300 + "}\n",  # long lines, Python
+    }
+    repo, commit = make_repo(tmp_path / "repo", files)
+    snapshot = RepoSnapshot.open(tmp_path / "repo", commit)
+    assert [p for p, _ in select_documents(snapshot)] == ["pkg/format/cds_parsetab.py", "pkg/page.py", "pkg/static/searchtools.js"]
+    assert len(select_documents(snapshot, settings=PREVIOUS_RANKING)) == len(files)
+    assert [is_bundled_asset(p, t) for p, t in sorted(files.items())] == [False, True, False, True, True, False]
+
+
+def test_a_generated_module_ranks_just_below_the_module_it_is_generated_from():
+    grammar = "def p_unit(p):\n    'unit : UNIT_NAME | UNIT_NAME POWER'\n    p[0] = p[1]\n\n\ndef parse_unit(text):\n    return text\n"
+    table = "# This file was automatically generated from ply. Do not edit.\n_lr_action_items = {'UNIT':([0,],[1,])}\n"
+    docs = sorted({**dict(SYMBOL_DOCS), "shop/format/cds.py": grammar, "shop/format/cds_parsetab.py": table,
+                   "shop/format/cds_lextab.py": "_lexliterals = ''\n",  # not marked as generated
+                   "shop/format/generic_parsetab.py": table}.items())  # its source is absent
+    assert [(docs[g][0], docs[s][0]) for g, s in generated_companions(docs)] == [("shop/format/cds_parsetab.py", "shop/format/cds.py")]
+    ranker = FileRanker(docs)
+    evidence = ranker.evidence("parse_unit reads the unit 10+3 wrongly")
+    scores = dict(ranker.weigh(evidence, 20))
+    assert scores["shop/format/cds_parsetab.py"] == pytest.approx(0.99 * scores["shop/format/cds.py"])
+    assert top_paths(ranker.weigh(evidence, 2)) == ["shop/format/cds.py", "shop/format/cds_parsetab.py"]
+    # Without the rule it keeps its own score: that of the same table whose source is absent.
+    alone = dict(ranker.weigh(evidence, 20, RankingSettings(generated_share=0.0)))
+    assert alone["shop/format/cds_parsetab.py"] == alone["shop/format/generic_parsetab.py"] < 0.5 * alone["shop/format/cds.py"]

@@ -9,6 +9,9 @@ place in the repository rather than its content.
   "python" or "utils" are said everywhere, "linkcheck" is not.
 - modules_under_test: a test file the issue quotes names the module it tests
   ("tests/test_pycode_ast.py" -> sphinx/pycode/ast.py), which the index leaves out as test code.
+- generated_companions: a generated module named after the module beside it that it is generated
+  from (astropy/units/format/cds_parsetab.py, PLY's parser table for cds.py): a fix to the grammar
+  regenerates the table, so the table goes where its source goes.
 """
 from __future__ import annotations
 
@@ -125,3 +128,28 @@ def modules_under_test(text: str, all_paths: Sequence[str]) -> list[str]:
         if len(matches) == 1:
             found.setdefault(matches[0], None)
     return list(found)
+
+
+# What a generated file says of itself near its top ("This file was automatically generated from
+# ply", "Do NOT manually edit this file").
+_GENERATED_NOTE = re.compile(r"automatically generated|auto-?generated|do not (?:manually )?edit|generated (?:by|from)\b",
+                             re.IGNORECASE)
+
+
+def generated_companions(documents: Sequence[tuple[str, str]]) -> list[tuple[int, int]]:
+    """(generated, source) positions in `documents`: a file named <source stem>_<more> beside its
+    source ("cds_parsetab.py" beside "cds.py", "ask_generated.py" beside "ask.py") whose first
+    lines say it is generated. The longest source stem wins."""
+    position = {path: i for i, (path, _) in enumerate(documents)}
+    pairs = []
+    for i, (path, text) in enumerate(documents):
+        folder, name = posixpath.split(path)
+        stem, extension = posixpath.splitext(name)
+        parts = stem.split("_")
+        if len(parts) < 2 or not all(parts[:1]):
+            continue
+        source = next((position[candidate] for n in range(len(parts) - 1, 0, -1)
+                       if (candidate := posixpath.join(folder, "_".join(parts[:n]) + extension)) in position), None)
+        if source is not None and _GENERATED_NOTE.search(text[:1000]):
+            pairs.append((i, source))
+    return pairs

@@ -4,11 +4,13 @@ Two schemes:
 - code (default): BM25 over identifiers split on snake_case / camelCase, the file's path
   weighted into its document and its import statements left out; its score, scaled to the best
   file's, plus evidence weighed by RankingSettings: files defining the names the issue uses
-  (symbols.py; the project's own name left out), files whose folder or module name it uses as a
+  (symbols.py; the project's own name left out), a BM25 over the words of the names each file
+  defines (its own field), files whose folder or module name it uses as a
   word (path_evidence.py), files it names (paths, dotted modules, distinctive module names such
   as "L031", the module a quoted test file tests; less when only quoted on an import line) and,
-  strongest, where its stack traces end. Template text (HTML comments, URLs, environment
-  reports) leaves the query;
+  strongest, where its stack traces end; a generated module ranks just below its source
+  (path_evidence.generated_companions). Template text (HTML comments, URLs, environment
+  reports) leaves the query, and copies of other projects' assets the index (is_bundled_asset);
 - plain: the SWE-bench paper's baseline (lowercase word split of "path\\ncontents",
   no identifier splitting, no boost), kept so a benchmark can compare the two.
 
@@ -29,7 +31,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from magis_ray.actors.code.path_evidence import PathWordIndex, modules_under_test, project_names, without_paths
+from magis_ray.actors.code.path_evidence import (PathWordIndex, generated_companions, modules_under_test, project_names,
+                                                  without_paths)
 from magis_ray.actors.code.symbols import SymbolIndex, defined_names, is_test_module, issue_names, without_imports
 
 if TYPE_CHECKING:
@@ -135,6 +138,11 @@ class _CountedBM25(BM25Okapi):
         return self.document_frequency
 
 
+def _counted_bm25(counts: Sequence[Counter[str]], **parameters: float) -> _CountedBM25 | None:
+    # rank-bm25 cannot index nothing (it divides by the corpus and vocabulary sizes).
+    return _CountedBM25(counts, **parameters) if any(counts) else None
+
+
 class BM25Index:
     """BM25 over a set of files; build once, then rank for any number of queries."""
 
@@ -142,8 +150,14 @@ class BM25Index:
         self.paths = [path for path, _ in documents]
         self.plain = plain
         counts = [document_token_counts(path, text, plain=plain, index_imports=index_imports) for path, text in documents]
-        # rank-bm25 cannot index nothing (it divides by the corpus and vocabulary sizes).
-        self._bm25 = _CountedBM25(counts) if any(counts) else None
+        self._bm25 = _counted_bm25(counts)
+
+    @classmethod
+    def of_counts(cls, paths: Sequence[str], counts: Sequence[Counter[str]], *, b: float) -> BM25Index:
+        """An index of ready-made token counts (one field of each file) with length normalization `b`."""
+        index = cls.__new__(cls)
+        index.paths, index.plain, index._bm25 = list(paths), False, _counted_bm25(counts, b=b)
+        return index
 
     def document_frequency(self) -> dict[str, int]:
         """token -> how many documents have it."""
@@ -229,6 +243,12 @@ class RankingSettings:
     # Files whose folder or module name the issue uses as a word, per word: weight x the word's
     # rarity in the code (path_evidence.PathWordIndex).
     path_weight: float = 0.8
+    # BM25 over the words of the names a file defines ("serialize_repr_crash" -> serialize, repr,
+    # crash), scaled to the best file's: what a file is about, apart from the words its bodies use.
+    definition_weight: float = 0.6
+    # A generated module (a parser table, "do not edit") changes with the module it is generated
+    # from and named after (cds_parsetab.py, cds.py): it ranks at this share of that one's score.
+    generated_share: float = 0.99
     # Whether the project's own package names ("Sphinx", "sympy") are left out of the names a file
     # can define for the issue: every issue says them.
     ignore_project_names: bool = True
@@ -236,15 +256,30 @@ class RankingSettings:
     index_imports: bool = False
     # Whether code made of test functions, or under a top-level testing/ folder, is indexed.
     index_test_modules: bool = False
+    # Whether copies of other projects' web assets are indexed (is_bundled_asset): jquery-3.5.1.js
+    # or a minified bundle says every word of an issue about a page.
+    index_bundled_assets: bool = False
     # Whether HTML comments (issue templates) and URLs are dropped from the BM25 query and names.
     strip_issue_markup: bool = True
+
+
+# Length normalization (BM25's b) of the definitions field. Lower than the text's 0.75: a module
+# of many helpers defines many names for a reason. Chosen by cross-validation (0.3 against 0,
+# 0.75 and 0.9; benchmarks/localization.py --folds 2).
+DEFINITIONS_LENGTH_NORMALIZATION = 0.3
+
+
+def definition_token_counts(names: Iterable[str]) -> Counter[str]:
+    """The definitions field of a file: the tokens of each name it defines, each name once."""
+    return Counter(token for name in names for token in _word_tokens(name))
 
 
 # The ranking before symbol evidence: named files in a tier above all others, crash sites above
 # those (weights above the 1 a BM25 score can reach), imports and test modules indexed.
 PREVIOUS_RANKING = RankingSettings(
     symbol_weight=0.0, mention_weight=1.5, import_mention_weight=1.5, mention_share=math.inf, crash_weight=3.0, path_weight=0.0,
-    index_imports=True, index_test_modules=True, strip_issue_markup=False, ignore_project_names=False,
+    definition_weight=0.0, generated_share=0.0,
+    index_imports=True, index_test_modules=True, strip_issue_markup=False, ignore_project_names=False, index_bundled_assets=True,
 )
 
 # RunSettings.ranking -> the settings it names.
@@ -306,6 +341,7 @@ class Evidence:
     compound_names: np.ndarray  # SymbolIndex: the compound or capitalized names the file defines
     plain_names: np.ndarray  # SymbolIndex: the plain lowercase names it defines
     path_words: np.ndarray  # PathWordIndex: the path words of the file the issue uses
+    definitions: np.ndarray  # BM25 over the words of the names the file defines, over the best file's (0..1)
     named: tuple[str, ...]  # files the issue names (outside quoted import lines), or tests by a quoted test file
     imported: tuple[str, ...]  # files named only on quoted import lines
     crashed: tuple[str, ...]  # where its stack traces end
@@ -325,7 +361,9 @@ class FileRanker:
         self._texts = [text for _, text in documents]
         self._bm25 = BM25Index(documents, index_imports=settings.index_imports)
         self._symbols: SymbolIndex | None = None  # built on first use: PREVIOUS_RANKING never needs it
+        self._definitions: BM25Index | None = None  # likewise
         self._path_words: PathWordIndex | None = None  # likewise
+        self._generated = generated_companions(documents)
         self._project = project_names(self.paths) if settings.ignore_project_names else frozenset()
         self._position = {path: i for i, path in enumerate(self.paths)}
 
@@ -347,7 +385,13 @@ class FileRanker:
             bm25 /= best
         if self.settings.symbol_weight:
             if self._symbols is None:
-                self._symbols = SymbolIndex([defined_names(text) for text in self._texts])
+                definitions = [defined_names(text) for text in self._texts]
+                self._symbols = SymbolIndex(definitions)
+                self._definitions = BM25Index.of_counts(self.paths, [definition_token_counts(names) for names in definitions],
+                                                        b=DEFINITIONS_LENGTH_NORMALIZATION)
+            defined = self._definitions.scores(query + code_tokens(stressed))
+            if len(defined) and defined.max() > 0:
+                defined /= defined.max()
             compound, plain = np.zeros(len(self.paths)), np.zeros(len(self.paths))
             for text in (query_text, stressed):
                 names = {name for name in issue_names(text) if name.lower() not in self._project}
@@ -360,7 +404,7 @@ class FileRanker:
             # Import lines and paths name files, weighed as such; their words do not count twice.
             path_words = self._path_words.scores(code_tokens(without_paths(_QUOTED_IMPORT.sub("", query_text))))
         else:
-            compound = plain = path_words = np.zeros(len(self.paths))
+            compound = plain = path_words = defined = np.zeros(len(self.paths))
         quoted_imports = "\n".join(_QUOTED_IMPORT.findall(issue))
         prose = _QUOTED_IMPORT.sub("", issue)
         named = dict.fromkeys(
@@ -368,7 +412,8 @@ class FileRanker:
         imported = dict.fromkeys(
             p for p in mentioned_paths(quoted_imports, self.paths) + named_modules(quoted_imports, self.paths) if p not in named
         )
-        return Evidence(bm25, compound, plain, path_words, tuple(named), tuple(imported), tuple(crash_sites(issue, self.paths)))
+        return Evidence(bm25, compound, plain, path_words, defined, tuple(named), tuple(imported),
+                        tuple(crash_sites(issue, self.paths)))
 
     def weigh(self, evidence: Evidence, k: int = 10, settings: RankingSettings | None = None) -> list[tuple[str, float]]:
         """The k best (path, score) by `settings` (by default the ranker's own)."""
@@ -382,7 +427,7 @@ class FileRanker:
             raise ValueError("symbol evidence is on in one of the settings only; build a FileRanker with these settings")
         scores = evidence.bm25 + settings.symbol_weight * (
             evidence.compound_names + settings.plain_name_weight * evidence.plain_names
-        ) + settings.path_weight * evidence.path_words
+        ) + settings.path_weight * evidence.path_words + settings.definition_weight * evidence.definitions
         share = min(1.0, settings.mention_share / len(evidence.named)) if evidence.named else 1.0
         for paths, weight in (
             (evidence.named, settings.mention_weight * share),
@@ -391,6 +436,9 @@ class FileRanker:
         ):
             for path in paths:
                 scores[self._position[path]] += weight
+        if settings.generated_share:
+            for generated, source in self._generated:
+                scores[generated] = max(scores[generated], settings.generated_share * scores[source])
         ranked = sorted(
             ((path, float(score)) for path, score in zip(self.paths, scores) if score > 0),
             key=lambda item: (-item[1], item[0]),
@@ -600,6 +648,26 @@ def is_test_code(path: str, text: str) -> bool:
     return is_test_path(path) or path.split("/", 1)[0] in TEST_ROOTS or is_test_module(text)
 
 
+# A file name carrying a release number: a copy of another project's release ("jquery-3.5.1.js",
+# "underscore-1.13.1.js").
+_RELEASE_FILE_NAME = re.compile(r"[-_.]v?\d+\.\d+(?:\.\d+)*(?:[-.]\w+)?\.[a-z]+$")
+# GitHub linguist's test for minified code: lines this long on average.
+MINIFIED_LINE_LENGTH = 110
+
+
+def is_bundled_asset(path: str, text: str) -> bool:
+    """A copy of another project's asset shipped with this one, which no fix here changes: outside
+    Python, a file named with a release number, a minified file (average line over
+    MINIFIED_LINE_LENGTH characters), or a compiled translation under a gettext LC_MESSAGES folder.
+    Python files are never judged so: generated parser tables have long lines and do change."""
+    folder, name = posixpath.split(path)
+    if name.endswith((".py", ".pyi", ".pyx", ".pxd")):
+        return False
+    if _RELEASE_FILE_NAME.search(name) or "LC_MESSAGES" in folder.split("/"):
+        return True
+    return len(text) > MINIFIED_LINE_LENGTH * (text.count("\n") + 1)
+
+
 def select_documents(
     snapshot: RepoSnapshot,
     *,
@@ -612,6 +680,7 @@ def select_documents(
     Source files (SOURCE_EXTENSIONS) of at most `max_bytes`, not binary, not vendored
     (VENDORED_DIRS) or generated (GENERATED_SUFFIXES), and not tests unless asked: not by
     their path, nor (unless settings.index_test_modules) by their content (is_test_code).
+    Nor (unless settings.index_bundled_assets) copies of other projects' assets (is_bundled_asset).
     """
     documents = []
     for entry in snapshot.files():
@@ -621,6 +690,8 @@ def select_documents(
             continue
         text = snapshot.read_text(entry.path)
         if not include_tests and not settings.index_test_modules and is_test_code(entry.path, text):
+            continue
+        if not settings.index_bundled_assets and is_bundled_asset(entry.path, text):
             continue
         documents.append((entry.path, text))
     return documents
