@@ -146,7 +146,7 @@ def generated_companions(documents: Sequence[tuple[str, str]]) -> list[tuple[int
         folder, name = posixpath.split(path)
         stem, extension = posixpath.splitext(name)
         parts = stem.split("_")
-        if len(parts) < 2 or not all(parts[:1]):
+        if len(parts) < 2 or not parts[0]:  # "_private" names no source
             continue
         source = next((position[candidate] for n in range(len(parts) - 1, 0, -1)
                        if (candidate := posixpath.join(folder, "_".join(parts[:n]) + extension)) in position), None)

@@ -377,21 +377,16 @@ class FileRanker:
     def evidence(self, problem_statement: str, hints_text: str = "") -> Evidence:
         issue = f"{problem_statement}\n{hints_text}"
         query_text = without_markup(issue) if self.settings.strip_issue_markup else issue
-        query = code_tokens(query_text)
         stressed = emphasized(query_text)
-        bm25 = self._bm25.scores(query + code_tokens(stressed))
-        best = float(bm25.max()) if len(bm25) else 0.0
-        if best > 0:
-            bm25 /= best
+        query = code_tokens(query_text) + code_tokens(stressed)
+        bm25 = _scaled_to_best(self._bm25.scores(query))
         if self.settings.symbol_weight:
             if self._symbols is None:
                 definitions = [defined_names(text) for text in self._texts]
                 self._symbols = SymbolIndex(definitions)
                 self._definitions = BM25Index.of_counts(self.paths, [definition_token_counts(names) for names in definitions],
                                                         b=DEFINITIONS_LENGTH_NORMALIZATION)
-            defined = self._definitions.scores(query + code_tokens(stressed))
-            if len(defined) and defined.max() > 0:
-                defined /= defined.max()
+            defined = _scaled_to_best(self._definitions.scores(query))
             compound, plain = np.zeros(len(self.paths)), np.zeros(len(self.paths))
             for text in (query_text, stressed):
                 names = {name for name in issue_names(text) if name.lower() not in self._project}
@@ -444,6 +439,12 @@ class FileRanker:
             key=lambda item: (-item[1], item[0]),
         )
         return ranked[:k]
+
+
+def _scaled_to_best(scores: np.ndarray) -> np.ndarray:
+    """Scores over the best one (0..1), so that evidence weights mean the same in any repository."""
+    best = float(scores.max()) if len(scores) else 0.0
+    return scores / best if best > 0 else scores
 
 
 def localize_files(
