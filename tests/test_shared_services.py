@@ -1,11 +1,13 @@
 """Two drivers on one Ray cluster share the store's actor and the gateway (named from the store's
 path and the gateway's settings, detached): the gateway's concurrency limit holds between them,
-and `magis-ray stop` ends the shared actors."""
+and `magis-ray stop` ends the shared actors. A driver that joins a cluster brings its MAGIS_*
+settings to its actors, and never its API key."""
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from checks import assert_consistent_log
@@ -13,11 +15,13 @@ from rayheads import ray_head_started
 from scenarios import BOTH_ISSUE, calc_issue, write_issue
 from test_resume import EXPECTED_DIFF, team
 
+from magis_ray.actors.model import prompting
 from magis_ray.actors.model.gateway import GatewayConfig
 from magis_ray.actors.model.scripted_server import ScriptedServer
+from magis_ray.actors.runtime.deployment import JOB_CONFIG_VARIABLE, settings_runtime_env
 from magis_ray.actors.runtime.remote import gateway_name
 from magis_ray.events.projections import final_diff, fold
-from magis_ray.events.schema import RunFinished
+from magis_ray.events.schema import LLMExchanged, RunFinished
 from magis_ray.store import open_store
 
 MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
@@ -80,3 +84,36 @@ def test_two_drivers_on_one_cluster_share_one_gateway_limit(ray_cluster, calc_re
     for events in runs:
         assert_consistent_log(events)
         assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF
+
+
+def test_only_a_driver_that_joins_a_cluster_outside_a_job_sends_its_settings():
+    environ = {"MAGIS_PROMPTS_DIR": "/p", "MAGIS_ENV_CACHE": "/e", "OPENAI_API_KEY": "sk-secret", "PATH": "/bin"}
+    assert settings_runtime_env("127.0.0.1:6379", environ) == {"env_vars": {"MAGIS_PROMPTS_DIR": "/p", "MAGIS_ENV_CACHE": "/e"}}
+    assert settings_runtime_env("local", environ) is None  # a Ray of its own inherits the driver's environment
+    assert settings_runtime_env("127.0.0.1:6379", {**environ, JOB_CONFIG_VARIABLE: "{}"}) is None  # the job's env_vars do it
+    assert settings_runtime_env("127.0.0.1:6379", {"OPENAI_API_KEY": "sk-secret"}) is None
+
+
+def test_a_driver_that_joins_a_cluster_brings_its_prompt_templates_to_its_actors(ray_cluster, calc_repo, tmp_path):
+    """The Custodian's actor reads MAGIS_PROMPTS_DIR where it runs: on the cluster, not in the
+    driver, whose environment the cluster's workers never inherit."""
+    repo_path, base = calc_repo
+    issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base, BOTH_ISSUE))
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    packaged = (Path(prompting.__file__).parent / "prompts" / "judge_relevance.txt").read_text()
+    (prompts / "judge_relevance.txt").write_text(packaged.replace("[system]\n", "[system]\nOUR OWN TEMPLATE.\n", 1))
+    joined(ray_cluster, tmp_path)
+    with ScriptedServer(team(delay_s=0)) as server:
+        driver = magis(["submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "m"],
+                       {**ray_cluster, "MAGIS_PROMPTS_DIR": str(prompts)}, tmp_path)
+        out, err = driver.communicate(timeout=300)
+        keys = {r.headers.get("authorization") for r in server.requests}
+    assert driver.returncode == 0 and "Traceback" not in err, err
+    with open_store(str(tmp_path / "store")) as s:
+        [run] = s.list_runs()
+        exchanges = [r.event for r in s.read(run.run_id) if isinstance(r.event, LLMExchanged)]
+    judged = [e for e in exchanges if e.purpose == "judge_relevance"]
+    assert judged and all(e.messages[0].content.startswith("OUR OWN TEMPLATE.") for e in judged)
+    assert not any(e.messages[0].content.startswith("OUR OWN TEMPLATE.") for e in exchanges if e.purpose != "judge_relevance")
+    assert "Bearer k" not in keys  # the driver's key stayed with the driver: the gateway uses its node's

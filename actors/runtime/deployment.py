@@ -22,14 +22,35 @@ from magis_ray.store import Fenced
 INTERRUPTED = "interrupted by the user"
 
 
+SETTINGS_PREFIX = "MAGIS_"
+# What Ray sets on the driver of a `ray job submit` job: the job's runtime env travels in it.
+JOB_CONFIG_VARIABLE = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+
+
+def settings_runtime_env(address: str, environ: dict[str, str]) -> dict | None:
+    """The runtime env that carries the driver's MAGIS_* settings (prompt templates, environment
+    cache, log level) to its actors, which read them where they run.
+
+    A Ray of our own needs none: its processes inherit the driver's environment. A cluster's
+    workers start from their node's, so a driver that joins one sends its settings along; under
+    `ray job submit` the job's env_vars already reach every worker (and Ray refuses a driver that
+    names them again). Only MAGIS_* variables go: never the API key, because a job's env_vars
+    are shown on the dashboard (docs/cluster.md keeps the key in the head's environment)."""
+    if address == "local" or JOB_CONFIG_VARIABLE in environ:
+        return None
+    settings = {name: value for name, value in environ.items() if name.startswith(SETTINGS_PREFIX)}
+    return {"env_vars": settings} if settings else None
+
+
 def ensure_ray(address: str | None = None) -> None:
     """Join the cluster RAY_ADDRESS names (as `ray job submit` sets it), else start a Ray of our
     own: never a cluster that merely happens to run on this machine."""
     if not ray.is_initialized():
         # Ray announces its (kept) default of token authentication on every start; not news to our users.
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+        address = address or os.environ.get("RAY_ADDRESS") or "local"
         ray.init(
-            address=address or os.environ.get("RAY_ADDRESS") or "local", namespace=NAMESPACE,
+            address=address, namespace=NAMESPACE, runtime_env=settings_runtime_env(address, dict(os.environ)),
             include_dashboard=False, log_to_driver=False, configure_logging=False,
         )
 
