@@ -1,0 +1,349 @@
+"""The sandbox against an attacker, one test per attack, through the real bubblewrap sandbox as
+whoever runs the suite (root in CI), and the attacks that can be arranged again as an unprivileged
+user (uid 65534). Each attack is real: it tries to escape, read, flood, fill or exhaust, and the
+test checks both that it was stopped and that the host saw nothing of it."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from magis_ray.actors.execution.sandbox import GiB, Limits, MiB, Mount, Sandbox, Scratch, bwrap_path
+
+pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
+ROOT = os.geteuid() == 0
+
+
+@pytest.fixture
+def seed(tmp_path):
+    """A workspace's content: what the sandbox copies to /testbed."""
+    folder = tmp_path / "seed"
+    folder.mkdir()
+    (folder / "README").write_text("the workspace\n")
+    folder.chmod(0o755)
+    return folder
+
+
+def run(script: str, seed: Path | None = None, **limits) -> object:
+    scratches = [Scratch("/testbed", str(seed) if seed else None)]
+    return Sandbox().run(script, cwd="/testbed", scratches=scratches, limits=Limits(wall_seconds=120, **limits))
+
+
+def test_remount_and_mount_are_refused(seed):
+    probe = f"magis-escape-{uuid.uuid4().hex}"
+    outcome = run(f"""
+        mount -o remount,bind,rw /usr && echo REMOUNTED
+        mount -o remount,rw /etc && echo REMOUNTED
+        mount -t tmpfs none /usr/local && echo MOUNTED
+        unshare --user --map-root-user sh -c 'mount -o remount,rw /usr && echo NESTED-REMOUNTED'
+        touch /usr/{probe} /etc/{probe} /{probe} 2>&1
+        grep -i '^Cap\\(Eff\\|Prm\\|Bnd\\)' /proc/self/status
+        id -u
+        """, seed)
+    assert "REMOUNTED" not in outcome.output and "MOUNTED" not in outcome.output
+    for path in (f"/usr/{probe}", f"/etc/{probe}", f"/{probe}"):
+        assert not os.path.exists(path)
+    assert "Read-only file system" in outcome.output
+    capabilities = [line.split()[1] for line in outcome.output.splitlines() if line.startswith("Cap")]
+    assert capabilities and set(capabilities) == {"0000000000000000"}, outcome.output
+    assert outcome.output.strip().splitlines()[-1] != "0"  # not root inside
+
+
+def test_the_hosts_home_is_neither_readable_nor_writable(seed):
+    home = Path.home()
+    secret = home / f".magis-secret-{uuid.uuid4().hex}"
+    secret.write_text("the host's secret\n")
+    before = sorted(os.listdir(home))
+    try:
+        outcome = run(f"""
+            cat {secret} ; ls -a {home} ; ls /home /root
+            echo escaped > {home}/magis-written-{uuid.uuid4().hex}
+            """, seed)
+    finally:
+        secret.unlink()
+    assert "the host's secret" not in outcome.output
+    assert "No such file or directory" in outcome.output
+    assert sorted(p for p in os.listdir(home)) == [p for p in before if p != secret.name]
+
+
+def test_secrets_in_files_and_in_the_environment_stay_out(seed, tmp_path, monkeypatch):
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "events.sqlite3").write_text("sk-the-stores-secret")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-the-environments-secret")
+    monkeypatch.setenv("MAGIS_API_KEY", "sk-the-environments-secret")
+    outcome = run(f"""
+        env; cat {store}/events.sqlite3; cat /etc/shadow
+        ls /work /opt /var/lib /srv /farm 2>&1 | head -5
+        """, seed)
+    assert "sk-the" not in outcome.output
+    assert "OPENAI_API_KEY" not in outcome.output
+    if ROOT and os.path.exists("/etc/shadow"):
+        assert "Permission denied" in outcome.output  # readable only by root, and the code is not root
+
+
+def test_there_is_no_network_not_even_to_the_hosts_loopback(seed):
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    port = server.getsockname()[1]
+    accepted: list = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept())
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()  # the server is really there
+        outcome = run(f"""
+            python3 -c 'import socket; socket.create_connection(("127.0.0.1", {port}), timeout=5)' 2>&1 | tail -1
+            python3 -c 'import socket; print(socket.getaddrinfo("pypi.org", 443))' 2>&1 | tail -1
+            """, seed)
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+    assert "ConnectionRefusedError" in outcome.output and "gaierror" in outcome.output
+    assert len(accepted) == 1  # only the host's own probe
+
+
+FLOOD = """
+import json, resource, sys
+from magis_ray.actors.execution.sandbox import Limits, Sandbox
+log = sys.argv[1]
+outcome = Sandbox().run("yes 'magis-ray flood' | head -c 2300000000; echo done", cwd="/", log_path=log,
+                        limits=Limits(wall_seconds=600, log_bytes=64 * 1024 * 1024))
+print(json.dumps({"rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "limits": outcome.limits,
+                  "total": outcome.output_bytes, "kept": len(outcome.output), "ok": outcome.ok}))
+"""
+
+
+def test_an_output_flood_of_over_2_gib_leaves_the_caller_small(tmp_path):
+    log = tmp_path / "flood.log"
+    done = subprocess.run([sys.executable, "-c", FLOOD, str(log)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["ok"] and result["total"] >= 2 * GiB
+    assert result["rss_kb"] < 300 * 1024, result  # the caller's peak RSS, whatever the code prints
+    assert log.stat().st_size == 64 * MiB  # the log file stops at its cap
+    assert result["kept"] <= 65 * 1024  # the head and the tail, in memory
+    assert any(limit.startswith("output cut at 64 MiB") for limit in result["limits"]), result
+
+
+def test_tmp_is_bounded(seed):
+    outcome = run("head -c 300000000 /dev/zero > /tmp/fill; echo exit=$?; head -c 300000000 /dev/zero > /dev/shm/fill",
+                  seed, tmp_bytes=64 * MiB)
+    assert "No space left on device" in outcome.output and "exit=1" in outcome.output
+    assert "/tmp full (64 MiB)" in outcome.limits and "/dev/shm full (64 MiB)" in outcome.limits
+
+
+def test_the_workspace_is_bounded_and_the_host_disk_untouched(seed):
+    outcome = run("head -c 300000000 /dev/zero > /testbed/fill; echo exit=$?", seed, scratch_bytes=64 * MiB)
+    assert "No space left on device" in outcome.output and "exit=1" in outcome.output
+    assert "/testbed full (64 MiB)" in outcome.limits
+    assert sorted(p.name for p in seed.iterdir()) == ["README"]  # the seed is only read
+
+
+def test_a_workspace_larger_than_its_limit_is_reported(tmp_path):
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "blob").write_bytes(os.urandom(2 * MiB))
+    big.chmod(0o755)
+    outcome = Sandbox().run("echo ran", cwd="/testbed", scratches=[Scratch("/testbed", str(big))],
+                            limits=Limits(wall_seconds=60, scratch_bytes=1 * MiB))
+    assert outcome.exit_code == 125 and "ran" not in outcome.output
+    assert "/testbed could not be filled within 1 MiB" in outcome.limits
+
+
+BOMB = """
+import os, time
+count = 0
+try:
+    while True:
+        if os.fork() == 0:
+            try:
+                os.fork()  # every child forks again: a real bomb
+            except OSError:
+                pass
+            time.sleep(60)
+            os._exit(0)
+        count += 1
+except OSError as exc:
+    print("fork refused:", exc, "after", count, flush=True)
+    time.sleep(2)  # hold every process for a while: the host must go on meanwhile
+"""
+
+
+def test_a_fork_bomb_is_bounded_and_the_host_goes_on(seed, tmp_path):
+    (seed / "bomb.py").write_text(BOMB)
+    answers: list[int] = []
+    stop = threading.Event()
+
+    def host_keeps_forking() -> None:
+        while not stop.is_set():
+            answers.append(subprocess.run(["true"]).returncode)
+
+    thread = threading.Thread(target=host_keeps_forking, daemon=True)
+    thread.start()
+    try:
+        outcome = run("python3 bomb.py", seed, processes=128)
+    finally:
+        stop.set()
+        thread.join()
+    assert "fork refused" in outcome.output
+    assert "process limit reached (128)" in outcome.limits, (outcome.limits, outcome.peak_processes)
+    assert outcome.peak_processes <= 128 + 2  # bwrap's init and ours are counted too
+    assert answers and set(answers) == {0}  # every host fork during the bomb worked
+    assert not outcome.timed_out
+
+
+def test_a_cpu_burn_is_stopped_at_its_cpu_limit(seed):
+    outcome = run("python3 -c 'while True: pass'", seed, cpu_seconds=2)
+    assert outcome.exit_code == 152 and not outcome.timed_out  # 128 + SIGXCPU
+    assert "CPU time limit reached (2 s per process)" in outcome.limits
+    assert outcome.duration_s < 60
+
+
+def alive_fifo(tmp_path: Path) -> tuple[Path, int]:
+    """A FIFO in a folder the sandbox may write, and the host's reading end of it: a read returns
+    nothing only once every process that opened it for writing is gone."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    fifo = shared / "alive"
+    os.mkfifo(fifo)
+    fifo.chmod(0o666)  # the sandbox's uid writes it
+    shared.chmod(0o777)
+    return shared, os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+
+
+def read_until_no_writer(reader: int) -> bytes:
+    os.set_blocking(reader, True)
+    received = b""
+    while chunk := os.read(reader, 64):
+        received += chunk
+    return received
+
+
+def test_a_daemon_left_behind_is_killed(seed, tmp_path):
+    """The daemon double-forks into a session of its own and keeps a FIFO of the host open."""
+    shared, reader = alive_fifo(tmp_path)
+    try:
+        outcome = Sandbox().run(
+            "setsid sh -c 'exec 3>/shared/alive; echo up >&3; (sleep 600 <&- >&- 2>&- &) ; exec sleep 600' "
+            "</dev/null >/dev/null 2>&1 & sleep 1; echo started",
+            cwd="/testbed", mounts=[Mount(str(shared), "/shared", writable=True)], scratches=[Scratch("/testbed", str(seed))],
+            limits=Limits(wall_seconds=60))
+        received = read_until_no_writer(reader)
+    finally:
+        os.close(reader)
+    assert outcome.ok and "started" in outcome.output
+    assert outcome.leftover_processes >= 1
+    assert received == b"up\n"
+
+
+def test_the_time_limit_kills_the_whole_tree(seed, tmp_path):
+    shared, reader = alive_fifo(tmp_path)
+    try:
+        outcome = Sandbox().run("sh -c 'exec 3>/shared/alive; echo up >&3; exec sleep 600' & wait",
+                                cwd="/testbed", mounts=[Mount(str(shared), "/shared", writable=True)],
+                                scratches=[Scratch("/testbed", str(seed))], limits=Limits(wall_seconds=3))
+        received = read_until_no_writer(reader)
+    finally:
+        os.close(reader)
+    assert outcome.timed_out and outcome.exit_code is None and outcome.duration_s < 60
+    assert "time limit reached (3 s)" in outcome.limits
+    assert received == b"up\n"
+
+
+# --- the same attacks as an unprivileged user ----------------------------------------------------
+
+UNPRIVILEGED = """
+import json, os, resource, socket, sys
+from magis_ray.actors.execution.sandbox import Limits, Sandbox, Scratch
+report = {"uid": os.getuid()}
+sandbox = Sandbox()
+limits = Limits(wall_seconds=120)
+o = sandbox.run("mount -o remount,rw /usr && echo REMOUNTED; unshare --user true && echo NESTED; "
+                "cat " + sys.argv[1] + "; grep CapEff /proc/self/status", cwd="/", limits=limits)
+report["remount"] = o.output
+o = sandbox.run("env", cwd="/", env={"PATH": "/usr/bin:/bin"}, limits=limits)
+report["env"] = o.output
+o = sandbox.run("python3 -c 'import socket; socket.create_connection((\\"127.0.0.1\\", 9), timeout=5)' 2>&1 | tail -1",
+                cwd="/", limits=limits)
+report["network"] = o.output
+o = sandbox.run("python3 bomb.py", cwd="/testbed", limits=Limits(wall_seconds=120, processes=64),
+                scratches=[Scratch("/testbed", sys.argv[2])])
+report["bomb"] = [o.output, list(o.limits), o.peak_processes]
+o = sandbox.run("head -c 300000000 /dev/zero > /tmp/fill", cwd="/", limits=Limits(wall_seconds=120, tmp_bytes=64 * 1024 * 1024))
+report["tmp"] = list(o.limits)
+o = sandbox.run("python3 -c 'while True: pass'", cwd="/", limits=Limits(wall_seconds=120, cpu_seconds=2))
+report["cpu"] = list(o.limits)
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture
+def public_tmp():
+    """A temporary folder an unprivileged user can reach (pytest's own are root's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="magis-unprivileged-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.skipif(not ROOT or shutil.which("setpriv") is None, reason="needs root to become an unprivileged user")
+def test_the_attacks_fail_the_same_as_an_unprivileged_user(public_tmp):
+    """The sandbox's own modules, run as uid 65534 by an interpreter that user can reach."""
+    tmp_path = public_tmp
+    python = next((p for p in (sys.executable, shutil.which("python3"), "/usr/bin/python3")
+                   if p and subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", p, "-c",
+                                            "import sys; assert sys.version_info >= (3, 10)"],
+                                           capture_output=True).returncode == 0), None)
+    if python is None:
+        pytest.skip("no Python >= 3.10 that uid 65534 can run")
+    package = tmp_path / "pkg" / "magis_ray" / "actors" / "execution"
+    package.mkdir(parents=True)
+    source = Path(__file__).resolve().parents[1] / "actors" / "execution"
+    for name in ("sandbox.py", "capture.py", "identities.py"):
+        shutil.copy(source / name, package / name)
+    for folder in (package, package.parent):
+        (folder / "__init__.py").write_text("")
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    (seed / "bomb.py").write_text(BOMB)
+    secret = Path.home() / f".magis-secret-{uuid.uuid4().hex}"
+    secret.write_text("the host's secret\n")
+    subprocess.run(["chmod", "-R", "a+rX", str(tmp_path)], check=True)
+    tmp_path.chmod(0o755)
+    try:
+        done = subprocess.run(
+            ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", python, "-c", UNPRIVILEGED, str(secret), str(seed)],
+            capture_output=True, text=True, timeout=600, cwd="/",
+            env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": str(tmp_path / "pkg"), "OPENAI_API_KEY": "sk-secret"})
+    finally:
+        secret.unlink()
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["uid"] == 65534
+    assert "REMOUNTED" not in report["remount"] and "NESTED" not in report["remount"]
+    assert "the host's secret" not in report["remount"] and "CapEff:\t0000000000000000" in report["remount"]
+    assert "sk-secret" not in report["env"]
+    assert "ConnectionRefusedError" in report["network"] or "Network is unreachable" in report["network"]
+    assert "/tmp full (64 MiB)" in report["tmp"]
+    assert "CPU time limit reached (2 s per process)" in report["cpu"]
+    output, limits, peak = report["bomb"]
+    assert "fork refused" in output and "process limit reached (64)" in limits and peak <= 64 + 2, report["bomb"]
