@@ -100,18 +100,5 @@ def tree_fingerprint(root: Path) -> dict[str, tuple[int, int]]:
     return found
 
 
-def host_processes_with(marker: str) -> list[int]:
-    """Host processes whose command line holds `marker`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
-
-
 def git_status(path: Path) -> str:
     return subprocess.run(["git", "status", "--porcelain"], cwd=path, capture_output=True, text=True).stdout

@@ -1,14 +1,13 @@
-"""Environments: a virtual environment built once from a recipe and cached under a key made of
-everything that defines it (the exact interpreter, the requirements, the packages, the install
-steps and the commit they ran at).
+"""Environments: the heavy, shared part of a test environment, as the official harness's
+environment image is: a virtual environment of the spec's Python with the spec's requirements and
+packages, built once and cached under a key made of everything that defines it (the exact
+interpreter, the requirements, the packages and the date they resolve at). What depends on the
+repository's commit (its own install) is a testbed (testbeds.py), built on top of it.
 
-A build runs in the sandbox with the network on (pip needs PyPI) but everything else as for tests:
-the repository's checkout at the recipe's commit is mounted at /testbed, the install step runs
-there, and an editable install therefore points at /testbed, where every later test run mounts
-its own workspace (SWE-bench's images use the same path). The cache folder is
-~/.cache/magis-ray/envs unless MAGIS_ENV_CACHE or `--env-cache` say otherwise; builds of the same
-key on one node wait for each other (a file lock), so each node builds each environment once.
-"""
+A build runs in the sandbox with the network on (pip needs PyPI) and every other limit, as the
+builds' uid (identities.py), which owns the cache. The cache folder is ~/.cache/magis-ray/envs
+unless MAGIS_ENV_CACHE or `--env-cache` say otherwise; builds of the same key on one node wait for
+each other (a file lock), so each node builds each environment once."""
 from __future__ import annotations
 
 import fcntl
@@ -23,16 +22,18 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .interpreters import InterpreterMissing, find_python, full_version
-from .sandbox import Limits, Mount, Sandbox
-from .workspaces import Workspace, WorkspaceError
+from . import era
+from .identities import build_identity, give_to
+from .interpreters import InterpreterMissing, find_python, full_version, interpreter_prefix
+from .sandbox import GiB, MiB, Limits, Mount, Sandbox
 
-TESTBED = "/testbed"
 FAILURE_TTL_S = 3600.0  # a failed build is not retried within this time (a rerun would fail alike)
-BUILD_LIMITS = Limits(wall_seconds=3600.0, memory_bytes=0, output_bytes=16 * 1024)
-# Tools of the build itself, as current as the interpreter allows; setuptools below 81 keeps
-# pkg_resources, which older projects import.
+BUILD_LIMITS = Limits(wall_seconds=3600.0, memory_bytes=16 * GiB, cpu_seconds=3600, processes=2048,
+                      file_bytes=8 * GiB, tmp_bytes=1 * GiB, log_bytes=64 * MiB, output_bytes=64 * 1024)
+# Tools of the build itself when no date is set, as current as the interpreter allows; setuptools
+# below 81 keeps pkg_resources, which older projects import.
 BASE_TOOLS = ("pip", "setuptools<81", "wheel")
+SYSTEM_PREFIXES = ("/usr/", "/bin/", "/lib/", "/lib64/")
 
 
 def default_cache_root() -> Path:
@@ -54,26 +55,20 @@ class EnvironmentBuildError(Exception):
 
 @dataclass(frozen=True)
 class Recipe:
-    """What an environment is made of. `install` and `setup` run in the checkout of `commit`."""
+    """What an environment is made of."""
 
     python: str  # "3.9"
-    repo: str = ""  # owner/name, or a label for a user's repository
-    commit: str = ""  # the commit whose checkout the install step sees ("" for none)
     requirements: str = ""  # a pip requirements file's text
     packages: tuple[str, ...] = ()  # pip install arguments (conda package lists mapped to pip)
     pip_packages: tuple[str, ...] = ()
-    install: str = ""  # e.g. "python -m pip install -e ."
-    setup: tuple[str, ...] = ()  # more shell commands after the install (a user's --env-setup)
     unsupported: str = ""  # when set, why this recipe cannot be built
     label: str = ""  # for people: "sqlfluff/sqlfluff 0.6"
-    # Only packages uploaded before this time (ISO 8601), for pip versions that can (>= 26, which
-    # needs Python >= 3.9); older pips resolve as of today, which for their Pythons is old anyway.
-    uploaded_before: str = ""
+    uploaded_before: str = ""  # ISO 8601: packages as of this time (era.py); "" for today's
 
     def identity(self, interpreter: str) -> dict:
         fields = asdict(self)
         fields.pop("label")
-        return {"interpreter": interpreter, "tools": list(BASE_TOOLS), **fields}
+        return {"interpreter": interpreter, "tools": list(BASE_TOOLS), "layout": 3, **fields}
 
     def key(self, interpreter: str) -> str:
         data = json.dumps(self.identity(interpreter), sort_keys=True).encode()
@@ -90,14 +85,92 @@ class Environment:
     build_seconds: float  # how long its build took (0 when it came from the cache)
     built_now: bool
     label: str = ""
+    interpreter_prefix: str = ""  # the venv's base interpreter's prefix, which the sandbox must show
+    interpreter: str = ""  # that interpreter
 
     @property
     def venv(self) -> str:
         return str(Path(self.path) / "venv")
 
+    @property
+    def resolver(self) -> str:
+        """A python whose pip resolves as of a date (era.py), or "" when the environment has none."""
+        path = Path(self.path) / "resolver" / "bin" / "python"
+        return str(path) if path.exists() else ""
+
+    @property
+    def exact_pins(self) -> str:
+        """The folder of the spec's exact pins, which a resolution as of a date takes as found."""
+        return str(Path(self.path) / "exact")
+
+    @property
+    def constraints(self) -> str:
+        """The constraints file of its date, or "" when it has none."""
+        path = Path(self.path) / "era-constraints.txt"
+        return str(path) if path.is_file() else ""
+
     def variables(self) -> dict[str, str]:
-        return {"PATH": f"{self.venv}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": self.venv,
-                "PYTHONDONTWRITEBYTECODE": "1"}
+        return {"PATH": f"{self.venv}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": self.venv}
+
+    def mounts(self) -> list[Mount]:
+        """Read-only: the environment and, unless the system holds it, its interpreter."""
+        found = [Mount(self.path, self.path)]
+        if self.interpreter_prefix and not self.interpreter_prefix.startswith(SYSTEM_PREFIXES):
+            found.append(Mount(self.interpreter_prefix, self.interpreter_prefix))
+        return found
+
+
+def locked_build(folder: Path, build, done: str = "ready.json"):
+    """Run `build()` for `folder` unless it is ready; builds of one folder on one node wait for each
+    other, and a failed one is not retried within FAILURE_TTL_S. Returns (info, seconds, built_now)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ready = folder / done
+        if ready.is_file():
+            return json.loads(ready.read_text()), 0.0, False
+        failed = folder / "failed.json"
+        if failed.is_file():
+            info = json.loads(failed.read_text())
+            if time.time() - info["time"] < FAILURE_TTL_S:
+                raise EnvironmentBuildError(info["step"], info["message"] + f" (an earlier build; remove {folder} to retry now)")
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        start = time.monotonic()
+        try:
+            info = build()
+        except EnvironmentBuildError as exc:
+            failed.write_text(json.dumps({"time": time.time(), "step": exc.step, "message": str(exc).split(": ", 1)[1]}))
+            raise
+        seconds = time.monotonic() - start
+        info = dict(info, build_seconds=seconds, time=time.time())
+        tmp = folder / f"{done}.tmp"
+        tmp.write_text(json.dumps(info, indent=1, sort_keys=True))
+        tmp.rename(ready)  # the last step: a half-built folder is never taken for a ready one
+        return info, seconds, True
+
+
+class BuildSteps:
+    """The steps of one build, each run in the sandbox with its own log: logs/NN-step.log."""
+
+    def __init__(self, sandbox: Sandbox, folder: Path, mounts: list[Mount], variables: dict[str, str], cwd: str) -> None:
+        self.sandbox, self.folder, self.mounts, self.variables, self.cwd = sandbox, folder, mounts, variables, cwd
+        self.logs = folder / "logs"
+        self.logs.mkdir(exist_ok=True)
+        self.number = 0
+
+    def run(self, step: str, command: str, network: bool = True, extra: dict[str, str] | None = None,
+            required: bool = True):
+        self.number += 1
+        log = self.logs / f"{self.number:02d}-{step}.log"
+        outcome = self.sandbox.run(command, cwd=self.cwd, mounts=self.mounts, env={**self.variables, **(extra or {})},
+                                   limits=BUILD_LIMITS, network=network, log_path=log, build=True)
+        if not outcome.ok and required:
+            tail = " | ".join(outcome.output.strip().splitlines()[-3:])
+            why = "timed out" if outcome.timed_out else f"exit {outcome.exit_code}"
+            limits = f" [{'; '.join(outcome.limits)}]" if outcome.limits else ""
+            raise EnvironmentBuildError(step, f"{command!r} {why}{limits}: {tail[-400:]} (log: {log})", outcome.output)
+        return outcome
 
 
 @dataclass
@@ -109,45 +182,25 @@ class EnvironmentCache:
     def __post_init__(self) -> None:
         self.root = Path(self.root)
 
-    def interpreter(self, recipe: Recipe) -> tuple[str, str]:
-        python = find_python(recipe.python, self.pythons)
+    def interpreter(self, python_version: str) -> tuple[str, str]:
+        python = find_python(python_version, self.pythons)
         return python, full_version(python)
 
-    def get(self, recipe: Recipe, repo_path: str | os.PathLike | None = None) -> Environment:
+    @property
+    def pip_cache(self) -> Path:
+        return self.root / "pip-cache"
+
+    def get(self, recipe: Recipe) -> Environment:
         """The environment of `recipe`, built now unless this node has it already.
         Raises EnvironmentUnsupported, InterpreterMissing or EnvironmentBuildError."""
         if recipe.unsupported:
             raise EnvironmentUnsupported(recipe.unsupported)
-        python, version = self.interpreter(recipe)
+        python, version = self.interpreter(recipe.python)
         key = recipe.key(version)
         folder = self.root / key
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / f"{key}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # another build of this key on this node: wait for it
-            ready = folder / "ready.json"
-            if ready.is_file():
-                info = json.loads(ready.read_text())
-                return Environment(key, str(folder), version, 0.0, False, recipe.label)
-            failed = folder / "failed.json"
-            if failed.is_file():
-                info = json.loads(failed.read_text())
-                if time.time() - info["time"] < FAILURE_TTL_S:
-                    raise EnvironmentBuildError(info["step"], info["message"] + " (an earlier build; remove "
-                                                f"{folder} to retry now)")
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir(parents=True)
-            start = time.monotonic()
-            try:
-                self._build(recipe, python, folder, repo_path)
-            except EnvironmentBuildError as exc:
-                failed.write_text(json.dumps({"time": time.time(), "step": exc.step, "message": str(exc).split(": ", 1)[1]}))
-                raise
-            seconds = time.monotonic() - start
-            (folder / "recipe.json").write_text(json.dumps(recipe.identity(version), indent=1, sort_keys=True))
-            tmp = folder / "ready.json.tmp"
-            tmp.write_text(json.dumps({"build_seconds": seconds, "label": recipe.label, "time": time.time()}))
-            tmp.rename(ready)  # the last step: a half-built environment is never taken for a ready one
-            return Environment(key, str(folder), version, seconds, True, recipe.label)
+        info, seconds, built_now = locked_build(folder, lambda: self._build(recipe, python, version, folder))
+        return Environment(key, str(folder), version, seconds, built_now, recipe.label, info.get("interpreter_prefix", ""),
+                           info.get("interpreter", python))
 
     def build_seconds(self, env: Environment) -> float:
         """How long the environment took to build when it was built (from its record)."""
@@ -156,109 +209,123 @@ class EnvironmentCache:
         except (OSError, ValueError, KeyError):
             return 0.0
 
-    def _era(self, recipe: Recipe, venv: Path, folder: Path, after_tools: dict, variables: dict, mounts) -> dict:
-        """The variables that keep pip to packages uploaded before `recipe.uploaded_before`: the
-        venv's own pip when it knows --uploaded-prior-to (pip >= 26); otherwise constraints that this
-        process's pip resolves for the venv's Python as of that date (wheels only; when that cannot
-        resolve, the build goes on unconstrained and the log says so)."""
-        log = folder / "logs" / "era.log"
-        probe = self.sandbox.run("python -m pip install --help", cwd=str(folder), mounts=mounts, env=variables,
-                                 limits=BUILD_LIMITS, network=False)
-        if "--uploaded-prior-to" in probe.full_output:
-            log.write_text(f"pip knows --uploaded-prior-to: PIP_UPLOADED_PRIOR_TO={recipe.uploaded_before}\n")
-            return after_tools
-        version = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                                 capture_output=True, text=True).stdout.strip()
-        wanted: list[str] = []
-        if recipe.requirements.strip():
-            wanted += ["-r", str(folder / "requirements.txt")]
-        wanted += [*recipe.packages, *recipe.pip_packages]
-        variables = dict(after_tools)
-        variables.pop("PIP_UPLOADED_PRIOR_TO", None)
-        if not wanted:
-            log.write_text("nothing to resolve before the install step\n")
-            return variables
-        report = folder / "era-report.json"
-        command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
-                   "--python-version", version, "--only-binary=:all:", "--uploaded-prior-to", recipe.uploaded_before, *wanted]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-        if done.returncode != 0 or not report.is_file():
-            log.write_text(f"{shlex.join(command)}\nexit {done.returncode}; building without the date limit\n{done.stderr[-3000:]}")
-            return variables
-        pins = sorted(f"{item['metadata']['name']}=={item['metadata']['version']}"
-                      for item in json.loads(report.read_text())["install"])
-        (folder / "era-constraints.txt").write_text("\n".join(pins) + "\n")
-        log.write_text(f"{shlex.join(command)}\n" + "\n".join(pins) + "\n")
-        variables["PIP_CONSTRAINT"] = str(folder / "era-constraints.txt")
-        return variables
+    def prepare_writable(self, folder: Path) -> None:
+        """Folders a build writes belong to the builds' uid."""
+        identity = build_identity()
+        for path in (folder, self.pip_cache):
+            path.mkdir(parents=True, exist_ok=True)
+            if identity.drop and path.stat().st_uid != identity.uid:
+                give_to(path, identity)
 
-    def _build(self, recipe: Recipe, python: str, folder: Path, repo_path) -> None:
-        logs = folder / "logs"
-        logs.mkdir()
+    def _build(self, recipe: Recipe, python: str, version: str, folder: Path) -> dict:
+        prefix = interpreter_prefix(python)
+        self.prepare_writable(folder)
         venv = folder / "venv"
-        pip_cache = self.root / "pip-cache"
-        pip_cache.mkdir(exist_ok=True)
-        variables = {
-            "PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": str(venv),
-            "PIP_CACHE_DIR": str(pip_cache), "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-            "PIP_PROGRESS_BAR": "off",
-        }
-        # pip's own configuration from the host (index, certificates, proxies): builds reach PyPI as
-        # the user's pip does. Only builds see these, never a test run.
-        for name, value in os.environ.items():
-            if name.startswith("PIP_") and name not in variables or name.lower() in ("http_proxy", "https_proxy", "no_proxy"):
-                variables[name] = value
-        after_tools = dict(variables, PIP_UPLOADED_PRIOR_TO=recipe.uploaded_before) if recipe.uploaded_before else variables
-        mounts = [Mount(str(folder), str(folder), writable=True), Mount(str(pip_cache), str(pip_cache), writable=True)]
-        steps: list[tuple[str, str]] = [
-            ("venv", f"{shlex.quote(python)} -m venv {shlex.quote(str(venv))}"),
-            ("tools", "python -m pip install --upgrade " + " ".join(shlex.quote(t) for t in BASE_TOOLS)),
-        ]
+        (folder / "tmp").mkdir()
+        variables = {"PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": str(venv), "TMPDIR": str(folder / "tmp"),
+                     "PIP_CACHE_DIR": str(self.pip_cache), "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                     "PIP_PROGRESS_BAR": "off", **era.index_variables()}
+        mounts = [Mount(str(folder), str(folder), writable=True), Mount(str(self.pip_cache), str(self.pip_cache), writable=True)]
+        if not prefix.startswith(SYSTEM_PREFIXES):
+            mounts.append(Mount(prefix, prefix))
+        give_to(folder / "tmp", build_identity())
+        steps = BuildSteps(self.sandbox, folder, mounts, variables, cwd=str(folder))
+        steps.run("venv", f"{shlex.quote(python)} -m venv {shlex.quote(str(venv))}", network=False)
+        stages = era.Stages(recipe.requirements, recipe.packages, recipe.pip_packages)
         if recipe.requirements.strip():
             (folder / "requirements.txt").write_text(recipe.requirements)
-            steps.append(("requirements", f"python -m pip install -r {shlex.quote(str(folder / 'requirements.txt'))}"))
+        pins: list[str] = []
+        if recipe.uploaded_before:
+            pins = self._resolve_era(recipe, stages, steps, folder, version)
+
+        def pinned(stage: int, name: str) -> dict[str, str]:
+            """The date's pins for one step, less the names the step pins itself."""
+            if not pins:
+                return {}
+            path = folder / f"constraints-{name}.txt"
+            path.write_text("\n".join(era.constraints_without(pins, stages.own_pins(stage) if stage >= 0 else set())) + "\n")
+            return {"PIP_CONSTRAINT": str(path)}
+
+        tools = "python -m pip install --upgrade pip setuptools wheel" if pins else \
+            "python -m pip install --upgrade " + " ".join(shlex.quote(t) for t in BASE_TOOLS)
+        steps.run("tools", tools, extra=pinned(-1, "tools"))
+        if recipe.requirements.strip():
+            steps.run("requirements", f"python -m pip install -r {shlex.quote(str(folder / 'requirements.txt'))}",
+                      extra=pinned(0, "requirements"))
         if recipe.packages:
-            steps.append(("packages", "python -m pip install " + " ".join(shlex.quote(p) for p in recipe.packages)))
+            steps.run("packages", "python -m pip install " + " ".join(shlex.quote(p) for p in recipe.packages),
+                      extra=pinned(1, "packages"))
         if recipe.pip_packages:
-            steps.append(("pip_packages", "python -m pip install " + " ".join(shlex.quote(p) for p in recipe.pip_packages)))
-        if recipe.install:
-            steps.append(("install", recipe.install))
-        for number, command in enumerate(recipe.setup, 1):
-            steps.append((f"setup-{number}", command))
-        workspace = None
-        era_done = False
-        try:
-            if recipe.commit and (recipe.install or recipe.setup):
-                if repo_path is None:
-                    raise EnvironmentBuildError("checkout", "the recipe installs the repository but no repository was given")
-                try:
-                    workspace = Workspace(repo_path, recipe.commit)
-                except WorkspaceError as exc:
-                    raise EnvironmentBuildError("checkout", str(exc)) from None
-                mounts.append(Mount(str(workspace.repo_path), str(workspace.repo_path)))  # the objects it borrows
-                mounts.append(Mount(str(workspace.path), TESTBED, writable=True))
-            for number, (step, command) in enumerate(steps, 1):
-                if step not in ("venv", "tools") and recipe.uploaded_before and not era_done:
-                    era_done = True
-                    after_tools = self._era(recipe, venv, folder, after_tools, variables, mounts)
-                log = logs / f"{number:02d}-{step}.log"
-                outcome = self.sandbox.run(command, cwd=TESTBED if workspace else str(folder), mounts=mounts,
-                                           env=variables if step in ("venv", "tools") else after_tools, limits=BUILD_LIMITS, network=True, log_path=log)
-                if not outcome.ok and step == "install" and "build_editable" in outcome.full_output:
-                    # A pinned build backend older than PEP 660 (e.g. setuptools~=62.6): the pips of
-                    # the specs' time fell back to `setup.py develop`; today's build it with the
-                    # environment's own setuptools instead.
-                    log = logs / f"{number:02d}-{step}-no-build-isolation.log"
-                    outcome = self.sandbox.run(f"{command} --no-build-isolation", cwd=TESTBED if workspace else str(folder),
-                                               mounts=mounts, env=after_tools, limits=BUILD_LIMITS, network=True, log_path=log)
-                if not outcome.ok:
-                    tail = " | ".join(line for line in outcome.full_output.strip().splitlines()[-3:])
-                    why = "timed out" if outcome.timed_out else f"exit {outcome.exit_code}"
-                    raise EnvironmentBuildError(step, f"{command!r} {why}: {tail[-400:]} (log: {log})", outcome.output)
-        finally:
-            if workspace is not None:
-                workspace.close()
+            steps.run("pip_packages", "python -m pip install " + " ".join(shlex.quote(p) for p in recipe.pip_packages),
+                      extra=pinned(2, "pip_packages"))
+        if pins:
+            # What later installs (the testbed's) keep to: the environment as it now is.
+            (folder / "era-constraints.txt").write_text("\n".join(pins) + "\n")
+        shutil.rmtree(folder / "tmp", ignore_errors=True)
+        (folder / "recipe.json").write_text(json.dumps(recipe.identity(version), indent=1, sort_keys=True))
+        return {"label": recipe.label, "interpreter_prefix": prefix, "interpreter": python}
+
+    def _resolve_era(self, recipe: Recipe, stages, steps: BuildSteps, folder: Path, version: str) -> list[str]:
+        """The pins of `recipe.uploaded_before` for the whole environment (pip, setuptools and wheel
+        included), or [] when no resolution works (the build then goes on as of today, and
+        logs/era.log says so)."""
+        major_minor = tuple(int(p) for p in version.split(".")[:2])
+        requirements, packages, pip_packages = stages.final()
+        pins = stages.pins()
+        exact, report = folder / "exact", folder / "era-report.json"
+        exact.mkdir()
+        give_to(exact, build_identity())
+        wanted: list[str] = [*packages, *pip_packages]
+        if any(line.strip() for line in requirements):
+            (folder / "era-requirements.txt").write_text("\n".join(requirements) + "\n")
+            wanted = ["-r", str(folder / "era-requirements.txt"), *wanted]
+        log = folder / "logs" / "era.log"
+        notes: list[str] = []
+        resolver = era.resolver_pip(major_minor)
+        date = ["--uploaded-prior-to", recipe.uploaded_before, "--find-links", str(exact)]
+        attempts = [("everything", [*era.TOOLS, *wanted]), ("the tools and the exact pins", [*era.TOOLS, *pins])]
+        if resolver is not None:
+            # A venv of its own beside the environment, kept for the testbeds' installs; it runs in
+            # the sandbox, for it may build an sdist's metadata, which runs the sdist's code.
+            tool = folder / "resolver" / "bin" / "python"
+            steps.run("resolver", f"python -m venv {shlex.quote(str(folder / 'resolver'))} && "
+                      f"{tool} -m pip install --quiet --upgrade {shlex.quote(resolver)}")
+            if pins:
+                steps.run("exact-pins", f"{tool} -m pip download --no-deps --quiet -d " + shlex.quote(str(exact)) + " "
+                          + " ".join(shlex.quote(p) for p in pins), required=False)
+            for what, requested in attempts:
+                command = [str(tool), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
+                           *date, *requested]
+                outcome = steps.run("era", shlex.join(command), required=False)
+                if outcome.ok and report.is_file():
+                    notes.append(f"resolved {what} as of {recipe.uploaded_before} with {resolver}")
+                    break
+                notes.append(f"resolving {what} failed (exit {outcome.exit_code}): {outcome.output[-1500:]}")
+        else:
+            # Too old for a resolver of its own: this process's pip resolves for its version, from
+            # wheels only, so no package code runs here.
+            base = [sys.executable, "-m", "pip"]
+            env = {**{k: v for k, v in os.environ.items() if not k.startswith("PIP_")}, **era.index_variables(),
+                   "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CACHE_DIR": str(self.pip_cache)}
+            target = ["--python-version", ".".join(map(str, major_minor)), "--only-binary=:all:"]
+            if pins:
+                subprocess.run([*base, "download", "--no-deps", "--quiet", "-d", str(exact), *target, *pins],
+                               capture_output=True, text=True, env=env, timeout=900)
+            for what, requested in attempts:
+                command = [*base, "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report), *target,
+                           *date, *requested]
+                done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+                if done.returncode == 0 and report.is_file():
+                    notes.append(f"resolved {what} as of {recipe.uploaded_before} for Python {version}, from wheels")
+                    break
+                notes.append(f"resolving {what} failed (exit {done.returncode}): {done.stderr[-1500:]}")
+        if not report.is_file():
+            log.write_text("\n".join(notes) + "\nbuilding without the date limit\n")
+            return []
+        found = era.constraints_from_report(report)
+        log.write_text("\n".join(notes) + "\n" + "\n".join(found) + "\n")
+        return found
 
 
 __all__ = ["Recipe", "Environment", "EnvironmentCache", "EnvironmentUnsupported", "EnvironmentBuildError",
-           "InterpreterMissing", "TESTBED", "default_cache_root"]
+           "InterpreterMissing", "default_cache_root", "locked_build", "BuildSteps", "BUILD_LIMITS"]

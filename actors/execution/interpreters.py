@@ -54,3 +54,13 @@ def find_python(version: str, overrides: dict[str, str] | None = None) -> str:
         f"no Python {version} on this machine (looked in {versions} and for python{version} on PATH); "
         f"install one (e.g. `pyenv install {version}`) or pass --python {version}=PATH"
     )
+
+
+def interpreter_prefix(python: str) -> str:
+    """Where the interpreter's own files are (its sys.base_prefix): what a sandbox must show for a
+    virtual environment made from it to run."""
+    result = subprocess.run([python, "-c", "import sys; print(getattr(sys, 'base_prefix', sys.prefix))"],
+                            capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise InterpreterMissing(f"{python} does not run: {' '.join(result.stderr.split())[:200]}")
+    return result.stdout.strip()

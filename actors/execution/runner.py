@@ -1,45 +1,50 @@
-"""Run a command on a workspace in an environment, in the sandbox, and say what happened.
+"""Run a script on a testbed, in the sandbox, and say what happened.
 
 This is the one call the team's test runs (reproduction tests, regression tests, candidate
 selection) and the grader share:
 
     runner = TestRunner(Sandbox(), Limits(wall_seconds=600))
-    with Workspace(repo_path, base_commit) as ws:
-        ws.apply(patch)
-        run = runner.run(env, ws, "pytest -rA tests/test_x.py", parse=parse_log_pytest_like)
-    run.exit_code, run.timed_out, run.results, run.output, run.duration_s
+    run = runner.run(testbed, "git apply -v /.magis-inputs/fix.diff && pytest -rA tests/test_x.py",
+                     parse=parse_log_pytest_like, inputs={"fix.diff": diff})
+    run.exit_code, run.timed_out, run.results, run.output, run.limits, run.duration_s
 
-The workspace is mounted writable at /testbed; the environment, the system and the repository
-are read-only; the network is off; HOME and TMPDIR are a private tmpfs.
+The script sees a copy of the testbed's tree at /testbed (its working folder) and a copy of the
+testbed's venv, both in memory, bounded and thrown away at the end; `inputs` (patches, files) are
+read-only under /.magis-inputs. The environment, the system and the repository's objects are
+read-only; the network is off unless asked for; HOME and TMPDIR are a private, bounded tmpfs.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .environments import TESTBED, Environment
-from .sandbox import Limits, Mount, Outcome, Sandbox
-from .workspaces import Workspace
+from .sandbox import Limits, Mount, Outcome, Sandbox, Scratch
+from .testbeds import TESTBED, Testbed
+
+INPUTS = "/.magis-inputs"
 
 
 @dataclass(frozen=True)
 class TestRun:
-    __test__ = False
+    """The structured outcome of one script on a testbed."""
 
-    """The structured outcome of one command on a workspace."""
+    __test__ = False
 
     command: str
     exit_code: int | None  # None: killed at the time limit
     timed_out: bool
     duration_s: float
-    output: str  # cut to the limit's size (head and tail)
+    output: str  # the head and the tail, within the limits' output_bytes
     results: dict[str, str] = field(default_factory=dict)  # test id -> PASSED / FAILED / ERROR / SKIPPED / XFAIL
     leftover_processes: int = 0
     memory_exhausted: bool = False
-    log_path: str = ""  # the uncut output, kept beside the workspace
+    limits: tuple[str, ...] = ()  # the limits it ran into, in words
+    log_path: str = ""  # the output, up to the limits' log_bytes
 
     @property
     def passed(self) -> list[str]:
@@ -53,48 +58,77 @@ class TestRun:
 class TestRunner:
     __test__ = False  # not a pytest test class
 
-    def __init__(self, sandbox: Sandbox | None = None, limits: Limits = Limits()) -> None:
+    def __init__(self, sandbox: Sandbox | None = None, limits: Limits = Limits(), network: bool = False) -> None:
         self.sandbox = sandbox or Sandbox()
         self.limits = limits
+        self.network = network
 
-    def run(self, env: Environment | None, workspace: Workspace, command: str,
-            parse: Callable[[str], dict[str, str]] | None = None, name: str = "tests",
-            limits: Limits | None = None, prelude: tuple[str, ...] = ()) -> TestRun:
-        """Run `command` (a shell command line) in the workspace; `parse` turns the full output into
-        per-test results. `prelude` commands run first, in the same shell (e.g. exports)."""
-        # Without an environment the command finds its tools as the user's shell does.
-        variables = env.variables() if env is not None else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    @property
+    def isolated(self) -> bool:
+        """Whether runs get their own copy of the testbed's venv (they may then install into it)."""
+        return self.sandbox.mode != "none"
+
+    def run(self, testbed: Testbed | None, script: str, parse: Callable[[str], dict[str, str]] | None = None,
+            inputs: dict[str, str | bytes] | None = None, name: str = "tests", logs_dir: str | os.PathLike | None = None,
+            limits: Limits | None = None, tree: str | os.PathLike | None = None) -> TestRun:
+        """Run `script` (shell) in /testbed; `parse` turns the output into per-test results. Without
+        a testbed, `tree` is the folder copied to /testbed and the host's tools are used."""
+        limits = limits or self.limits
+        scratch_dir = Path(tempfile.mkdtemp(prefix="magis-run-"))
+        try:
+            inputs_dir = scratch_dir / "inputs"
+            inputs_dir.mkdir()
+            for input_name, data in (inputs or {}).items():
+                (inputs_dir / input_name).write_bytes(data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data)
+            os.chmod(scratch_dir, 0o755)
+            log = Path(logs_dir) / f"{name}.log" if logs_dir is not None else scratch_dir / f"{name}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            mounts, scratches, variables = self._layout(testbed, tree)
+            mounts.append(Mount(str(inputs_dir), INPUTS))
+            outcome: Outcome = self.sandbox.run(script, cwd=TESTBED, mounts=mounts, scratches=scratches, env=variables,
+                                                limits=limits, network=self.network, log_path=log)
+            results = parse(outcome.output) if parse else {}
+            return TestRun(
+                command=script, exit_code=outcome.exit_code, timed_out=outcome.timed_out, duration_s=outcome.duration_s,
+                output=outcome.output, results=results, leftover_processes=outcome.leftover_processes,
+                memory_exhausted=outcome.memory_exhausted, limits=outcome.limits,
+                log_path=str(log) if logs_dir is not None else "",
+            )
+        finally:
+            shutil.rmtree(scratch_dir, ignore_errors=True)
+
+    def _layout(self, testbed: Testbed | None, tree) -> tuple[list[Mount], list[Scratch], dict[str, str]]:
+        if testbed is None:
+            # The host's own tools, as the user's shell finds them.
+            variables = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+            mounts = host_tools(variables["PATH"])
+            seed = str(tree) if tree is not None else None
+            if self.sandbox.mode == "none" and seed:
+                variables["PYTHONPATH"] = _source_of(seed)
+            return mounts, [Scratch(TESTBED, seed)], variables
+        variables = {**testbed.variables(), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": testbed.wheelhouse,
+                     "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1", "PIP_CONFIG_FILE": os.devnull}
         if self.sandbox.mode == "none":
-            # No /testbed without the sandbox: the checkout goes first on sys.path, ahead of an
-            # editable install that points at /testbed.
-            source = workspace.path / "src" if (workspace.path / "src").is_dir() else workspace.path
-            variables["PYTHONPATH"] = str(source)
-        script = "\n".join([*prelude, command])
-        log = workspace.logs / f"{name}.log"
-        # Read-only at their own paths: the environment (it may sit under /tmp, which the sandbox
-        # replaces with its own) and the repository whose objects the checkout borrows.
-        mounts = [Mount(str(workspace.repo_path), str(workspace.repo_path))]
-        if env is not None:
-            mounts.append(Mount(env.path, env.path))
-        else:
-            mounts += host_tools(self.sandbox, variables["PATH"])
-        mounts.append(Mount(str(workspace.path), TESTBED, writable=True))
-        outcome: Outcome = self.sandbox.run(script, cwd=TESTBED, mounts=mounts,
-                                            env=variables, limits=limits or self.limits, network=False, log_path=log)
-        results = parse(outcome.full_output) if parse else {}
-        return TestRun(
-            command=command, exit_code=outcome.exit_code, timed_out=outcome.timed_out, duration_s=outcome.duration_s,
-            output=outcome.output, results=results, leftover_processes=outcome.leftover_processes,
-            memory_exhausted=outcome.memory_exhausted, log_path=str(log),
-        )
+            # No /testbed without the sandbox: the copy goes first on sys.path, ahead of the
+            # editable install (which points at /testbed), and the venv is used where it is.
+            variables["PYTHONPATH"] = _source_of(testbed.tree)
+            return testbed.mounts(), [Scratch(TESTBED, testbed.tree)], variables
+        return testbed.mounts(), [Scratch(TESTBED, testbed.tree), Scratch(testbed.venv, testbed.venv)], variables
 
 
-def host_tools(sandbox: Sandbox, path_variable: str) -> list[Mount]:
+def _source_of(tree: str) -> str:
+    """Where a checkout's packages are: src/ for a src layout, else the checkout itself."""
+    return "/testbed/src" if os.path.isdir(os.path.join(tree, "src")) else "/testbed"
+
+
+def host_tools(path_variable: str) -> list[Mount]:
     """Read-only mounts, at their own paths, for the host tools a command without an environment
-    may use and the sandbox would hide: the interpreter running magis-ray (a virtualenv under /tmp,
-    say) and the folders on PATH."""
+    may use and the sandbox shows nothing of: the interpreter running magis-ray (a virtualenv under
+    /tmp or a home folder, say) and the folders on PATH."""
     folders = dict.fromkeys([sys.prefix, sys.base_prefix, *map(_virtualenv_of, filter(None, path_variable.split(os.pathsep)))])
-    return [Mount(folder, folder) for folder in folders if os.path.isdir(folder) and sandbox.replaces(folder)]
+    system = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc")
+    return [Mount(folder, folder) for folder in folders
+            if os.path.isdir(folder) and not any(folder == s or folder.startswith(s + "/") for s in system)]
 
 
 def _virtualenv_of(folder: str) -> str:
@@ -102,19 +136,3 @@ def _virtualenv_of(folder: str) -> str:
     beside bin/ and its packages under lib/."""
     parent = os.path.dirname(folder.rstrip("/"))
     return parent if os.path.isfile(os.path.join(parent, "pyvenv.cfg")) else folder
-
-
-def run_on_patch(repo_path: str | os.PathLike, commit: str, patches: list[tuple[str, str]], env: Environment | None,
-                 command: str, runner: TestRunner, parse=None, keep_logs: str | os.PathLike | None = None) -> TestRun:
-    """A fresh workspace at `commit`, each (name, diff) applied in order, then `command`.
-    WorkspaceError when a checkout or a patch fails (the message is git's)."""
-    with Workspace(repo_path, commit) as workspace:
-        for name, diff in patches:
-            if diff.strip():
-                workspace.apply(diff, name)
-        run = runner.run(env, workspace, command, parse)
-        if keep_logs is not None:
-            Path(keep_logs).mkdir(parents=True, exist_ok=True)
-            for log in workspace.logs.iterdir():
-                (Path(keep_logs) / log.name).write_bytes(log.read_bytes())
-        return run

@@ -1,16 +1,19 @@
 """SWE-bench's own recipe for an instance, from the `swebench` package (pinned 4.1.0, the last
-line whose harness still carries the Python spec tables in swebench.harness.constants): the
-environment (interpreter, requirements, packages, install), the test command and its directives,
-and the log parser. Where the harness would fetch a requirements file from GitHub, it is read
-from the local repository at the environment's setup commit instead; conda package lists map to
-pip; steps that have no pip equivalent (environment.yml, apt-get) make the environment
-unsupported, with the reason."""
+line whose harness still carries the Python spec tables in swebench.harness.constants), in the
+harness's two layers: the environment (interpreter, requirements, packages; shared by every
+instance of a (repo, version)) and the testbed (the spec's pre-install edits and its install,
+run at the instance's own base commit). Where the harness would fetch a requirements file or an
+environment.yml from GitHub, it is read from the local repository at the environment's setup
+commit instead; conda package lists and environment.yml files map to pip (conda.py); an
+`apt-get install` of the spec needs the package on this machine already."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
+from magis_ray.actors.execution.conda import pip_equivalent
 from magis_ray.actors.execution.environments import Recipe
+from magis_ray.actors.execution.testbeds import TestbedRecipe, system_packages_of
 from magis_ray.actors.execution.workspaces import read_file_at
 
 
@@ -39,11 +42,16 @@ def harness():
 
 @dataclass(frozen=True)
 class InstanceSpec:
-    recipe: Recipe
+    testbed: TestbedRecipe  # the environment (testbed.env) and the install at the base commit
     test_command: str  # the spec's test_cmd with the test patch's files as directives
     test_files: tuple[str, ...]  # files the test patch touches (reset to the base commit before it applies)
     eval_commands: tuple[str, ...]  # the spec's extra eval steps, before the tests
     parse: Callable[[str], dict[str, str]]  # test output -> {test: PASSED/FAILED/...}
+    harness_specs: dict | None = None  # the swebench spec itself (None for a user's own setup)
+
+    @property
+    def recipe(self) -> Recipe:
+        return self.testbed.env
 
 
 def _requirements(repo: str, repo_path, commit: str, constants, spec_python) -> str:
@@ -75,6 +83,19 @@ class NoSpec(KeyError):
     """The swebench package has no spec for this (repo, version)."""
 
 
+def _environment_yml(repo: str, repo_path, commit: str, constants) -> tuple[tuple[str, ...], str]:
+    """The environment.yml the harness would fetch, as pip packages; ("", why) when there is none."""
+    from swebench.harness.test_spec.python import clean_environment_yml
+
+    paths = constants.MAP_REPO_TO_ENV_YML_PATHS.get(repo, ["environment.yml"])
+    for path in paths:
+        text = read_file_at(repo_path, commit, path)
+        if text is not None:
+            mapped = pip_equivalent(clean_environment_yml(text))
+            return mapped.packages, ""
+    return (), f"no environment.yml at {', '.join(paths)} in {repo}@{commit[:12]}"
+
+
 def instance_spec(record: dict, repo_path) -> InstanceSpec:
     """The recipe and test command of a SWE-bench record (a dict with the dataset's fields; a run's
     issue has no test patch, and then the command names no test files). NoSpec when the harness
@@ -96,18 +117,22 @@ def instance_spec(record: dict, repo_path) -> InstanceSpec:
         except ValueError as exc:
             unsupported = str(exc)
     elif wanted == "environment.yml":
-        unsupported = "the spec builds a conda environment.yml (conda-only packages); no pip equivalent"
+        packages, unsupported = _environment_yml(repo, repo_path, setup_commit, constants)
     elif wanted:
-        packages = tuple(wanted.split())  # conda package names that pip has under the same names
-    if specs.get("pre_install"):
-        unsupported = unsupported or f"the spec needs system packages: {'; '.join(specs['pre_install'])[:200]}"
-    if specs.get("no_use_env"):
-        unsupported = unsupported or "the spec installs into conda's base environment"
-    recipe = Recipe(
-        python=str(specs["python"]), repo=repo, commit=setup_commit, requirements=requirements, packages=packages,
-        pip_packages=tuple(specs.get("pip_packages", ())), install=specs.get("install", ""),
-        unsupported=unsupported, label=f"{repo} {version}", uploaded_before=SWEBENCH_ERA,
-    )
+        packages = tuple(_conda_to_pip(p) for p in wanted.split())  # conda names that pip has under the same names
+    pre_install, system = [], []
+    for command in specs.get("pre_install", ()):
+        named = system_packages_of(command)
+        if named is None:
+            pre_install.append(command)
+        else:
+            system += named
+    env = Recipe(python=str(specs["python"]), requirements=requirements, packages=packages,
+                 pip_packages=tuple(specs.get("pip_packages", ())), unsupported=unsupported, label=f"{repo} {version}",
+                 uploaded_before=SWEBENCH_ERA)
+    install = tuple(c for c in (constants.MAP_REPO_TO_INSTALL.get(repo, ""), specs.get("install", "")) if c)
+    testbed = TestbedRecipe(env=env, repo=repo, commit=record["base_commit"], pre_install=tuple(pre_install),
+                            install=install, system_packages=tuple(system), label=f"{repo} {version}")
     test_cmd = specs["test_cmd"]
     test_cmd = test_cmd[-1] if isinstance(test_cmd, list) else test_cmd
     directives = spec_python.get_test_directives(record) if record.get("test_patch") else []
@@ -120,9 +145,17 @@ def instance_spec(record: dict, repo_path) -> InstanceSpec:
     )
     parser = parsers[repo]
     return InstanceSpec(
-        recipe=recipe, test_command=" ".join([test_cmd, *directives]), test_files=test_files,
-        eval_commands=tuple(specs.get("eval_commands", ())), parse=lambda log: parser(log, spec),
+        testbed=testbed, test_command=" ".join([test_cmd, *directives]), test_files=test_files,
+        eval_commands=tuple(specs.get("eval_commands", ())), parse=lambda log: parser(log, spec), harness_specs=dict(specs),
     )
+
+
+def _conda_to_pip(package: str) -> str:
+    """A conda package argument as pip's: `name=1.2` (conda: any 1.2.x) -> `name==1.2.*`."""
+    name, sep, version = package.partition("=")
+    if sep and not version.startswith("=") and not any(c in name for c in "<>!"):
+        return f"{name}=={version}" if "*" in version or version.count(".") >= 2 else f"{name}=={version}.*"
+    return package
 
 
 DEFAULT_ENV_SETUP = "python -m pip install -e . pytest"
@@ -130,17 +163,17 @@ DEFAULT_TEST_CMD = "pytest -rA"
 
 
 def custom_spec(record: dict, python: str, env_setup: str | None = None, test_cmd: str | None = None) -> InstanceSpec:
-    """A user's own repository: the environment is `env_setup` (default: the project installed
-    editable, and pytest) at the record's setup commit; the tests are `test_cmd` (default
-    `pytest -rA`) followed by the files the test patch touches, parsed as pytest's -rA summary.
-    Keyed like any environment: a changed command or commit is another environment."""
+    """A user's own repository: an environment of `python` alone, and a testbed made by `env_setup`
+    (default: the project installed editable, and pytest) at the record's base commit; the tests
+    are `test_cmd` (default `pytest -rA`) followed by the files the test patch touches, parsed as
+    pytest's -rA summary. A changed command or commit is another testbed."""
     _, _, parsers, spec_python, TestSpec = harness()
     from swebench.harness.log_parsers.python import parse_log_pytest
     from swebench.harness.utils import get_modified_files
 
-    setup_commit = record.get("environment_setup_commit") or record["base_commit"]
-    recipe = Recipe(python=python, repo=record["repo"], commit=setup_commit, setup=(env_setup or DEFAULT_ENV_SETUP,),
-                    label=f"{record['repo']} (--env-setup)")
+    env = Recipe(python=python, label=f"{record['repo']} (--env-setup)")
+    testbed = TestbedRecipe(env=env, repo=record["repo"], commit=record["base_commit"], install=(env_setup or DEFAULT_ENV_SETUP,),
+                            label=f"{record['repo']} (--env-setup)")
     test_patch = record.get("test_patch", "")
     directives = spec_python.get_test_directives(record) if test_patch else []
     spec = TestSpec(
@@ -149,7 +182,7 @@ def custom_spec(record: dict, python: str, env_setup: str | None = None, test_cm
         docker_specs={}, namespace=None,
     )
     return InstanceSpec(
-        recipe=recipe, test_command=" ".join([test_cmd or DEFAULT_TEST_CMD, *directives]),
+        testbed=testbed, test_command=" ".join([test_cmd or DEFAULT_TEST_CMD, *directives]),
         test_files=tuple(get_modified_files(test_patch)) if test_patch else (), eval_commands=(),
         parse=lambda log: parse_log_pytest(log, spec),
     )

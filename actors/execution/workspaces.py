@@ -53,17 +53,7 @@ class Workspace:
             raise
 
     def _checkout(self) -> None:
-        if not self.repo_path.is_dir():
-            raise WorkspaceError(f"no repository at {self.repo_path}")
-        clone = _git(["clone", "--quiet", "--shared", "--no-checkout", str(self.repo_path), str(self.path)], self._root)
-        if clone.returncode != 0:
-            raise WorkspaceError(f"cannot clone {self.repo_path}: {one_line(clone.stderr.decode('utf-8', 'replace'))}")
-        checkout = _git(["checkout", "--quiet", "--detach", self.commit], self.path)
-        if checkout.returncode != 0:
-            raise WorkspaceError(f"cannot check out {self.commit[:12]}: {one_line(checkout.stderr.decode('utf-8', 'replace'))}")
-        # git checks out what it can and exits 0 when the repository lacks some blobs (a clone cut
-        # by a size limit): say which files are missing rather than test a silently partial tree.
-        self.missing = re.findall(r"unable to read sha1 file of (.+?) \(", checkout.stderr.decode("utf-8", "replace"))
+        self.missing = checkout(self.repo_path, self.commit, self.path)
 
     def __enter__(self) -> Workspace:
         return self
@@ -100,6 +90,28 @@ class Workspace:
     def file_at_commit(self, path: str) -> str | None:
         result = _git(["show", f"{self.commit}:{path}"], self.path)
         return result.stdout.decode("utf-8", "replace") if result.returncode == 0 else None
+
+
+def checkout(repo_path: str | os.PathLike, commit: str, path: str | os.PathLike) -> list[str]:
+    """A clone of `repo_path` at `path` that shares its objects, checked out at `commit`; the files
+    of the commit whose content the repository lacks (a clone cut by a size limit), if any.
+    WorkspaceError with git's reason when it cannot be made."""
+    repo_path, path = Path(repo_path), Path(path)
+    if not repo_path.is_dir():
+        raise WorkspaceError(f"no repository at {repo_path}")
+    clone = _git(["clone", "--quiet", "--shared", "--no-checkout", str(repo_path), str(path)], path.parent)
+    if clone.returncode != 0:
+        raise WorkspaceError(f"cannot clone {repo_path}: {one_line(clone.stderr.decode('utf-8', 'replace'))}")
+    done = _git(["checkout", "--quiet", "--detach", commit], path)
+    if done.returncode != 0:
+        raise WorkspaceError(f"cannot check out {commit[:12]}: {one_line(done.stderr.decode('utf-8', 'replace'))}")
+    # git checks out what it can and exits 0 when the repository lacks some blobs: say which.
+    return re.findall(r"unable to read sha1 file of (.+?) \(", done.stderr.decode("utf-8", "replace"))
+
+
+def objects_of(repo_path: str | os.PathLike) -> str:
+    """The object folder of a (bare or not) repository, which a shared clone borrows from."""
+    return str(_git_dir(Path(repo_path).resolve()) / "objects")
 
 
 def read_file_at(repo_path: str | os.PathLike, commit: str, path: str) -> str | None:

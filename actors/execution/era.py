@@ -1,0 +1,118 @@
+"""Packages as of a date: SWE-bench's test lists were made with the releases of their time, and
+today's break older code and tests (NumPy 2 removed np.Inf; pytest 8 dropped nose-style setup();
+pip 25 dropped `setup.py develop`, so an editable install no longer puts the checkout on sys.path).
+
+An environment's packages, pip, setuptools and wheel included, are resolved once as of the date,
+and the resolution becomes a constraints file for every later install step. An exact pin of the
+spec (`name==version`) wins over the date: the flask spec pins setuptools==70.0.0, released after
+it, so exact pins are offered to the resolver as local files, which carry no upload time.
+
+Only the index counts: a resolution reads no pip configuration file and no local find-links
+(this machine's, for one, hold today's wheels with no upload time, which the date would not stop)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+
+# The resolver: pip 26.0.1 is the last pip that knows --uploaded-prior-to and runs on Python 3.9;
+# newer Pythons take the newest pip. Older Pythons are resolved by this process's pip for their
+# version, from wheels only (pip cannot build another Python's metadata).
+RESOLVER_FOR_39 = "pip==26.0.1"
+TOOLS = ("pip", "setuptools", "wheel")
+_EXACT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*([A-Za-z0-9._+!-]+)\s*(;.*)?$")
+
+
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_name(line: str) -> str:
+    """The distribution a requirement line names ("" for an option or a URL)."""
+    match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line.split(" #")[0])
+    return normalized(match.group(1)) if match and not line.lstrip().startswith("-") else ""
+
+
+def exact_pins(requirements: str, packages: tuple[str, ...] = ()) -> list[str]:
+    """The `name==version` requirements among a requirements file's lines and package arguments."""
+    found = []
+    for line in [*requirements.splitlines(), *packages]:
+        match = _EXACT.match(line.split(" #")[0])
+        if match and "*" not in match.group(3):
+            found.append(f"{match.group(1)}=={match.group(3)}")
+    return found
+
+
+@dataclass(frozen=True)
+class Stages:
+    """An environment's install steps in their order (the requirements file, the packages, the pip
+    packages): a later step's exact pin overrides an earlier step's requirement of the same name,
+    as installing them one after the other does."""
+
+    requirements: str = ""
+    packages: tuple[str, ...] = ()
+    pip_packages: tuple[str, ...] = ()
+
+    def _later_pins(self, stage: int) -> set[str]:
+        later = [("", self.packages), ("", self.pip_packages)][stage:]
+        return {requirement_name(pin) for text, args in later for pin in exact_pins(text, args)}
+
+    def final(self) -> tuple[list[str], list[str], list[str]]:
+        """Each step's requirements without those a later step pins exactly."""
+        requirements = [line for line in self.requirements.splitlines() if requirement_name(line) not in self._later_pins(0)]
+        packages = [p for p in self.packages if requirement_name(p) not in self._later_pins(1)]
+        return requirements, packages, list(self.pip_packages)
+
+    def pins(self) -> list[str]:
+        """The exact pins the finished environment has."""
+        requirements, packages, pip_packages = self.final()
+        return exact_pins("\n".join(requirements), (*packages, *pip_packages))
+
+    def own_pins(self, stage: int) -> set[str]:
+        """Names a step pins exactly itself: its constraints leave them to it."""
+        text, args = [(self.requirements, ()), ("", self.packages), ("", self.pip_packages)][stage]
+        return {requirement_name(pin) for pin in exact_pins(text, args)}
+
+
+def constraints_without(pins: list[str], names: set[str]) -> list[str]:
+    return [pin for pin in pins if requirement_name(pin) not in names]
+
+
+def resolver_pip(version: tuple[int, int]) -> str | None:
+    """What to install into a venv of Python `version` to resolve there (None: too old for any)."""
+    if version >= (3, 10):
+        return "pip"
+    if version == (3, 9):
+        return RESOLVER_FOR_39
+    return None
+
+
+def index_variables(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """pip's variables for a resolution or a build: the user's index, certificates and proxies,
+    no configuration file, no find-links."""
+    environ = os.environ if environ is None else environ
+    kept = ("PIP_INDEX_URL", "PIP_CERT", "PIP_CLIENT_CERT", "PIP_TRUSTED_HOST", "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES")
+    found = {name: environ[name] for name in kept if environ.get(name)}
+    extra = " ".join(url for url in environ.get("PIP_EXTRA_INDEX_URL", "").split() if not url.startswith("file:"))
+    if extra:
+        found["PIP_EXTRA_INDEX_URL"] = extra
+    for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"):
+        if environ.get(name):
+            found[name] = environ[name]
+    found["PIP_CONFIG_FILE"] = os.devnull
+    return found
+
+
+def constraints_from_report(report_path: str | os.PathLike) -> list[str]:
+    """`name==version` for every distribution a `pip install --dry-run --report` would install
+    (those given by URL or path have no version to pin)."""
+    with open(report_path) as handle:
+        report = json.load(handle)
+    pins = []
+    for item in report.get("install", []):
+        info = item.get("download_info", {})
+        if info.get("dir_info") or "vcs_info" in info:
+            continue
+        pins.append(f"{item['metadata']['name']}=={item['metadata']['version']}")
+    return sorted(pins, key=str.lower)

@@ -1,0 +1,333 @@
+"""Testbeds: the repository installed at one commit on top of an environment, as the official
+harness's instance image is. Built once per (environment, commit, install steps) and cached beside
+the environments:
+
+    testbeds/KEY/tree        the checkout of the commit after the spec's pre-install edits and its
+                             install step (generated files included: a setuptools_scm version
+                             file, compiled extensions, egg-info)
+    testbeds/KEY/venv        a small virtual environment chained onto the environment's: the
+                             install's own changes (the editable link, a dependency only this
+                             commit needs) land here, never in the shared environment
+    testbeds/KEY/wheelhouse  the project's build requirements, so that installing it again in a
+                             test run (as the harness's eval script does) works without the network
+
+The install ran with the tree at /testbed, so what it wrote points there; a test run gets a copy
+of the tree at /testbed and a copy of the chained venv at its own path, both in memory, and
+changes neither (runner.py).
+
+The chained venv sees the environment's packages through a .pth file that adds the environment's
+site-packages after its own, and carries the environment's console scripts with their first line
+pointing at its own interpreter (`pytest`, `tox` then run with the testbed's packages)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .environments import (SYSTEM_PREFIXES, BuildSteps, Environment, EnvironmentBuildError, EnvironmentCache,
+                           EnvironmentUnsupported, Recipe, locked_build)
+from .identities import build_identity, give_to
+from .era import constraints_from_report
+from .sandbox import Mount
+from .workspaces import WorkspaceError, checkout, git_env, objects_of
+
+TESTBED = "/testbed"
+DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0", "wheel")  # pip's own default for a project without pyproject.toml
+PIP_INSTALL = re.compile(r"^\s*(?:python -m pip|pip) install (.*)$")
+CONFLICT_SIGNS = ("ResolutionImpossible", "conflicting dependencies", "Could not find a version that satisfies")
+
+
+@dataclass(frozen=True)
+class TestbedRecipe:
+    """The repository at `commit`, installed on the environment of `env` by `pre_install` (file
+    edits) and then `install` (shell commands run in /testbed)."""
+
+    __test__ = False
+
+    env: Recipe
+    repo: str  # owner/name, for people and for submodule mirrors
+    commit: str
+    pre_install: tuple[str, ...] = ()
+    install: tuple[str, ...] = ()
+    system_packages: tuple[str, ...] = ()  # Debian packages the spec installs; this machine must have them
+    label: str = ""
+
+    def key(self, env_key: str) -> str:
+        data = json.dumps({"env": env_key, "commit": self.commit, "pre_install": self.pre_install,
+                           "install": self.install, "layout": 2}, sort_keys=True).encode()
+        return hashlib.sha256(data).hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class Testbed:
+    __test__ = False
+
+    env: Environment
+    key: str
+    path: str
+    objects: str  # the repository's object folder, which the tree's git borrows from
+    build_seconds: float
+    built_now: bool
+    label: str = ""
+
+    @property
+    def tree(self) -> str:
+        return str(Path(self.path) / "tree")
+
+    @property
+    def venv(self) -> str:
+        return str(Path(self.path) / "venv")
+
+    @property
+    def wheelhouse(self) -> str:
+        return str(Path(self.path) / "wheelhouse")
+
+    def variables(self) -> dict[str, str]:
+        return {"PATH": f"{self.venv}/bin:{self.env.venv}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": self.venv}
+
+    def mounts(self) -> list[Mount]:
+        """Read-only: the environment, the interpreter, the testbed and the repository's objects."""
+        return [*self.env.mounts(), Mount(self.path, self.path), Mount(self.objects, self.objects)]
+
+
+class TestbedCache:
+    """Testbeds beside the environments of `envs` (one cache folder, one lock discipline)."""
+
+    __test__ = False
+
+    def __init__(self, envs: EnvironmentCache) -> None:
+        self.envs = envs
+        self.root = Path(envs.root) / "testbeds"
+
+    def get(self, recipe: TestbedRecipe, repo_path: str | os.PathLike, mirrors: str | os.PathLike | None = None) -> Testbed:
+        """The testbed of `recipe`, built now unless this node has it. Raises what
+        EnvironmentCache.get raises, and EnvironmentBuildError for a failed checkout or install."""
+        env = self.envs.get(recipe.env)
+        _check_system_packages(recipe.system_packages)
+        key = recipe.key(env.key)
+        folder = self.root / key
+        repo_path = Path(repo_path).resolve()
+        info, seconds, built_now = locked_build(folder, lambda: self._build(recipe, env, folder, repo_path, mirrors))
+        return Testbed(env, key, str(folder), info["objects"], seconds, built_now, recipe.label or env.label)
+
+    def _build(self, recipe: TestbedRecipe, env: Environment, folder: Path, repo_path: Path, mirrors) -> dict:
+        identity = build_identity()
+        tree, venv = folder / "tree", folder / "venv"
+        try:
+            missing = checkout(repo_path, recipe.commit, tree)
+        except WorkspaceError as exc:
+            raise EnvironmentBuildError("checkout", str(exc)) from None
+        notes = [f"checked out {recipe.commit} of {recipe.repo}"]
+        if missing:
+            notes.append(f"the repository lacks {len(missing)} file(s) of the commit: {', '.join(missing[:5])}")
+        notes += _submodules(tree, recipe.commit, mirrors)
+        (folder / "logs").mkdir()
+        (folder / "wheelhouse").mkdir()
+        give_to(folder, identity)
+        self.envs.prepare_writable(folder)
+        constraints = {"PIP_CONSTRAINT": env.constraints} if env.constraints else {}
+        variables = {"PATH": f"{venv}/bin:{env.venv}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": str(venv),
+                     "PIP_CACHE_DIR": str(self.envs.pip_cache), "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                     "PIP_PROGRESS_BAR": "off", **_index_variables()}
+        mounts = [*env.mounts(), Mount(str(folder), str(folder), writable=True), Mount(str(tree), TESTBED, writable=True),
+                  Mount(objects_of(repo_path), objects_of(repo_path)),
+                  Mount(str(self.envs.pip_cache), str(self.envs.pip_cache), writable=True)]
+        steps = BuildSteps(self.envs.sandbox, folder, mounts, variables, cwd=TESTBED)
+        # --copies: its python is a file of its own, not a link to the base interpreter, so that
+        # a link to it (tox-current-env makes one) is still this venv's python.
+        steps.run("venv", f"{shlex.quote(env.interpreter)} -m venv --copies --without-pip {shlex.quote(str(venv))}", network=False)
+        chain(env, venv)
+        give_to(venv, identity)
+        for number, command in enumerate(recipe.pre_install, 1):
+            steps.run(f"pre_install-{number}", command, network=False)
+        for number, command in enumerate(recipe.install, 1):
+            dated = self._resolve_install(recipe, env, steps, folder, number, command, notes)
+            outcome = steps.run(f"install-{number}", command, extra=dated or constraints, required=False)
+            if not outcome.ok and constraints and any(sign in outcome.output + _log_text(steps) for sign in CONFLICT_SIGNS):
+                # The date's pins against what this commit asks for (a newer build backend, say):
+                # the harness pinned nothing here, so neither do we on a second try.
+                notes.append(f"install step {number} conflicts with the environment's date pins; installed without them")
+                outcome = steps.run(f"install-{number}-unpinned", command, required=False)
+            if not outcome.ok and "build_editable" in outcome.output + _log_text(steps):
+                # A pinned build backend older than PEP 660 (setuptools~=62.6): the pips of the
+                # specs' time fell back to `setup.py develop`; build with the environment's own.
+                outcome = steps.run(f"install-{number}-no-build-isolation", f"{command} --no-build-isolation", required=False)
+            if not outcome.ok:
+                unmirrored = [note for note in notes if "no local mirror" in note]
+                if unmirrored:
+                    # The harness's image clones its submodules from GitHub; here they come from a
+                    # local mirror, and without one the install fails for want of the network.
+                    raise EnvironmentBuildError(f"install-{number}", f"needs the internet: {'; '.join(unmirrored)} "
+                                                f"(put a clone in the repositories folder as OWNER__NAME)", outcome.output)
+                tail = " | ".join(outcome.output.strip().splitlines()[-3:])
+                raise EnvironmentBuildError(f"install-{number}", f"{command!r} exit {outcome.exit_code}: {tail[-400:]} "
+                                            f"(log: {steps.logs})", outcome.output)
+        requires = build_requirements(tree)
+        fetched = steps.run("wheelhouse", "python -m pip download --quiet -d " + shlex.quote(str(folder / "wheelhouse")) + " "
+                            + " ".join(shlex.quote(r) for r in requires), extra=constraints, required=False)
+        if not fetched.ok:
+            notes.append("the build requirements could not be fetched: a test run cannot install the project again offline")
+        (folder / "logs" / "testbed.log").write_text("\n".join(notes) + "\n")
+        readable_by_all(tree)  # test runs copy it as uids of their own
+        return {"objects": objects_of(repo_path), "label": recipe.label, "notes": notes, "build_requires": list(requires)}
+
+
+    def _resolve_install(self, recipe: TestbedRecipe, env: Environment, steps: BuildSteps, folder: Path, number: int,
+                         command: str, notes: list[str]) -> dict[str, str]:
+        """What a pip install step may add (this commit's own dependencies), resolved as of the
+        environment's date on top of its pins: {"PIP_CONSTRAINT": file}, or {} (the step then
+        keeps to the environment's pins alone)."""
+        match = PIP_INSTALL.match(command)
+        if not (recipe.env.uploaded_before and env.resolver and env.constraints and match):
+            return {}
+        report = folder / f"install-{number}-report.json"
+        dry_run = (f"{shlex.quote(env.resolver)} -m pip install --dry-run --ignore-installed --quiet --report {report} "
+                   f"--uploaded-prior-to {recipe.env.uploaded_before} --find-links {shlex.quote(env.exact_pins)} "
+                   f"-c {shlex.quote(env.constraints)} {match.group(1)}")
+        outcome = steps.run(f"install-{number}-era", dry_run, required=False)
+        if not outcome.ok or not report.is_file():
+            notes.append(f"install step {number}: no resolution as of {recipe.env.uploaded_before}; the environment's pins alone")
+            return {}
+        path = folder / f"install-{number}-constraints.txt"
+        path.write_text("\n".join(constraints_from_report(report)) + "\n")
+        notes.append(f"install step {number}: resolved as of {recipe.env.uploaded_before} (constraints: {path.name})")
+        return {"PIP_CONSTRAINT": str(path)}
+
+
+def readable_by_all(root: Path) -> None:
+    """Every file readable and every folder enterable by anyone (git writes some files 0600)."""
+    for folder, folders, files in os.walk(root):
+        for name in folders:
+            path = os.path.join(folder, name)
+            os.chmod(path, os.stat(path).st_mode | 0o555)
+        for name in files:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                os.chmod(path, os.stat(path).st_mode | 0o444)
+
+
+def _log_text(steps: BuildSteps) -> str:
+    logs = sorted(steps.logs.glob("*.log"))
+    return logs[-1].read_text(errors="replace")[-20000:] if logs else ""
+
+
+def _index_variables() -> dict[str, str]:
+    from .era import index_variables
+
+    return index_variables()
+
+
+def chain(env: Environment, venv: Path) -> None:
+    """Make the venv at `venv` see the environment's packages and carry its console scripts."""
+    site = next((venv / "lib").glob("python*/site-packages"), None)
+    base = next((Path(env.venv) / "lib").glob("python*/site-packages"), None)
+    if site is None or base is None:
+        raise EnvironmentBuildError("venv", f"no site-packages in {venv} or {env.venv}")
+    # site.addsitedir, not a bare path: the environment's own .pth files (editable installs,
+    # setuptools' distutils shim) must be read too, and after the testbed's.
+    (site / "_magis_environment.pth").write_text(f"import site; site.addsitedir({str(base)!r})\n")
+    own_bin, base_bin = venv / "bin", Path(env.venv) / "bin"
+    for script in base_bin.iterdir():
+        target = own_bin / script.name
+        if target.exists() or target.is_symlink() or script.is_symlink() or not script.is_file():
+            continue
+        head = script.read_bytes()[:512]
+        if not head.startswith(b"#!") or str(base_bin).encode() not in head:
+            continue
+        data = script.read_bytes()
+        lines = data.split(b"\n", 3)
+        lines[:3] = [line.replace(str(base_bin).encode(), str(own_bin).encode()) for line in lines[:3]]
+        target.write_bytes(b"\n".join(lines))
+        target.chmod(0o755)
+
+
+def build_requirements(tree: Path) -> tuple[str, ...]:
+    """What building the project needs: its pyproject.toml's [build-system] requires, else pip's
+    default; and wheel, which setuptools asks for when it builds an editable install."""
+    text = ""
+    try:
+        text = (tree / "pyproject.toml").read_text()
+    except OSError:
+        pass
+    requires: list[str] = []
+    if text:
+        try:
+            import tomllib
+
+            requires = list(tomllib.loads(text).get("build-system", {}).get("requires", []))
+        except (ImportError, ValueError):
+            match = re.search(r"\[build-system\][^\[]*?requires\s*=\s*\[(.*?)\]", text, re.S)
+            requires = re.findall(r"[\"']([^\"']+)[\"']", match.group(1)) if match else []
+    if not requires:
+        requires = list(DEFAULT_BUILD_REQUIRES)
+    if not any(re.match(r"wheel\b", r) for r in requires):
+        requires.append("wheel")
+    return tuple(requires)
+
+
+def _submodules(tree: Path, commit: str, mirrors) -> list[str]:
+    """Check out the commit's git submodules from local mirrors (MIRRORS/owner__name); the notes
+    say which have none (the install may then need the internet)."""
+    listed = subprocess.run(["git", "config", "-f", ".gitmodules", "--get-regexp", r"^submodule\..*\.(path|url)$"],
+                            cwd=tree, env=git_env(), capture_output=True, text=True)
+    if listed.returncode != 0 or not listed.stdout.strip():
+        return []
+    modules: dict[str, dict[str, str]] = {}
+    for line in listed.stdout.splitlines():
+        name_key, _, value = line.partition(" ")
+        name, _, field = name_key[len("submodule."):].rpartition(".")
+        modules.setdefault(name, {})[field] = value
+    notes = []
+    for name, module in modules.items():
+        url, path = module.get("url", ""), module.get("path", "")
+        match = re.search(r"[:/]([^/:]+)/([^/]+?)(?:\.git)?/?$", url)
+        mirror = Path(mirrors) / f"{match.group(1)}__{match.group(2)}" if mirrors and match else None
+        if mirror is None or not mirror.is_dir():
+            notes.append(f"submodule {path} ({url}): no local mirror (looked for {mirror})")
+            continue
+        for args in (["config", f"submodule.{name}.url", str(mirror.resolve())],
+                     ["-c", "protocol.file.allow=always", "submodule", "update", "--init", "--", path]):
+            done = subprocess.run(["git", *args], cwd=tree, env=git_env(), capture_output=True, text=True)
+            if done.returncode != 0:
+                notes.append(f"submodule {path}: {' '.join(done.stderr.split())[:300]}")
+                break
+        else:
+            notes.append(f"submodule {path}: checked out from the local mirror {mirror}")
+    return notes
+
+
+class SystemPackagesMissing(EnvironmentUnsupported):
+    pass
+
+
+def system_packages_of(command: str) -> tuple[str, ...] | None:
+    """The Debian packages an `apt-get install` command installs (None: it is no such command)."""
+    if "apt-get" not in command and "apt " not in command:
+        return None
+    found: list[str] = []
+    for part in re.split(r"&&|;", command):
+        words = shlex.split(part)
+        if "install" in words and words[0] in ("apt-get", "apt"):
+            found += [w for w in words[words.index("install") + 1:] if not w.startswith("-")]
+    return tuple(found)
+
+
+def _check_system_packages(packages: tuple[str, ...]) -> None:
+    missing = []
+    for package in packages:
+        done = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True)
+        if done.returncode != 0 or "install ok installed" not in done.stdout:
+            missing.append(package)
+    if missing:
+        raise SystemPackagesMissing(f"needs system packages not on this machine: {', '.join(missing)} "
+                                    f"(apt-get install {' '.join(missing)})")
+
+
+__all__ = ["TestbedRecipe", "Testbed", "TestbedCache", "TESTBED", "chain", "build_requirements", "system_packages_of",
+           "SYSTEM_PREFIXES"]

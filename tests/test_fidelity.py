@@ -1,0 +1,226 @@
+"""Environments as the official harness builds them, one mechanism at a time, on fixture
+repositories that reproduce what the SWE-bench repositories do (tests/test_swebench_grading.py has
+the same steps on the real ones, where the fetched repositories are present):
+
+A  an exact pin of the spec wins over the date (flask pins setuptools==70.0.0)
+B  tests that need the internet are recognized; --network gives them the network (requests)
+C  the install writes files the tests import (setuptools_scm's version file: pytest)
+D  the spec's pre-install file edits run; an apt-get names a system package (sphinx, astropy)
+E  git submodules come from a local mirror, or "needs the internet" (astropy 1.3)
+F  a conda environment.yml as pip packages (xarray)
+G  the install runs at each instance's base commit (pylint-5859 needs toml there)
+H  pip, setuptools and wheel keep to the date too (pylint's editable install)
+
+Real throughout: virtual environments from PyPI, git repositories, the bubblewrap sandbox."""
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from execfixtures import new_file_patch, write_dataset
+from gitfixtures import Submodule, commit_files, make_repo
+from magis_ray.actors.execution.conda import pip_equivalent
+from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, Recipe
+from magis_ray.actors.execution.runner import TestRunner
+from magis_ray.actors.execution.sandbox import Limits, Sandbox, bwrap_path
+from magis_ray.actors.execution.testbeds import SystemPackagesMissing, TestbedCache, TestbedRecipe
+from magis_ray.actors.swebench.grading import CustomSetup, grade, grading_limits
+
+pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
+PY = "3.11"
+PYPROJECT = """[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "pkg"
+version = "0.1"
+dependencies = [{deps}]
+
+[tool.setuptools]
+packages = ["pkg"]
+"""
+
+
+@pytest.fixture(scope="module")
+def caches(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fidelity")
+    return TestbedCache(EnvironmentCache(root / "envs")), root
+
+
+def site_packages(venv: str) -> list[str]:
+    return sorted(p.name for p in next(Path(venv, "lib").glob("python*/site-packages")).iterdir())
+
+
+def record(repo: str, base: str, tests: dict, patch: str = "", setup_commit: str = "", test_patch: str = "") -> dict:
+    return {"repo": repo, "instance_id": f"{repo.replace('/', '__')}-1", "base_commit": base, "patch": patch,
+            "test_patch": test_patch, "FAIL_TO_PASS": json.dumps(tests.get("f2p", [])),
+            "PASS_TO_PASS": json.dumps(tests.get("p2p", [])), "environment_setup_commit": setup_commit or base,
+            "version": "0.1"}
+
+
+def grade_custom(caches, record_, patch, env_setup="python -m pip install -e . pytest", network=False):
+    testbeds, root = caches
+    runner = TestRunner(Sandbox(), grading_limits(300, 4 * 1024 ** 3), network=network)
+    return grade(record_, patch, root / "repos", testbeds, runner, model="fixture",
+                 custom=CustomSetup(PY, env_setup, "pytest -rA"))
+
+
+# --- A and H: the date, and what wins over it -------------------------------------------------
+
+
+def test_a_h_packages_pip_and_setuptools_keep_to_the_date_and_an_exact_pin_wins(caches):
+    testbeds, _ = caches
+    recipe = Recipe(python=PY, pip_packages=("six==1.17.0", "attrs"), uploaded_before="2023-01-01T00:00:00Z", label="era")
+    env = testbeds.envs.get(recipe)
+    installed = site_packages(env.venv)
+    # six 1.17.0 came out in December 2024: the spec pins it exactly, and the pin wins (A).
+    assert "six-1.17.0.dist-info" in installed
+    # attrs is free: as of the date it is 22.2.0 (December 2022), not today's.
+    assert "attrs-22.2.0.dist-info" in installed
+    # pip, setuptools and wheel keep to the date as well (H): the pip of late 2022, not today's.
+    assert "pip-22.3.1.dist-info" in installed and "setuptools-65.6.3.dist-info" in installed
+    assert "wheel-0.38.4.dist-info" in installed
+    assert "resolved everything as of 2023-01-01" in (Path(env.path) / "logs" / "era.log").read_text()
+
+
+# --- B: tests that need the internet ----------------------------------------------------------
+
+
+def pypi_resolves() -> bool:
+    try:
+        socket.getaddrinfo("pypi.org", 443)
+        return True
+    except OSError:
+        return False
+
+
+def test_b_a_test_that_needs_the_internet_is_recognized_and_network_lets_it_run(caches):
+    _, root = caches
+    repo = root / "repos" / "net__net"
+    _, base = make_repo(repo, {"pyproject.toml": PYPROJECT.format(deps=""), "pkg/__init__.py": "HOST = 'pypi.org'\n"})
+    test = new_file_patch("tests/test_net.py", "import socket\nfrom pkg import HOST\n\n\ndef test_dns():\n"
+                                              "    assert socket.getaddrinfo(HOST, 443)\n")
+    rec = record("net/net", base, {"f2p": ["tests/test_net.py::test_dns"]}, test_patch=test)
+    offline = grade_custom(caches, rec, new_file_patch("NOTES", "a change\n"))
+    assert offline.completed and not offline.resolved and offline.needs_internet
+    if not pypi_resolves():
+        pytest.skip("this machine cannot resolve pypi.org itself")
+    online = grade_custom(caches, rec, new_file_patch("NOTES", "a change\n"), network=True)
+    assert online.resolved and not online.needs_internet
+
+
+# --- C: what the install writes -------------------------------------------------------------
+
+SCM_PYPROJECT = """[build-system]
+requires = ["setuptools>=64", "setuptools_scm>=7"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "pkg"
+dynamic = ["version"]
+
+[tool.setuptools]
+packages = ["pkg"]
+
+[tool.setuptools_scm]
+write_to = "pkg/_version.py"
+"""
+
+
+def test_c_a_file_the_install_writes_is_in_the_tests_checkout(caches):
+    _, root = caches
+    repo = root / "repos" / "scm__scm"
+    _, base = make_repo(repo, {"pyproject.toml": SCM_PYPROJECT, "pkg/__init__.py": "from ._version import version\n",
+                               ".gitignore": "pkg/_version.py\n"})
+    test = new_file_patch("tests/test_version.py", "import pkg\n\n\ndef test_version():\n    assert pkg.version\n")
+    rec = record("scm/scm", base, {"f2p": ["tests/test_version.py::test_version"]}, test_patch=test)
+    result = grade_custom(caches, rec, new_file_patch("NOTES", "a change\n"))
+    assert result.completed and result.resolved, (result.error, result.output_tail)
+
+
+# --- D: the spec's pre-install steps -----------------------------------------------------------
+
+
+def test_d_pre_install_edits_run_and_a_system_package_must_be_on_the_machine(caches):
+    testbeds, root = caches
+    repo = root / "repos" / "edit__edit"
+    _, base = make_repo(repo, {"tox.ini": "[testenv]\ncommands = pytest {posargs}\n", "pkg/__init__.py": ""})
+    env = Recipe(python=PY, label="plain")
+    recipe = TestbedRecipe(env=env, repo="edit/edit", commit=base, pre_install=("sed -i 's/pytest/pytest -rA/' tox.ini",))
+    testbed = testbeds.get(recipe, repo)
+    assert (Path(testbed.tree) / "tox.ini").read_text() == "[testenv]\ncommands = pytest -rA {posargs}\n"
+    missing = TestbedRecipe(env=env, repo="edit/edit", commit=base, system_packages=("magis-ray-no-such-package",))
+    with pytest.raises(SystemPackagesMissing, match="needs system packages not on this machine: magis-ray-no-such-package"):
+        testbeds.get(missing, repo)
+
+
+# --- E: git submodules ----------------------------------------------------------------------
+
+SUBMODULE_SETUP = """from pathlib import Path
+from setuptools import setup
+
+assert Path("vendor/helpers/helpers.py").is_file(), "the helpers submodule is not checked out"
+setup(name="pkg", version="0.1", packages=["pkg"])
+"""
+
+
+def test_e_submodules_come_from_a_local_mirror_or_need_the_internet(caches):
+    testbeds, root = caches
+    mirrors = root / "mirrors"
+    helpers, helpers_commit = make_repo(mirrors / "calc__helpers", {"helpers.py": "def helper():\n    return 1\n"})
+    repo = root / "repos" / "sub__sub"
+    _, base = make_repo(repo, {
+        ".gitmodules": '[submodule "vendor/helpers"]\n\tpath = vendor/helpers\n\turl = https://github.com/calc/helpers.git\n',
+        "vendor/helpers": Submodule(helpers_commit), "setup.py": SUBMODULE_SETUP, "pkg/__init__.py": ""})
+    env = Recipe(python=PY, label="plain")
+    recipe = TestbedRecipe(env=env, repo="sub/sub", commit=base, install=("python -m pip install -e .",))
+    testbed = testbeds.get(recipe, repo, mirrors=mirrors)
+    assert (Path(testbed.tree) / "vendor" / "helpers" / "helpers.py").is_file()
+    without = TestbedRecipe(env=env, repo="sub/sub", commit=base, install=("python -m pip install -e . --verbose",))
+    with pytest.raises(EnvironmentBuildError, match="needs the internet.*vendor/helpers"):
+        testbeds.get(without, repo, mirrors=root / "no-mirrors")
+
+
+# --- F: conda's environment.yml ---------------------------------------------------------------
+
+
+def test_f_an_environment_yml_becomes_pip_packages():
+    mapped = pip_equivalent("""name: xarray-tests
+channels: [conda-forge, nodefaults]
+dependencies:
+  - python=3.10
+  - pip
+  - numpy<1.24
+  - matplotlib-base
+  - netcdf4
+  - hdf5
+  - cdms2
+  - cfgrib
+  - iris
+  - dask-core
+  - pandas=1.5
+  - pip:
+    - numbagg
+""")
+    assert mapped.packages == ("numpy<1.24", "matplotlib", "netCDF4", "scitools-iris", "dask", "pandas==1.5.*", "numbagg")
+    assert any(note.startswith("cdms2: on conda-forge only") for note in mapped.notes)
+    assert any(note.startswith("hdf5: a C library") for note in mapped.notes)
+
+
+# --- G: the install at each base commit --------------------------------------------------------
+
+
+def test_g_the_install_runs_at_the_instances_base_commit(caches):
+    _, root = caches
+    path = root / "repos" / "later__later"
+    repo, setup_commit = make_repo(path, {"pyproject.toml": PYPROJECT.format(deps=""), "pkg/__init__.py": ""})
+    base = commit_files(repo, {"pyproject.toml": PYPROJECT.format(deps='"six"'),
+                               "pkg/__init__.py": "import six\n\nTEXT = six.text_type\n"}, "pkg needs six from here on")
+    test = new_file_patch("tests/test_text.py", "from pkg import TEXT\n\n\ndef test_text():\n    assert TEXT is str\n")
+    rec = record("later/later", base, {"f2p": ["tests/test_text.py::test_text"]}, setup_commit=setup_commit, test_patch=test)
+    result = grade_custom(caches, rec, new_file_patch("NOTES", "a change\n"))
+    assert result.completed and result.resolved, (result.error, result.output_tail)
