@@ -18,28 +18,37 @@ from .source import BadInput
 
 
 def load_predictions(path: Path) -> dict[str, dict]:
-    """instance id -> prediction; BadInput (one line) for a file that is not predictions."""
+    """instance id -> prediction; BadInput (one line, with the file's line number) for a file that
+    is not predictions."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-    items: list = []
     stripped = text.strip()
-    try:
-        if stripped.startswith("[") or (stripped.startswith("{") and path.suffix == ".json"):
+    numbered: list[tuple[int, object]] = []  # (line number, item)
+    if stripped.startswith("[") or (stripped.startswith("{") and path.suffix == ".json"):
+        try:
             data = json.loads(stripped)
-            items = list(data.values()) if isinstance(data, dict) else data
-        else:
-            items = [json.loads(line) for line in text.splitlines() if line.strip()]
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+        except json.JSONDecodeError as exc:
+            raise BadInput(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+        items = list(data.values()) if isinstance(data, dict) else data
+        numbered = [(0, item) for item in items]
+    else:
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                numbered.append((number, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise BadInput(f"{path} line {number}: not valid JSON ({exc.msg}, column {exc.colno})") from None
     found: dict[str, dict] = {}
-    for number, item in enumerate(items, 1):
+    for index, (number, item) in enumerate(numbered, 1):
+        where = f"{path} line {number}" if number else f"{path}: prediction {index}"
         if not isinstance(item, dict) or not isinstance(item.get("instance_id"), str):
-            raise BadInput(f"{path}: prediction {number} has no instance_id")
+            raise BadInput(f"{where}: no instance_id")
         patch = item.get("model_patch")
         if patch is not None and not isinstance(patch, str):
-            raise BadInput(f"{path}: prediction {number} ({item['instance_id']}): model_patch is not a string")
+            raise BadInput(f"{where} ({item['instance_id']}): model_patch is not a string")
         found[item["instance_id"]] = item
     return found
 
@@ -69,7 +78,7 @@ def parse_memory(value: str) -> int:
 @click.option("--dataset", required=True, type=click.Path(path_type=Path), help="The SWE-bench dataset (.jsonl or .json).")
 @click.option("--repos-dir", required=True, type=click.Path(), help="A folder of owner__name repositories.")
 @click.option("--gold", is_flag=True, help="Grade the dataset's own patches (the grader's fidelity check).")
-@click.option("--empty", is_flag=True, help="Grade empty patches (nothing may resolve).")
+@click.option("--empty", is_flag=True, help="Run the tests with no patch at all (the grader's check: nothing may resolve).")
 @click.option("--instances", multiple=True, help="Only these instance ids (repeatable).")
 @click.option("--workers", type=int, default=1, show_default=True, help="Instances graded at once (Ray tasks).")
 @click.option("--name", help="The grading's name in the store (default: from the predictions and the dataset); "
@@ -77,6 +86,8 @@ def parse_memory(value: str) -> int:
 @click.option("--sandbox", type=click.Choice(["bwrap", "none"]), default="bwrap", show_default=True,
               help="bwrap: bubblewrap (no network, read-only system); none: run directly (you trust the code).")
 @click.option("--timeout", type=float, default=1800.0, show_default=True, help="Seconds a test run may take.")
+@click.option("--network", is_flag=True, help="Give the tests the network (some need the internet); only for predictions "
+                                               "you trust.")
 @click.option("--memory", default="8G", show_default=True, help="Address space per process in a test run (0: no limit).")
 @click.option("--python", "pythons", multiple=True, help="An interpreter to use: PATH, or VERSION=PATH (repeatable).")
 @click.option("--env-cache", type=click.Path(), envvar="MAGIS_ENV_CACHE",
@@ -88,7 +99,7 @@ def parse_memory(value: str) -> int:
                                                                "(default: STORE/gradings/NAME.json).")
 @click.option("--no-ray", is_flag=True, help="Grade in this process (threads) instead of Ray tasks.")
 @click.option("--store", "store_path", default=".magis", envvar="MAGIS_STORE", show_default=True, help="The magis store.")
-def grade_command(predictions, dataset, repos_dir, gold, empty, instances, workers, name, sandbox, timeout, memory,
+def grade_command(predictions, dataset, repos_dir, gold, empty, instances, workers, name, sandbox, timeout, network, memory,
                   pythons, env_cache, env_setup, test_cmd, env_python, report, no_ray, store_path) -> None:
     """Grade predictions on SWE-bench without Docker: per instance resolved, FAIL_TO_PASS and
     PASS_TO_PASS, in sandboxed environments built from SWE-bench's own specs."""
@@ -96,7 +107,8 @@ def grade_command(predictions, dataset, repos_dir, gold, empty, instances, worke
     from magis_ray.actors.execution.sandbox import SandboxUnavailable, check_available
     from magis_ray.actors.swebench.grading import CustomSetup
     from magis_ray.actors.swebench.grading_batch import (GradeJob, GradeOptions, ThreadExecutor, grade_after_build,
-                                                         official_report, prepare_environment, run_grading)
+                                                         instance_details, official_report, prepare_environment,
+                                                         run_grading)
     from magis_ray.actors.execution.specs import HarnessMissing, harness
     from magis_ray.events.schema import GradingStarted
     from magis_ray.store import open_store
@@ -130,8 +142,10 @@ def grade_command(predictions, dataset, repos_dir, gold, empty, instances, worke
     chosen = [records[i] for i in records if not instances or i in instances]
     if gold:
         source, jobs = "gold", [GradeJob(r, r["patch"], "gold") for r in chosen]
+        submitted = list(records)
     elif empty:
         source, jobs = "empty", [GradeJob(r, "", "empty") for r in chosen]
+        submitted = list(records)
     else:
         preds = load_predictions(predictions)
         unknown = sorted(set(preds) - set(records))
@@ -140,15 +154,17 @@ def grade_command(predictions, dataset, repos_dir, gold, empty, instances, worke
         source = str(predictions)
         jobs = [GradeJob(records[i], preds[i].get("model_patch"), str(preds[i].get("model_name_or_path", "")))
                 for i in records if i in preds and (not instances or i in instances)]
+        submitted = list(preds)
     name = name or f"{Path(source).stem if not (gold or empty) else source}@{dataset.stem}"
     logs_root = Path(store_path) / "gradings" / name
     options = GradeOptions(
         repos_dir=str(repos.resolve()), cache_root=str(Path(env_cache or default_cache_root()).expanduser().resolve()),
         sandbox=sandbox, wall_seconds=timeout, memory_bytes=memory_bytes, pythons=parse_pythons(pythons),
-        logs_dir=str((logs_root / "logs").resolve()), custom=custom,
+        logs_dir=str((logs_root / "logs").resolve()), custom=custom, network=network, run_empty=empty,
     )
     started = GradingStarted(name=name, dataset=str(dataset), predictions=source, instances=[j.instance_id for j in jobs],
-                             sandbox=sandbox, workers=workers, timeout_s=timeout, memory_mb=memory_bytes // 2 ** 20)
+                             sandbox=sandbox, workers=workers, timeout_s=timeout, memory_mb=memory_bytes // 2 ** 20,
+                             network=network)
     if no_ray:
         executor = ThreadExecutor(options, workers)
     else:
@@ -171,14 +187,21 @@ def grade_command(predictions, dataset, repos_dir, gold, empty, instances, worke
         except KeyboardInterrupt:
             click.echo(f"magis-ray: interrupted; run the same command again to resume grading {name}", err=True)
             sys.exit(130)
-    data = official_report(results, len(records))
+    data = official_report(results, [r["instance_id"] for r in chosen], submitted)
     report = report or logs_root.with_suffix(".json")
     report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(json.dumps(data, indent=2))
+    report.write_text(json.dumps(data, indent=4))
+    details = report.with_suffix(".details.json")
+    details.write_text(json.dumps(instance_details(results), indent=2))
     click.echo(summary_table(results))
-    click.echo(f"resolved: {data['resolved_instances']} of {len(results)}; errors: {data['error_instances']}; "
-               f"empty patches: {data['empty_patch_instances']}")
-    click.echo(f"report:   {report}")
+    offline = sorted(r.instance_id for r in results if r.needs_internet and not r.resolved)
+    click.echo(f"resolved: {data['resolved_instances']} of {len(results)}; completed: {data['completed_instances']}; "
+               f"errors: {data['error_instances']}; empty patches (not run): {data['empty_patch_instances']}"
+               + (f"; incomplete: {len(data['incomplete_ids'])}" if data["incomplete_ids"] else ""))
+    if offline:
+        click.echo(f"needs the internet: {len(offline)} ({', '.join(offline[:5])}{' ...' if len(offline) > 5 else ''}); "
+                   "--network gives the tests the network (only for predictions you trust)")
+    click.echo(f"report:   {report} (the harness's shape); details: {details}")
     click.echo(f"logs:     {logs_root / 'logs'}")
 
 
@@ -207,8 +230,16 @@ def summary_table(results) -> str:
     for r in results:
         f2p = f"{len(r.fail_to_pass_success)}/{len(r.fail_to_pass_success) + len(r.fail_to_pass_failure)}"
         p2p = f"{len(r.pass_to_pass_success)}/{len(r.pass_to_pass_success) + len(r.pass_to_pass_failure)}"
-        build = f"{r.env_build_seconds:.0f}" if r.env_built_now else ("cached" if r.env_key else "-")
-        note = f"{r.error_step}: {r.error}" if r.error_step else ("; ".join(r.warnings) if not r.resolved else "")
+        built = r.env_build_seconds * r.env_built_now + r.testbed_build_seconds * r.testbed_built_now
+        build = f"{built:.0f}" if (r.env_built_now or r.testbed_built_now) else ("cached" if r.env_key else "-")
+        if not r.ran:
+            note = "empty patch: not run"
+        elif r.error_step:
+            note = f"{r.error_step}: {r.error}"
+        elif r.needs_internet and not r.resolved:
+            note = "needs the internet"
+        else:
+            note = "; ".join([*r.limits, *r.warnings]) if not r.resolved else ""
         rows.append((r.instance_id, "yes" if r.resolved else "no", f2p, p2p, r.env_label or "-", build,
                      f"{r.test_seconds:.1f}", note[:100]))
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]

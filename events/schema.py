@@ -267,6 +267,7 @@ class TestsRan(Event, frozen=True, tag="TestsRan"):
     failed: list[str] = []
     output: str = ""
     duration_s: float = 0.0
+    limits: list[str] = []  # the sandbox's limits the run ran into, in words ("process limit reached (1024)")
 
 
 class CandidateChosen(Event, frozen=True, tag="CandidateChosen"):
@@ -314,6 +315,7 @@ class GradingStarted(Event, frozen=True, tag="GradingStarted"):
     workers: int = 1
     timeout_s: float = 0.0
     memory_mb: int = 0
+    network: bool = False  # the tests had the network (--network)
 
 
 class InstanceGradingStarted(Event, frozen=True, tag="InstanceGradingStarted"):
@@ -351,6 +353,19 @@ class InstanceGraded(Event, frozen=True, tag="InstanceGraded"):
     output_tail: str = ""
     node: str = ""
     warnings: list[str] = []  # e.g. files of the base commit the repository lacks
+    # Whether the harness would have written the instance's report.json (its "completed"); None in
+    # logs written before this field, whose results count by the rule of their time.
+    completed: bool | None = None
+    ran: bool = True  # False: an empty prediction, which the harness does not run
+    needs_internet: bool = False  # its tests fail for want of the network (or its install fetches)
+    limits: list[str] = []  # the sandbox's limits the run ran into, in words
+    fail_to_fail_success: list[str] = []
+    fail_to_fail_failure: list[str] = []
+    pass_to_fail_success: list[str] = []
+    pass_to_fail_failure: list[str] = []
+    testbed_key: str = ""
+    testbed_build_seconds: float = 0.0
+    testbed_built_now: bool = False
 
 AnyEvent = Union[
     RunStarted,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from execfixtures import GOLD, TEST_PATCH, make_calc_repos, record, write_dataset
+from execfixtures import GOLD, TEST_PATCH, make_calc_repos, new_file_patch, record, write_dataset
 from magis_ray.actors.execution.sandbox import bwrap_path
 from magis_ray.events.schema import GradingStarted, InstanceGraded, InstanceGradingStarted
 from magis_ray.store import open_store
@@ -53,7 +53,8 @@ def test_gold_resolves_empty_does_not_and_the_report_has_the_official_shape(setu
     assert "resolved: 1 of 1" in gold.stdout
     report = json.loads((store / "gradings" / "gold@calc.json").read_text())
     assert report["resolved_ids"] == ["calc__calc-1"] and report["error_ids"] == []
-    entry = report["instances"]["calc__calc-1"]
+    entry = json.loads((store / "gradings" / "gold@calc" / "logs" / "gold" / "calc__calc-1" / "report.json").read_text())
+    entry = entry["calc__calc-1"]
     assert entry["resolved"] and entry["patch_successfully_applied"]
     assert entry["tests_status"]["FAIL_TO_PASS"] == {"success": ["tests/test_more.py::test_mean_of_two"], "failure": []}
     empty = magis(grade_args(setup, dataset, store, "--empty", "--no-ray"), tmp_path)
@@ -75,9 +76,85 @@ def test_predictions_of_another_system_and_a_patch_that_does_not_apply(setup, tm
     assert done.returncode == 0, done.stderr
     report = json.loads((store / "gradings" / "agent@calc.json").read_text())
     assert report["resolved_ids"] == ["calc__calc-1"]
-    bad = report["instances"]["calc__calc-2"]
-    assert not bad["patch_successfully_applied"] and bad["error"]["step"] == "patch"
+    details = json.loads((store / "gradings" / "agent@calc.details.json").read_text())
+    assert details["calc__calc-2"]["error"]["step"] == "patch" and not details["calc__calc-2"]["completed"]
     assert "calc__calc-2" in report["error_ids"]
+    logs = store / "gradings" / "agent@calc" / "logs" / "agent" / "calc__calc-2"
+    assert ">>>>> Patch Apply Failed" in (logs / "run_instance.log").read_text()
+    assert not (logs / "report.json").exists()  # as the harness: no report for a patch that does not apply
+
+
+def test_the_report_is_the_harness_s_own_make_run_report(setup, tmp_path, monkeypatch):
+    """Every kind of outcome in one grading, and the run report checked against swebench 4.1.0's
+    make_run_report reading the same per-instance report.json files: resolved, a patch that does
+    not apply (an error), an empty patch (not run), one whose tests do not even collect (completed,
+    unresolved), and an instance with no prediction (incomplete)."""
+    from swebench.harness.reporting import make_run_report
+
+    dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"], n) for n in range(1, 6)])
+    broken = GOLD.replace("(len(values) - 1)", "(len(values) - 9)")
+    no_tests = GOLD.replace("+    return total / len(values)", "+    return total / len(values)\n+import nothing_at_all")
+    no_tests = no_tests.replace("@@ -6,7 +6,7 @@", "@@ -6,7 +6,8 @@")
+    predictions = {"calc__calc-1": GOLD, "calc__calc-2": broken, "calc__calc-3": "", "calc__calc-4": no_tests}
+    preds = tmp_path / "agent.jsonl"
+    preds.write_text("".join(json.dumps({"instance_id": i, "model_name_or_path": "agent/v1", "model_patch": p}) + "\n"
+                             for i, p in predictions.items()))
+    store = tmp_path / "store"
+    done = magis(grade_args(setup, dataset, store, str(preds), "--no-ray"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    ours = json.loads((store / "gradings" / "agent@calc.json").read_text())
+    assert ours["resolved_ids"] == ["calc__calc-1"] and ours["unresolved_ids"] == ["calc__calc-4"]
+    assert ours["error_ids"] == ["calc__calc-2"] and ours["empty_patch_ids"] == ["calc__calc-3"]
+    assert ours["incomplete_ids"] == ["calc__calc-5"]
+    # The harness's own function, on the harness's layout of the same report.json files.
+    harness_dir = tmp_path / "harness"
+    run_dir = harness_dir / "logs" / "run_evaluation" / "check"
+    run_dir.mkdir(parents=True)
+    (run_dir / "agent__v1").symlink_to(store / "gradings" / "agent@calc" / "logs" / "agent__v1")
+    monkeypatch.chdir(harness_dir)
+    full = [json.loads(line) for line in dataset.read_text().splitlines()]
+    theirs = json.loads(make_run_report({i: {"instance_id": i, "model_name_or_path": "agent/v1", "model_patch": p}
+                                         for i, p in predictions.items()}, full, "check").read_text())
+    assert ours == theirs
+    assert list(ours) == list(theirs)  # key for key, in the harness's order
+
+
+def test_a_hostile_prediction_hits_its_limits_and_an_honest_one_still_resolves(setup, tmp_path):
+    """Graded side by side (two workers): the hostile prediction's conftest.py forks without end,
+    floods its output and reads the host's home; it is reported with the limits it hit, the honest
+    prediction resolves, and the grader ends normally."""
+    secret = Path.home() / f".magis-grade-secret-{os.getpid()}"
+    secret.write_text("sk-the-hosts-secret\n")
+    conftest = (
+        "import os, pathlib, sys\n"
+        f"print(pathlib.Path({str(secret)!r}).read_text() if pathlib.Path({str(secret)!r}).exists() else 'no secret here')\n"
+        "sys.stdout.write('flood ' * 4_000_000)\n"
+        "try:\n"
+        "    while True:\n"
+        "        if os.fork() == 0:\n"
+        "            __import__('time').sleep(30)\n"
+        "            os._exit(0)\n"
+        "except OSError as exc:\n"
+        "    print('fork refused', exc)\n"
+    )
+    hostile = new_file_patch("conftest.py", conftest)
+    dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"], 1), record(setup["base"], 2)])
+    preds = tmp_path / "mixed.jsonl"
+    preds.write_text(json.dumps({"instance_id": "calc__calc-1", "model_name_or_path": "honest", "model_patch": GOLD}) + "\n"
+                     + json.dumps({"instance_id": "calc__calc-2", "model_name_or_path": "hostile", "model_patch": hostile}) + "\n")
+    store = tmp_path / "store"
+    try:
+        done = magis(grade_args(setup, dataset, store, str(preds), "--workers", "2"), tmp_path)
+    finally:
+        secret.unlink()
+    assert done.returncode == 0, done.stderr
+    report = json.loads((store / "gradings" / "mixed@calc.json").read_text())
+    assert report["resolved_ids"] == ["calc__calc-1"]
+    details = json.loads((store / "gradings" / "mixed@calc.details.json").read_text())
+    assert any(limit.startswith("process limit reached") for limit in details["calc__calc-2"]["limits"]), details
+    logs = store / "gradings" / "mixed@calc" / "logs"
+    assert not any("sk-the-hosts-secret" in p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file())
+    assert "process limit reached" in done.stdout
 
 
 def test_bad_input_is_one_line(setup, tmp_path):
@@ -86,10 +163,18 @@ def test_bad_input_is_one_line(setup, tmp_path):
         (grade_args(setup, dataset, tmp_path / "s"), "exactly one"),
         (grade_args(setup, dataset, tmp_path / "s", "--gold", "--instances", "nope"), "not in calc.jsonl: nope"),
         (grade_args(setup, tmp_path / "missing.jsonl", tmp_path / "s", "--gold"), "cannot read the dataset"),
+        (grade_args(setup, dataset, tmp_path / "s", str(broken_predictions(tmp_path))), "bad.jsonl line 3: not valid JSON"),
     ):
         done = magis(args, tmp_path)
         assert done.returncode == 2 and done.stderr.startswith("magis-ray: error: ") and words in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+
+
+def broken_predictions(tmp_path: Path) -> Path:
+    """A predictions file whose third line (after a blank one) is not JSON."""
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"instance_id": "calc__calc-1", "model_patch": ""}) + "\n\n{not json\n")
+    return path
 
 
 def test_without_bubblewrap_it_refuses_unless_sandbox_none(setup, tmp_path):

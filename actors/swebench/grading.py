@@ -1,28 +1,44 @@
 """Grade one SWE-bench prediction without Docker, the way the official harness does.
 
-The harness's steps, in its order: a checkout of the base commit in the (repo, version)
-environment, the prediction applied with `git apply`, the test patch's files reset to the base
-commit and the test patch applied, the spec's test command with the test patch's files as
-directives, the output parsed with the harness's own log parser, and FAIL_TO_PASS / PASS_TO_PASS
-judged with the harness's own report functions. Every step runs in the sandbox except git.
-The result has the official report's fields (patch_is_None, patch_exists,
-patch_successfully_applied, resolved, tests_status) plus where the time went and, when a step
-failed, which step and why.
-"""
+The harness's steps, in its order, in one sandboxed run on a copy of the instance's testbed (the
+repository installed at its base commit in the (repo, version) environment):
+
+1. the prediction applied as the harness applies it: `git apply --verbose`, then with `--reject`,
+   then `patch --batch --fuzz=5 -p1` (its GIT_APPLY_CMDS);
+2. the harness's own eval script, made by the swebench package's make_eval_script_list_py: the
+   spec's eval commands, its install step again (offline, from the testbed's wheelhouse), the test
+   patch's files reset and the test patch applied, the test command between the harness's markers;
+3. its output judged by the harness's own get_eval_report, written as the instance's report.json.
+
+The instance's logs are laid out as the harness lays them out (MODEL/INSTANCE/ with patch.diff,
+eval.sh, run_instance.log, test_output.txt and report.json), and it counts as the harness counts:
+completed when its report.json is written (the prediction applied and the eval script finished),
+an error otherwise; an empty prediction is not run at all."""
 from __future__ import annotations
 
 import json
+import re
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, EnvironmentUnsupported
+from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentUnsupported
 from magis_ray.actors.execution.interpreters import InterpreterMissing
-from magis_ray.actors.execution.runner import TestRunner
-from magis_ray.actors.execution.workspaces import Workspace, WorkspaceError
-from magis_ray.actors.execution.specs import HarnessMissing, custom_spec, harness, instance_spec
+from magis_ray.actors.execution.runner import INPUTS, TestRunner
+from magis_ray.actors.execution.sandbox import GiB, Limits, MiB
+from magis_ray.actors.execution.specs import HarnessMissing, InstanceSpec, NoSpec, custom_spec, harness, instance_spec
+from magis_ray.actors.execution.testbeds import TestbedCache
 
 OUTPUT_KEPT = 4000  # characters of test output kept in the result (its tail)
+EVAL_BEGINS = ">>>>> magis-ray: the eval script begins"
+# A grading run keeps up to 16 MiB of output, which the harness's parser then reads whole.
+GRADING_LOG_BYTES = 16 * MiB
+# Test failures for want of the network, as Python, urllib3, requests and curl say them.
+NETWORK_SIGNS = ("Temporary failure in name resolution", "Name or service not known", "gaierror",
+                 "Network is unreachable", "Failed to establish a new connection", "nodename nor servname",
+                 "Could not resolve host", "No address associated with hostname", "[Errno 101]", "[Errno -3]",
+                 "[Errno -2]", "Max retries exceeded with url")
 
 
 @dataclass
@@ -33,13 +49,20 @@ class GradeResult:
     patch_is_None: bool = False
     patch_exists: bool = False
     patch_successfully_applied: bool = False
-    tests_status: dict = field(default_factory=dict)  # FAIL_TO_PASS / PASS_TO_PASS: {success, failure}
-    error_step: str = ""  # "" when every step ran; else spec / environment / checkout / patch / test_patch / tests
+    tests_status: dict = field(default_factory=dict)  # FAIL_TO_PASS / PASS_TO_PASS / ...: {success, failure}
+    completed: bool = False  # the harness would have written its report.json
+    ran: bool = True  # False: an empty prediction, not run (as the harness does)
+    error_step: str = ""  # "" when every step ran; else spec / environment / patch / tests
     error: str = ""
+    needs_internet: bool = False
+    limits: list = field(default_factory=list)
     env_key: str = ""
     env_label: str = ""
     env_build_seconds: float = 0.0  # when this grading built it; 0 when it came from the cache
     env_built_now: bool = False
+    testbed_key: str = ""
+    testbed_build_seconds: float = 0.0
+    testbed_built_now: bool = False
     test_seconds: float = 0.0
     test_exit_code: int | None = None
     timed_out: bool = False
@@ -49,7 +72,7 @@ class GradeResult:
     warnings: list = field(default_factory=list)
 
     def report(self) -> dict:
-        """The official harness's report entry for this instance."""
+        """The official harness's report entry for this instance (what its report.json holds)."""
         entry = {"patch_is_None": self.patch_is_None, "patch_exists": self.patch_exists,
                  "patch_successfully_applied": self.patch_successfully_applied, "resolved": self.resolved}
         if self.tests_status:
@@ -66,81 +89,200 @@ class CustomSetup:
     test_cmd: str | None = None
 
 
-def spec_for(record: dict, repo_path: Path, custom: CustomSetup | None = None):
+def spec_for(record: dict, repo_path: Path, custom: CustomSetup | None = None) -> InstanceSpec:
     """SWE-bench's spec for the record, or the user's own setup when one is given."""
     if custom is not None:
         return custom_spec(record, custom.python, custom.env_setup, custom.test_cmd)
     return instance_spec(record, repo_path)
 
 
-def grade(record: dict, patch: str | None, repos_dir: str | Path, cache: EnvironmentCache, runner: TestRunner,
-          model: str = "", logs_dir: str | Path | None = None, custom: CustomSetup | None = None) -> GradeResult:
-    """Grade `patch` (None: the prediction has none) against the SWE-bench `record`."""
+def grading_limits(wall_seconds: float, memory_bytes: int) -> Limits:
+    return Limits(wall_seconds=wall_seconds, memory_bytes=memory_bytes, cpu_seconds=int(wall_seconds) + 60,
+                  log_bytes=GRADING_LOG_BYTES, output_bytes=GRADING_LOG_BYTES, tmp_bytes=2 * GiB, scratch_bytes=8 * GiB)
+
+
+def grade(record: dict, patch: str | None, repos_dir: str | Path, testbeds: TestbedCache, runner: TestRunner,
+          model: str = "", logs_dir: str | Path | None = None, custom: CustomSetup | None = None,
+          run_empty: bool = False) -> GradeResult:
+    """Grade `patch` (None: the prediction has none) against the SWE-bench `record`. An empty or
+    missing patch is not run (the harness's rule) unless `run_empty`: the grader's own check
+    that the tests fail without a fix."""
     result = GradeResult(instance_id=record["instance_id"], model=model)
     result.patch_is_None = patch is None
-    result.patch_exists = bool(patch and patch.strip())
+    result.patch_exists = patch is not None
+    if patch in ("", None) and not run_empty:
+        result.ran = False
+        return result
     repo_path = Path(repos_dir) / record["repo"].replace("/", "__")
     if not repo_path.is_dir():
         return _failed(result, "repository", f"no repository for {record['repo']} in {repos_dir} (looked for {repo_path})")
     try:
-        constants, grading, _, _, _ = harness()
+        constants, _, _, _, _ = harness()
         spec = spec_for(record, repo_path, custom)
-    except (HarnessMissing, KeyError) as exc:
+    except (HarnessMissing, NoSpec) as exc:
         return _failed(result, "spec", str(exc).strip("'\""))
-    if patch is None:
-        return result  # the harness reports such a prediction as it is, without running anything
     try:
-        env = cache.get(spec.recipe, repo_path)
+        testbed = testbeds.get(spec.testbed, repo_path, mirrors=repos_dir)
     except (EnvironmentUnsupported, InterpreterMissing) as exc:
         return _failed(result, "environment", f"unsupported: {exc}")
     except EnvironmentBuildError as exc:
-        return _failed(result, "environment", f"build failed at {exc}")
+        failed = _failed(result, "environment", f"build failed at {exc}")
+        failed.needs_internet = "needs the internet" in str(exc)
+        return failed
+    env = testbed.env
     result.env_key, result.env_label = env.key, env.label
     result.env_build_seconds, result.env_built_now = env.build_seconds, env.built_now
-    try:
-        workspace = Workspace(repo_path, record["base_commit"])
-    except WorkspaceError as exc:
-        return _failed(result, "checkout", str(exc))
-    with workspace:
-        if workspace.missing:
-            shown = ", ".join(workspace.missing[:5]) + (" ..." if len(workspace.missing) > 5 else "")
-            result.warnings.append(f"the repository lacks the content of {len(workspace.missing)} file(s) at the base "
-                                   f"commit (a clone cut by a size limit?): {shown}")
-        if result.patch_exists:
-            try:
-                workspace.apply(patch, "prediction")
-            except WorkspaceError as exc:
-                return _failed(result, "patch", f"the prediction does not apply: {exc}")
-        # An empty prediction changes nothing and the tests still run: that is what --empty checks.
-        result.patch_successfully_applied = True
-        workspace.restore(list(spec.test_files))
-        if record.get("test_patch", "").strip():
-            try:
-                workspace.apply(record["test_patch"], "test_patch")
-            except WorkspaceError as exc:
-                return _failed(result, "test_patch", f"the test patch does not apply: {exc}")
-        run = runner.run(env, workspace, spec.test_command, spec.parse, prelude=spec.eval_commands)
-        if logs_dir is not None:
-            folder = Path(logs_dir) / record["instance_id"]
-            folder.mkdir(parents=True, exist_ok=True)
-            for log in workspace.logs.iterdir():
-                (folder / log.name).write_bytes(log.read_bytes())
+    result.testbed_key, result.testbed_build_seconds, result.testbed_built_now = testbed.key, testbed.build_seconds, testbed.built_now
+    if logs_dir is None:
+        with tempfile.TemporaryDirectory(prefix="magis-grade-") as scratch:
+            return _run(result, record, patch, spec, testbed, runner, Path(scratch) / record["instance_id"], constants)
+    folder = Path(logs_dir) / (model or "none").replace("/", "__") / record["instance_id"]
+    return _run(result, record, patch, spec, testbed, runner, folder, constants)
+
+
+def _run(result: GradeResult, record: dict, patch: str | None, spec: InstanceSpec, testbed, runner: TestRunner,
+         folder: Path, constants) -> GradeResult:
+    """The prediction applied and the eval script run, in one sandboxed run; the report judged."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = eval_script(record, spec, reinstall=runner.isolated)
+    inputs = {"eval.sh": script}
+    shell = []
+    if patch:
+        inputs["patch.diff"] = patch if patch.endswith("\n") else patch + "\n"
+        shell.append(apply_block(constants))
+    shell += [f"echo {EVAL_BEGINS!r}", f"/bin/bash {INPUTS}/eval.sh"]
+    run = runner.run(testbed, "\n".join(shell), inputs=inputs, name="run", logs_dir=folder)
     result.test_seconds, result.test_exit_code, result.timed_out = run.duration_s, run.exit_code, run.timed_out
-    result.tests_parsed = len(run.results)
-    result.output_tail = run.output[-OUTPUT_KEPT:]
-    gold = {constants.FAIL_TO_PASS: _tests(record, "FAIL_TO_PASS"), constants.PASS_TO_PASS: _tests(record, "PASS_TO_PASS")}
-    eval_type = constants.EvalType.FAIL_ONLY if record["repo"] in constants.FAIL_ONLY_REPOS else constants.EvalType.PASS_AND_FAIL
-    if run.timed_out:
-        # The harness writes TESTS_TIMEOUT into the log and reports nothing parsed.
-        result.error_step, result.error = "tests", f"the tests did not finish within {runner.limits.wall_seconds:.0f} s"
-        status = {}
+    result.limits = list(run.limits)
+    full = Path(run.log_path).read_text(encoding="utf-8", errors="replace")
+    Path(run.log_path).unlink()  # split below into the harness's two logs
+    before, _, after = full.partition(EVAL_BEGINS)
+    result.output_tail = (after or before)[-OUTPUT_KEPT:]
+    if patch and constants.APPLY_PATCH_FAIL in before:
+        result.error_step, result.error = "patch", "the prediction does not apply: " + _apply_reason(before)
+        return _write_logs(result, folder, patch, script, full, "")
+    result.patch_successfully_applied = True
+    if run.timed_out or not after:
+        why = (f"the tests did not finish within {runner.limits.wall_seconds:.0f} s" if run.timed_out
+               else f"the eval script did not start (exit {run.exit_code})")
+        result.error_step, result.error = "tests", why + (f" [{'; '.join(run.limits)}]" if run.limits else "")
+        test_output = after + (f"\n\nTimeout error: {runner.limits.wall_seconds:.0f} seconds exceeded." if run.timed_out else "")
+        return _write_logs(result, folder, patch, script, before, test_output)
+    _write_logs(result, folder, patch, script, before, after)
+    report = judge(record, spec, after, folder, patch)
+    entry = report[record["instance_id"]]
+    result.completed = True
+    result.patch_successfully_applied = entry["patch_successfully_applied"]
+    result.resolved = entry["resolved"]
+    result.tests_status = entry.get("tests_status", {})
+    result.tests_parsed = len(spec.parse(_between_markers(after, constants)))
+    if not result.resolved:
+        result.needs_internet = needs_internet(after, result.tests_status)
+    if result.limits and not result.resolved:
+        result.warnings.append("limits: " + "; ".join(result.limits))
+    return result
+
+
+def apply_block(constants) -> str:
+    """The harness's three ways of applying the prediction, in its order, with its words."""
+    from swebench.harness.run_evaluation import GIT_APPLY_CMDS
+
+    lines = ["applied="]
+    for command in GIT_APPLY_CMDS:
+        lines.append(f'if [ -z "$applied" ]; then if {command} {INPUTS}/patch.diff; then applied=yes; '
+                     f'else echo "Failed to apply patch to container: {command}"; fi; fi')
+    lines.append(f'if [ -z "$applied" ]; then echo {constants.APPLY_PATCH_FAIL!r}; exit 1; fi')
+    lines.append(f"echo {constants.APPLY_PATCH_PASS!r}")
+    return "\n".join(lines)
+
+
+def eval_script(record: dict, spec: InstanceSpec, reinstall: bool = True) -> str:
+    """The harness's eval script for the record: made by the swebench package itself for a SWE-bench
+    spec (less its conda activation, which our environments do not need), the same steps for a
+    user's own setup. `reinstall`: the install step again (not without a sandbox, where the
+    testbed's venv is not a copy)."""
+    constants = harness()[0]
+    base = record["base_commit"]
+    test_patch = record.get("test_patch", "")
+    install = list(spec.testbed.install)
+    if spec.harness_specs is not None:
+        from swebench.harness.test_spec.python import make_eval_script_list_py
+
+        lines = make_eval_script_list_py(record, spec.harness_specs, "testbed", "/testbed", base, test_patch)
+        lines = [line for line in lines if not line.startswith(("source /opt/miniconda3", "conda activate"))]
+        if not reinstall:
+            lines = [line for line in lines if line not in install]
     else:
-        status = run.results
-        if not status:
-            result.error_step, result.error = "tests", f"no test results in the output (exit {run.exit_code})"
-    report = grading.get_eval_tests_report(status, gold, eval_type=eval_type)
-    result.tests_status = {k: report[k] for k in (constants.FAIL_TO_PASS, constants.PASS_TO_PASS)}
-    result.resolved = grading.get_resolution_status(report) == constants.ResolvedStatus.FULL.value
+        files = " ".join(spec.test_files)
+        reset = f"git checkout {base} {files}"
+        lines = ["cd /testbed", *spec.eval_commands, *(install if reinstall else []), reset,
+                 f"git apply -v - <<'EOF_114329324912'\n{test_patch}\nEOF_114329324912",
+                 f": '{constants.START_TEST_OUTPUT}'", spec.test_command, f": '{constants.END_TEST_OUTPUT}'", reset]
+    return "\n".join(["#!/bin/bash", "set -uxo pipefail", *lines]) + "\n"
+
+
+def judge(record: dict, spec: InstanceSpec, test_output: str, folder: Path, patch: str | None) -> dict:
+    """The instance's report: the harness's get_eval_report on its test output for a SWE-bench spec;
+    the same judgement with the spec's parser for a user's own setup."""
+    constants, grading, _, _, TestSpec = harness()
+    f2p, p2p = _tests(record, "FAIL_TO_PASS"), _tests(record, "PASS_TO_PASS")
+    prediction = {"instance_id": record["instance_id"], "model_patch": patch, "model_name_or_path": ""}
+    if spec.harness_specs is not None:
+        test_spec = TestSpec(instance_id=record["instance_id"], repo=record["repo"], version=str(record["version"]),
+                             repo_script_list=[], eval_script_list=[], env_script_list=[], arch="x86_64",
+                             FAIL_TO_PASS=f2p, PASS_TO_PASS=p2p, language="py", docker_specs={}, namespace=None)
+        report = grading.get_eval_report(test_spec, prediction, str(folder / "test_output.txt"), include_tests_status=True)
+    else:
+        status = spec.parse(_between_markers(test_output, constants))
+        entry = {"patch_is_None": patch is None, "patch_exists": patch is not None, "patch_successfully_applied": True,
+                 "resolved": False}
+        eval_type = constants.EvalType.FAIL_ONLY if record["repo"] in constants.FAIL_ONLY_REPOS else constants.EvalType.PASS_AND_FAIL
+        tests = grading.get_eval_tests_report(status, {constants.FAIL_TO_PASS: f2p, constants.PASS_TO_PASS: p2p},
+                                              eval_type=eval_type)
+        entry["resolved"] = grading.get_resolution_status(tests) == constants.ResolvedStatus.FULL.value
+        entry["tests_status"] = tests
+        report = {record["instance_id"]: entry}
+    (folder / "report.json").write_text(json.dumps(report, indent=4))
+    return report
+
+
+def needs_internet(test_output: str, tests_status: dict) -> bool:
+    """Whether the tests that should have passed failed for want of the network: a failure section
+    of one of them (pytest's "____ name ____" blocks, or the whole output when there are none)
+    says so."""
+    failing = [t for key in ("FAIL_TO_PASS", "PASS_TO_PASS") for t in tests_status.get(key, {}).get("failure", [])]
+    if not failing:
+        return False
+    sections = re.split(r"\n_{3,} (.+?) _{3,}\n", test_output)
+    if len(sections) < 3:
+        return any(sign in test_output for sign in NETWORK_SIGNS)
+    names = {t.split("::")[-1].split(" ")[0] for t in failing} | set(failing)
+    for header, body in zip(sections[1::2], sections[2::2]):
+        named = header.strip().split("::")[-1].split(".")[-1]
+        if (header.strip() in names or named in names) and any(sign in body for sign in NETWORK_SIGNS):
+            return True
+    return False
+
+
+def _between_markers(text: str, constants) -> str:
+    start, end = constants.START_TEST_OUTPUT, constants.END_TEST_OUTPUT
+    if start in text and end in text:
+        return text.split(start, 1)[1].split(end, 1)[0]
+    return text
+
+
+def _apply_reason(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.startswith(("error:", "patch:", "Hunk", "can't find file"))]
+    return " ".join(" | ".join(lines[:4]).split())[:400] or "no way of the harness's applies it"
+
+
+def _write_logs(result: GradeResult, folder: Path, patch, script: str, instance_log: str, test_output: str) -> GradeResult:
+    """The harness's files of an instance: patch.diff, eval.sh, run_instance.log, test_output.txt."""
+    (folder / "patch.diff").write_text(patch or "")
+    (folder / "eval.sh").write_text(script)
+    (folder / "run_instance.log").write_text(instance_log + (f"\n{result.error_step}: {result.error}\n" if result.error else ""))
+    if test_output:
+        (folder / "test_output.txt").write_text(test_output)
     return result
 
 

@@ -17,8 +17,9 @@ from magis_ray.events.schema import GradingStarted, InstanceGraded, InstanceGrad
 
 from magis_ray.actors.execution.environments import EnvironmentCache
 from magis_ray.actors.execution.runner import TestRunner
-from magis_ray.actors.execution.sandbox import Limits, Sandbox
-from .grading import CustomSetup, GradeResult, grade, spec_for
+from magis_ray.actors.execution.sandbox import Sandbox
+from magis_ray.actors.execution.testbeds import TestbedCache
+from .grading import CustomSetup, GradeResult, grade, grading_limits, spec_for
 
 STREAM_PREFIX = "grading:"
 ACTOR = "grader"
@@ -51,29 +52,39 @@ class GradeOptions:
     pythons: dict = field(default_factory=dict)
     logs_dir: str | None = None
     custom: CustomSetup | None = None  # the user's --env-setup / --test-cmd instead of SWE-bench's specs
+    network: bool = False  # the tests get the network (--network: the user trusts the predictions)
+    run_empty: bool = False  # --empty: run the tests without a patch (the grader's own check)
+
+
+def testbed_cache(options: GradeOptions) -> TestbedCache:
+    return TestbedCache(EnvironmentCache(options.cache_root, Sandbox(options.sandbox), dict(options.pythons)))
 
 
 def grade_job(job: GradeJob, options: GradeOptions) -> GradeResult:
     """One instance, start to end, on whichever node runs it (its environment cache is that node's)."""
-    cache = EnvironmentCache(options.cache_root, Sandbox(options.sandbox), dict(options.pythons))
-    runner = TestRunner(Sandbox(options.sandbox), Limits(wall_seconds=options.wall_seconds, memory_bytes=options.memory_bytes))
-    return grade(job.record, job.patch, options.repos_dir, cache, runner, job.model, options.logs_dir, options.custom)
+    runner = TestRunner(Sandbox(options.sandbox), grading_limits(options.wall_seconds, options.memory_bytes), network=options.network)
+    return grade(job.record, job.patch, options.repos_dir, testbed_cache(options), runner, job.model, options.logs_dir,
+                 options.custom, run_empty=options.run_empty)
 
 
-def grade_after_build(job: GradeJob, options: GradeOptions, built: tuple[float, bool] | None) -> GradeResult:
+def grade_after_build(job: GradeJob, options: GradeOptions, built: dict | None) -> GradeResult:
     """The test-run task: grade on this node; the build task that ran just before gives the build time."""
     import socket
 
     result = grade_job(job, options)
     result.node = socket.gethostname()
-    if built is not None and not result.env_built_now:
-        result.env_build_seconds, result.env_built_now = built
+    if built is not None:
+        if not result.env_built_now:
+            result.env_build_seconds, result.env_built_now = built["env"]
+        if not result.testbed_built_now:
+            result.testbed_build_seconds, result.testbed_built_now = built["testbed"]
     return result
 
 
 def graded_event(result: GradeResult, sha: str) -> InstanceGraded:
     status = result.tests_status or {}
     f2p, p2p = status.get("FAIL_TO_PASS", {}), status.get("PASS_TO_PASS", {})
+    f2f, p2f = status.get("FAIL_TO_FAIL", {}), status.get("PASS_TO_FAIL", {})
     return InstanceGraded(
         instance_id=result.instance_id, patch_sha=sha, resolved=result.resolved, model=result.model,
         patch_is_None=result.patch_is_None, patch_exists=result.patch_exists,
@@ -84,6 +95,11 @@ def graded_event(result: GradeResult, sha: str) -> InstanceGraded:
         env_build_seconds=result.env_build_seconds, env_built_now=result.env_built_now,
         test_seconds=result.test_seconds, test_exit_code=result.test_exit_code, timed_out=result.timed_out,
         tests_parsed=result.tests_parsed, output_tail=result.output_tail, node=result.node, warnings=list(result.warnings),
+        completed=result.completed, ran=result.ran, needs_internet=result.needs_internet, limits=list(result.limits),
+        fail_to_fail_success=list(f2f.get("success", [])), fail_to_fail_failure=list(f2f.get("failure", [])),
+        pass_to_fail_success=list(p2f.get("success", [])), pass_to_fail_failure=list(p2f.get("failure", [])),
+        testbed_key=result.testbed_key, testbed_build_seconds=result.testbed_build_seconds,
+        testbed_built_now=result.testbed_built_now,
     )
 
 
@@ -173,59 +189,96 @@ def run_grading(store, name: str, jobs: list[GradeJob], executor: Executor, work
     return [log.graded[job.instance_id] for job in jobs]
 
 
-def official_report(results: list[InstanceGraded], total: int) -> dict:
-    """The harness's run report (its summary keys) with every instance's report entry."""
-    ids = lambda pred: sorted(r.instance_id for r in results if pred(r))  # noqa: E731
-    completed = lambda r: r.patch_successfully_applied and r.error_step in ("", "tests") and r.tests_parsed > 0  # noqa: E731
-    instances = {}
+def completed(event: InstanceGraded) -> bool:
+    """Whether the harness would have written the instance's report.json."""
+    if event.completed is not None:
+        return event.completed
+    # Results logged before `completed` existed: the rule they were counted by.
+    return event.patch_successfully_applied and event.error_step in ("", "tests") and event.tests_parsed > 0
+
+
+def official_report(results: list[InstanceGraded], dataset_ids: list[str], submitted_ids: list[str]) -> dict:
+    """The harness's run report (swebench.harness.reporting.make_run_report, run without Docker),
+    key for key: `dataset_ids` the instances graded (the dataset, or --instances), `submitted_ids`
+    every prediction given. An instance without a result in `results` counts as incomplete."""
+    by_id = {r.instance_id: r for r in results}
+    submitted = set(submitted_ids)
+    completed_ids, resolved_ids, unresolved_ids, error_ids, incomplete_ids, empty_ids = (set() for _ in range(6))
+    for instance_id in dataset_ids:
+        event = by_id.get(instance_id)
+        if instance_id not in submitted or event is None:
+            incomplete_ids.add(instance_id)
+        elif not event.ran:
+            empty_ids.add(instance_id)
+        elif completed(event):
+            completed_ids.add(instance_id)
+            (resolved_ids if event.resolved else unresolved_ids).add(instance_id)
+        else:
+            error_ids.add(instance_id)
+    return {
+        "total_instances": len(dataset_ids),
+        "submitted_instances": len(submitted),
+        "completed_instances": len(completed_ids),
+        "resolved_instances": len(resolved_ids),
+        "unresolved_instances": len(unresolved_ids),
+        "empty_patch_instances": len(empty_ids),
+        "error_instances": len(error_ids),
+        "completed_ids": sorted(completed_ids),
+        "incomplete_ids": sorted(incomplete_ids),
+        "empty_patch_ids": sorted(empty_ids),
+        "submitted_ids": sorted(submitted),
+        "resolved_ids": sorted(resolved_ids),
+        "unresolved_ids": sorted(unresolved_ids),
+        "error_ids": sorted(error_ids),
+        "schema_version": 2,
+        # What make_run_report adds when it has no Docker client to ask: no containers, no images.
+        "unstopped_instances": 0,
+        "unstopped_containers": [],
+        "unremoved_images": [],
+    }
+
+
+def instance_details(results: list[InstanceGraded]) -> dict:
+    """What the harness's report has no key for, per instance: why it failed, the limits it ran
+    into, whether it needs the internet, and where the time went."""
+    details = {}
     for r in results:
-        entry = {"patch_is_None": r.patch_is_None, "patch_exists": r.patch_exists,
-                 "patch_successfully_applied": r.patch_successfully_applied, "resolved": r.resolved}
-        if r.patch_successfully_applied and not r.error_step or r.tests_parsed:
-            entry["tests_status"] = {
-                "FAIL_TO_PASS": {"success": r.fail_to_pass_success, "failure": r.fail_to_pass_failure},
-                "PASS_TO_PASS": {"success": r.pass_to_pass_success, "failure": r.pass_to_pass_failure},
-            }
+        entry = {"completed": completed(r), "resolved": r.resolved, "ran": r.ran}
         if r.error_step:
             entry["error"] = {"step": r.error_step, "reason": r.error}
-        if r.warnings:
-            entry["warnings"] = r.warnings
-        instances[r.instance_id] = entry
-    return {
-        "total_instances": total,
-        "submitted_instances": len(results),
-        "completed_instances": len(ids(completed)),
-        "resolved_instances": len(ids(lambda r: r.resolved)),
-        "unresolved_instances": len(ids(lambda r: completed(r) and not r.resolved)),
-        "empty_patch_instances": len(ids(lambda r: not r.patch_exists)),
-        "error_instances": len(ids(lambda r: not completed(r) and r.patch_exists)),
-        "completed_ids": ids(completed),
-        "resolved_ids": ids(lambda r: r.resolved),
-        "unresolved_ids": ids(lambda r: completed(r) and not r.resolved),
-        "empty_patch_ids": ids(lambda r: not r.patch_exists),
-        "error_ids": ids(lambda r: not completed(r) and r.patch_exists),
-        "schema_version": 2,
-        "instances": instances,
-    }
+        if r.needs_internet:
+            entry["needs_internet"] = True
+        for name in ("limits", "warnings"):
+            if getattr(r, name):
+                entry[name] = list(getattr(r, name))
+        entry["environment"] = {"label": r.env_label, "key": r.env_key, "built_now": r.env_built_now,
+                                "build_seconds": round(r.env_build_seconds, 1), "testbed": r.testbed_key,
+                                "testbed_built_now": r.testbed_built_now,
+                                "testbed_build_seconds": round(r.testbed_build_seconds, 1)}
+        entry["test_seconds"] = round(r.test_seconds, 1)
+        details[r.instance_id] = entry
+    return details
 
 
 def default_workers() -> int:
     return max(1, (os.cpu_count() or 2) // 2)
 
 
-def prepare_environment(job: GradeJob, options: GradeOptions) -> tuple[float, bool] | None:
-    """Build the job's environment on this node unless it is cached: (build seconds, built now),
-    or None when it cannot be built (the test run then reports why, in its own words)."""
+def prepare_environment(job: GradeJob, options: GradeOptions) -> dict | None:
+    """Build the job's environment and testbed on this node unless they are cached: for each,
+    (build seconds, built now); None when they cannot be built (the test run then says why)."""
     from pathlib import Path
 
     from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentUnsupported
     from magis_ray.actors.execution.interpreters import InterpreterMissing
-    from magis_ray.actors.execution.specs import HarnessMissing
+    from magis_ray.actors.execution.specs import HarnessMissing, NoSpec
 
+    if job.patch in ("", None) and not options.run_empty:
+        return None  # not run at all
     repo_path = Path(options.repos_dir) / job.record["repo"].replace("/", "__")
-    cache = EnvironmentCache(options.cache_root, Sandbox(options.sandbox), dict(options.pythons))
     try:
-        env = cache.get(spec_for(job.record, repo_path, options.custom).recipe, repo_path)
-    except (HarnessMissing, KeyError, EnvironmentUnsupported, InterpreterMissing, EnvironmentBuildError):
+        testbed = testbed_cache(options).get(spec_for(job.record, repo_path, options.custom).testbed, repo_path,
+                                             mirrors=options.repos_dir)
+    except (HarnessMissing, NoSpec, KeyError, EnvironmentUnsupported, InterpreterMissing, EnvironmentBuildError):
         return None
-    return env.build_seconds, env.built_now
+    return {"env": (testbed.env.build_seconds, testbed.env.built_now), "testbed": (testbed.build_seconds, testbed.built_now)}

@@ -285,21 +285,29 @@ def run_tests(
     """Apply `diff` and the instance's test patch to a scratch checkout of the base commit and run
     `test_cmd` there, in the sandbox, its "{tests}" replaced by the FAIL_TO_PASS and PASS_TO_PASS
     tests (quoted). Resolved iff the command exits 0: every one of those tests passed."""
-    from magis_ray.actors.execution.runner import TestRunner, run_on_patch
+    from magis_ray.actors.execution.runner import INPUTS, TestRunner
     from magis_ray.actors.execution.sandbox import Limits, Sandbox, SandboxUnavailable
-    from magis_ray.actors.execution.workspaces import WorkspaceError
+    from magis_ray.actors.execution.workspaces import Workspace, WorkspaceError
 
     if not diff.strip():
         return TestOutcome(False, "the diff is empty")
     tests = " ".join(shlex.quote(t) for t in (*instance.fail_to_pass, *instance.pass_to_pass))
     runner = TestRunner(Sandbox(sandbox), Limits(wall_seconds=timeout_s, memory_bytes=0))
+    inputs = {"diff": diff if diff.endswith("\n") else diff + "\n", "test_patch": instance.test_patch}
+    script = "\n".join([f"git apply -v {INPUTS}/diff || {{ echo 'magis-ray: the diff does not apply'; exit 97; }}",
+                        f"git apply -v {INPUTS}/test_patch || {{ echo 'magis-ray: the test patch does not apply'; exit 97; }}",
+                        test_cmd.replace("{tests}", tests)])
     try:
-        run = run_on_patch(repo_path, instance.base_commit, [("the diff", diff), ("the test patch", instance.test_patch)],
-                           None, test_cmd.replace("{tests}", tests), runner)
+        with Workspace(repo_path, instance.base_commit) as workspace:
+            run = runner.run(None, script, inputs=inputs, tree=workspace.path)
     except WorkspaceError as exc:
-        return TestOutcome(False, f"does not apply: {exc}" if "apply" not in str(exc) else str(exc))
+        return TestOutcome(False, str(exc))
     except SandboxUnavailable as exc:
         return TestOutcome(False, str(exc))
+    if run.exit_code == 97:
+        reason = next((line for line in run.output.splitlines() if line.startswith("error:")), "")
+        which = "the test patch" if "the test patch does not apply" in run.output else "the diff"
+        return TestOutcome(False, f"{which} does not apply: {reason}".strip())
     if run.timed_out:
         return TestOutcome(False, f"the tests did not finish within {timeout_s:.0f} s")
     output = run.output.strip().splitlines()
