@@ -130,6 +130,28 @@ def test_a_patch_the_reproduction_test_rejects_is_sent_back_and_the_next_one_app
 
 
 @needs_sandbox
+def test_a_reproduction_that_does_not_even_collect_is_sent_back_with_the_reason(calc_repo, tmp_path, env_cache):
+    """The bundled model once wrote a test file whose only line was `the whole test file`: a
+    SyntaxError, which fails on the unfixed code without showing anything of the issue."""
+    repo_path, base = calc_repo
+    issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base))
+    team = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, reproductions=["the whole test file\n", REPRODUCES])
+    with ScriptedServer(team) as server:
+        result = magis("submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "scripted",
+                       "--tests", "on", "--env-setup", ENV_SETUP, cwd=tmp_path, env_cache=env_cache)
+        requests = list(server.requests)
+    assert result.returncode == 0, result.stderr
+    run_id = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)["run"].strip()
+    reproduce = [r.event for r in events_of(run_id, tmp_path, env_cache)
+                 if type(r.event).__name__ == "TestsRan" and r.event.purpose == "reproduce"]
+    assert [r.outcome for r in reproduce] == ["failed", "failed"]
+    assert reproduce[0].failed == ["test_magis_reproduction.py"]  # the file itself: it never collected
+    second_try = [r for r in requests if r.purpose == "write_reproduction"][1]
+    assert "does not even run: pytest could not collect it" in second_try.text and "SyntaxError" in second_try.text
+    assert "test_magis_reproduction.py::test_mean_of_four" in reproduce[1].failed
+
+
+@needs_sandbox
 def test_without_an_environment_the_run_goes_on_without_tests_and_says_so(calc_repo, tmp_path, env_cache):
     repo_path, base = calc_repo
     issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base))

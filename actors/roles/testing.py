@@ -146,10 +146,23 @@ def passed(run: TestsRan, test: str) -> bool:
     return bool(mine) and not any(t in run.failed for t in mine)
 
 
+def collected(run: TestsRan, test: str) -> bool:
+    """Whether pytest collected test functions from the file `test`: a file that fails to import
+    or to parse is reported as an error of the file itself (`ERROR path`), not of a test in it."""
+    if "::" in test:
+        return test in run.passed or test in run.failed
+    if test in run.failed or f"ERROR collecting {test}" in run.output:
+        return False
+    return any(t.startswith(test + "::") for t in (*run.passed, *run.failed))
+
+
 def reproduces(run: TestsRan, test: str) -> str:
     """"" when `run` (the reproduction test on the base commit) shows the issue; else why not."""
     if run.outcome == "timeout":
         return "it did not finish within the time limit on the unfixed code"
+    if not collected(run, test):
+        return ("it does not even run: pytest could not collect it (a syntax or import error, or no test in it), "
+                f"so it shows nothing of the issue; the output says why:\n{run.output[-OUTPUT_FOR_MODEL:]}")
     if passed(run, test):
         return "it PASSES on the unfixed code, so it does not reproduce the issue"
     if not any(t == test or t.startswith(test + "::") for t in run.failed):

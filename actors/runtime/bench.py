@@ -1,14 +1,16 @@
-"""The team's test bench on the execution layer: every request gets a fresh scratch checkout of the
-base commit, its patches applied as `git apply` applies them, its files written, and its tests run
-in the sandbox, in the run's environment (built once per node and cached).
+"""The team's test bench on the execution layer: every request runs on a fresh copy of the run's
+testbed (the repository installed at the base commit in the run's environment, built once per
+node and cached), with its patches applied as `git apply` applies them and its files written, and
+its tests run, all in the sandbox.
 
-The environment is the repository's SWE-bench spec when the issue names a version the `swebench`
-package knows, and otherwise the user's `--env-setup` (default: the project installed editable,
-and pytest). Whether one can be built is settled before the run starts (`prepare`), so that a run
-with tests never finds out halfway."""
+The environment and the install are the repository's SWE-bench spec when the issue names a version
+the `swebench` package knows (the same testbeds grading uses), and otherwise the user's
+`--env-setup` (default: the project installed editable, and pytest). Whether one can be built is
+settled before the run starts (`prepare`), so that a run with tests never finds out halfway."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,21 +18,24 @@ from pathlib import Path
 from magis_ray.events.schema import RunSettings, TestsRan
 
 from magis_ray.actors.code.repository import UnsafePath, safe_repo_path
-from magis_ray.actors.execution.environments import Environment, EnvironmentBuildError, EnvironmentCache, EnvironmentUnsupported
+from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, EnvironmentUnsupported
 from magis_ray.actors.execution.interpreters import InterpreterMissing
-from magis_ray.actors.execution.runner import TestRunner
-from magis_ray.actors.execution.sandbox import Limits, Sandbox, SandboxUnavailable, check_available
-from magis_ray.actors.execution.workspaces import Workspace, WorkspaceError, read_file_at
+from magis_ray.actors.execution.runner import INPUTS, TestRunner
+from magis_ray.actors.execution.sandbox import GiB, Limits, MiB, Sandbox, SandboxUnavailable, check_available
+from magis_ray.actors.execution.specs import HarnessMissing, InstanceSpec, NoSpec, custom_spec, instance_spec
+from magis_ray.actors.execution.testbeds import Testbed, TestbedCache
+from magis_ray.actors.execution.workspaces import read_file_at
 from magis_ray.actors.roles.testing import TestRequest
 from magis_ray.actors.runtime.issue import IssueRecord
-from magis_ray.actors.execution.specs import HarnessMissing, InstanceSpec, NoSpec, custom_spec, instance_spec
 
 # pytest names every test's outcome (-rA), never asks (no cache folder in a read-only tree).
 TEST_COMMAND = "python -m pytest -rA -p no:cacheprovider"
 OUTPUT_KEPT = 6_000  # characters of a run's output in its event: the end, where pytest says why
-TEST_LIMITS = Limits(wall_seconds=600.0, memory_bytes=4 * 1024**3, output_bytes=64 * 1024)
-
-
+TEST_LIMITS = Limits(wall_seconds=600.0, memory_bytes=4 * GiB, cpu_seconds=900, output_bytes=64 * 1024,
+                     log_bytes=16 * MiB, tmp_bytes=1 * GiB, scratch_bytes=4 * GiB)
+PATCH_FAILED = 97  # the exit code of a run whose patch did not apply
+# A patch that changes these changes what the install step built: the testbed's install runs again.
+BUILD_INPUTS = re.compile(r"^(setup\.py|setup\.cfg|pyproject\.toml|MANIFEST\.in)$|\.(c|h|cpp|cc|pyx|pxd|pxi)$")
 class BenchUnavailable(Exception):
     """No environment, no sandbox or no interpreter for this repository; the message is one line."""
 
@@ -82,60 +87,72 @@ def with_pytest(spec: InstanceSpec) -> InstanceSpec:
         return spec
     from swebench.harness.log_parsers.python import parse_log_pytest  # installed: the spec came from it
 
-    recipe = replace(spec.recipe, pip_packages=(*spec.recipe.pip_packages, "pytest"))
-    return replace(spec, recipe=recipe, test_command=TEST_COMMAND, parse=lambda log: parse_log_pytest(log, None))
+    env = replace(spec.recipe, pip_packages=(*spec.recipe.pip_packages, "pytest"))
+    return replace(spec, testbed=replace(spec.testbed, env=env), test_command=TEST_COMMAND,
+                   parse=lambda log: parse_log_pytest(log, None))
 
 
 class ExecutionBench:
     def __init__(self, setup: BenchSetup):
         self._setup = setup
         self._spec: InstanceSpec | None = None
-        self._env: Environment | None = None
+        self._testbed: Testbed | None = None
         sandbox = Sandbox(mode=setup.sandbox)
         self._runner = TestRunner(sandbox, TEST_LIMITS)
-        self.cache = EnvironmentCache(root=Path(setup.env_cache), sandbox=sandbox) if setup.env_cache else EnvironmentCache(sandbox=sandbox)
+        envs = EnvironmentCache(root=Path(setup.env_cache), sandbox=sandbox) if setup.env_cache else EnvironmentCache(sandbox=sandbox)
+        self.cache = TestbedCache(envs)
 
-    def environment(self) -> Environment:
-        """The run's environment, built now if this node has none; BenchUnavailable says why not."""
-        if self._env is None:
+    def testbed(self) -> Testbed:
+        """The run's testbed, built now if this node has none; BenchUnavailable says why not."""
+        if self._testbed is None:
             try:
                 if self._setup.sandbox != "none":
                     check_available()
                 self._spec = spec_of(self._setup)
-                self._env = self.cache.get(self._spec.recipe, self._setup.repo_path)
+                repo_path = Path(self._setup.repo_path)
+                self._testbed = self.cache.get(self._spec.testbed, repo_path, mirrors=repo_path.resolve().parent)
             except (HarnessMissing, SandboxUnavailable, EnvironmentUnsupported, InterpreterMissing) as exc:
                 raise BenchUnavailable(str(exc)) from None
             except EnvironmentBuildError as exc:
                 raise BenchUnavailable(f"the environment does not build: {exc}") from None
-        return self._env
+        return self._testbed
 
     def prepare(self) -> TestsRan:
-        """Bench.prepare: the environment, ready, or why it cannot be."""
+        """Bench.prepare: the testbed, ready, or why it cannot be."""
         try:
-            env = self.environment()
+            testbed = self.testbed()
         except BenchUnavailable as exc:
             return TestsRan(purpose="prepare", command="", outcome="error", output=str(exc))
-        how = f"built in {env.build_seconds:.0f} s" if env.built_now else "from this node's cache"
-        return TestsRan(purpose="prepare", command="", outcome="passed", output=f"environment {env.label or env.key}: {how}",
-                        duration_s=round(env.build_seconds, 3))
+        seconds = testbed.env.build_seconds + testbed.build_seconds
+        how = f"built in {seconds:.0f} s" if testbed.built_now or testbed.env.built_now else "from this node's cache"
+        return TestsRan(purpose="prepare", command="", outcome="passed", output=f"environment {testbed.label or testbed.key}: {how}",
+                        duration_s=round(seconds, 3))
 
     def run(self, request: TestRequest) -> TestsRan:
-        env = self.environment()
+        testbed = self.testbed()
         command = " ".join([TEST_COMMAND, *(shlex.quote(t) for t in request.targets)])
-        with Workspace(self._setup.repo_path, self._setup.record["base_commit"]) as workspace:
-            for number, diff in enumerate((d for d in request.patches if d.strip()), 1):
-                try:
-                    workspace.apply(diff, f"patch-{number}")
-                except WorkspaceError as exc:
-                    return self._error(request, command, f"patch {number} does not apply: {exc}")
-            for path, text in request.files:
-                try:
-                    target = workspace.path / safe_repo_path(path)
-                except UnsafePath as exc:
-                    return self._error(request, command, f"a test file outside the repository: {exc}")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(text, encoding="utf-8")
-            run = self._runner.run(env, workspace, command, self._spec.parse, name=request.purpose)
+        inputs: dict[str, str] = {}
+        lines = []
+        for number, diff in enumerate((d for d in request.patches if d.strip()), 1):
+            inputs[f"patch-{number}.diff"] = diff if diff.endswith("\n") else diff + "\n"
+            lines.append(f"git apply -v {INPUTS}/patch-{number}.diff || {{ echo 'magis-ray: patch {number} does not apply'; "
+                         f"exit {PATCH_FAILED}; }}")
+        for number, (path, text) in enumerate(request.files, 1):
+            try:
+                target = safe_repo_path(path)
+            except UnsafePath as exc:
+                return self._error(request, command, f"a test file outside the repository: {exc}")
+            inputs[f"file-{number}"] = text
+            lines.append(f"mkdir -p {shlex.quote(os.path.dirname(target) or '.')} && cp {INPUTS}/file-{number} {shlex.quote(target)}")
+        if self._runner.isolated and any(BUILD_INPUTS.search(p) for diff in request.patches for p in changed_paths(diff)):
+            lines += [f"{step} >/dev/null 2>&1 || echo 'magis-ray: the install step failed again after the patch'"
+                      for step in testbed_install(self._spec)]
+        lines.append(command)
+        run = self._runner.run(testbed, "\n".join(lines), self._spec.parse, inputs=inputs, name=request.purpose)
+        if run.exit_code == PATCH_FAILED and "magis-ray: patch" in run.output:
+            number = re.search(r"magis-ray: patch (\d+) does not apply", run.output)
+            reason = " | ".join(line for line in run.output.splitlines() if line.startswith("error:"))[:300]
+            return self._error(request, command, f"patch {number.group(1) if number else '?'} does not apply: {reason}")
         if run.timed_out:
             outcome = "timeout"
         elif run.exit_code == 0:
@@ -144,9 +161,18 @@ class ExecutionBench:
             outcome = "failed" if run.failed else "error"
         return TestsRan(
             purpose=request.purpose, command=command, outcome=outcome, exit_code=run.exit_code, passed=run.passed,
-            failed=run.failed, output=run.output[-OUTPUT_KEPT:], duration_s=round(run.duration_s, 3),
+            failed=run.failed, output=run.output[-OUTPUT_KEPT:], duration_s=round(run.duration_s, 3), limits=list(run.limits),
         )
 
     @staticmethod
     def _error(request: TestRequest, command: str, why: str) -> TestsRan:
         return TestsRan(purpose=request.purpose, command=command, outcome="error", output=why)
+
+
+def testbed_install(spec: InstanceSpec | None) -> tuple[str, ...]:
+    return spec.testbed.install if spec is not None else ()
+
+
+def changed_paths(diff: str) -> list[str]:
+    """The files a diff touches (its `+++ b/` names)."""
+    return re.findall(r"^\+\+\+ b/(\S+)", diff, flags=re.M)
