@@ -169,3 +169,210 @@ def test_search_finds_a_rejecting_review_across_runs(url):
     assert "<mark>rejected</mark>" in body and "The mean must divide the total" in body
     assert re.findall(r'<li class="result"', page(f"{url}search?q=%22the+mean+must+divide%22")) != []
     assert "0 result(s)" in page(f"{url}search?q=zzzznothing")
+
+
+# --- safety ----------------------------------------------------------------------------------------
+
+SCRIPT = '<script>document.title="pwned"</script>'
+IMG = "<img src=x onerror=alert(1)>"
+CONTROL = "\x1b[2J\x00\x07"  # a terminal's clear-screen, a NUL, a bell
+
+
+@pytest.fixture(scope="module")
+def hostile_store(tmp_path_factory) -> tuple[Path, str]:
+    """A real run (in-process team, real gateway, the scripted server over HTTP) whose issue and
+    model answers carry markup and control characters, with test_hostile.py's bad answers too."""
+    from scenarios import MEAN_FIX, calc_issue, make_calc_repo
+
+    from magis_ray.actors.model.gateway import Gateway, GatewayConfig
+    from magis_ray.actors.model.scripted_server import Rule, ScriptedServer
+    from magis_ray.actors.model.scripted_team import ScriptedTeam
+    from magis_ray.actors.runtime.inprocess import LocalLLM, run_in_process
+
+    root = tmp_path_factory.mktemp("hostile")
+    repo = root / "calc"
+    _, base = make_calc_repo(repo)
+    rules = [
+        Rule(purpose="summarize_file", json={"summary": f"A module {SCRIPT} {IMG} {CONTROL}"}),
+        Rule(purpose="meeting_open", json={"text": f"Let us begin {IMG}"}),
+        Rule(purpose="locate_lines", reply=f"I would change the division {SCRIPT}", times=1),  # not JSON: sent back
+        Rule(purpose="define_task", json={"needed": True, "task": f"t {IMG}", "new_files": [{"path": "calc/bell\x07.py", "task": "x"}]}, times=1),
+        ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, review=lambda path, attempt: (attempt > 1, f"no {IMG} {SCRIPT} {CONTROL}")),
+    ]
+    issue = calc_issue(repo, base, text=f"mean() is wrong {SCRIPT} {CONTROL}")
+    store = open_store(str(root / "store"), create=True)
+    with ScriptedServer(rules) as server:
+        llm = LocalLLM(Gateway(GatewayConfig(base_url=server.base_url, api_key="sk-hostile-key", model="m", max_retries=1)))
+        end = run_in_process(store=store, issue=issue, settings=ev.RunSettings(top_k=3, max_review_rounds=2, model="m"),
+                             repo_path=str(repo), llm=llm, run_id="hostile1")
+        llm.close()
+    store.close()
+    assert isinstance(end, ev.RunFinished) and end.outcome == "patched"
+    return root / "store", "hostile1"
+
+
+def test_every_model_written_text_is_shown_as_text(hostile_store):
+    path, run_id = hostile_store
+    with open_store(str(path)) as s:
+        events = s.read(run_id)
+    pages = ["", f"runs/{run_id}", f"compare?a={run_id}&b={run_id}", "search?q=pwned", "search?q=onerror",
+             *(f"runs/{run_id}/exchanges/{r.version}" for r in events if isinstance(r.event, ev.LLMExchanged))]
+    with serve(path, OPENAI_API_KEY="sk-hostile-key") as base:
+        bodies = {p: page(base + p) for p in pages}
+    seen = ""
+    for name, body in bodies.items():
+        tags = parsed(body)
+        scripts = [a for tag, a in tags.tags if tag == "script"]
+        assert scripts == [{"src": "/static/inspector.js", "defer": None}], name  # ours, and no other
+        assert not [t for t, _ in tags.tags if t == "img"], name
+        assert not [(t, k) for t, a in tags.tags for k in a if k.startswith("on")], name
+        assert not re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", body), name  # control characters shown as \xNN
+        assert "sk-hostile-key" not in body, name
+        seen += " ".join(tags.text)
+    for hostile in (SCRIPT, IMG, "\\x1b[2J\\x00\\x07", "calc/bell\\x07.py"):
+        assert hostile in seen, hostile  # visible, as the text it is
+    assert 'document.title="pwned"' in " ".join(parsed(bodies[f"runs/{run_id}"]).text)  # the issue's script, as text
+
+
+def test_there_is_no_write_endpoint_and_no_foreign_host(url, store):
+    with open_store(str(store)) as s:
+        before = s.read_all()
+    for route in ("", f"runs/{REJECTED}", "compare", "search?q=x", "live", "static/inspector.js", "runs", "admin"):
+        for method in ("POST", "PUT", "PATCH", "DELETE"):
+            status, _, _ = get(url + route, method=method)
+            assert status in (404, 405), (method, route, status)
+    status, headers, _ = get(url)
+    assert "script-src 'self'" in headers["content-security-policy"] and headers["x-frame-options"] == "DENY"
+    # a page another site's script reaches through a rebound DNS name is refused
+    assert get(url, headers={"Host": "attacker.example:80"})[0] == 400
+    with open_store(str(store)) as s:
+        assert s.read_all() == before
+
+
+def test_it_listens_on_loopback_by_default(store):
+    with serve(store) as base:
+        host = re.match(r"http://([^:/]+):(\d+)/", base)
+        assert host.group(1) == "127.0.0.1"
+        assert page(base)  # and answers there
+
+
+def test_live_events_name_the_runs_that_change(store, tmp_path):
+    path = make_store(tmp_path)
+    with serve(path) as base:
+        response = urllib.request.urlopen(f"{base}live?run=late1", timeout=30)
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.readline() == b"retry: 2000\n"
+        with open_store(str(path)) as s:
+            s.append("other", 0, [new_event(ev.RunStarted(instance_id="x", repo="r", base_commit="c", problem_statement="p"), "cli")])
+            s.append("late1", 0, [new_event(ev.RunStarted(instance_id="late", repo="r", base_commit="c", problem_statement="p"), "cli")])
+        lines = []
+        while not any(line.startswith(b"data:") for line in lines):
+            lines.append(response.readline())
+        assert b"event: change\n" in lines and lines[-1] == b'data: ["late1"]\n'  # "other" is not the run asked for
+        response.close()
+        assert 'data-run="late1"' in page(base)
+
+
+def test_bad_input_is_one_line(tmp_path, store):
+    def run(*args):
+        result = subprocess.run([*MAGIS, *args], capture_output=True, text=True, env=env(), timeout=60)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        [line] = result.stderr.splitlines()
+        return line
+
+    assert "no magis store" in run("serve", "--store", str(tmp_path / "nowhere"))
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    assert "cannot listen on 127.0.0.1:" in run("serve", "--store", str(store), "--port", str(taken.getsockname()[1]))
+    taken.close()
+    assert "unknown run: zzz" in run("watch", "zzz", "--store", str(store))
+    assert "give a RUN or --batch NAME" in run("watch", "--store", str(store))
+    assert "no batch nope" in run("watch", "--batch", "nope", "--store", str(store))
+
+
+# --- the terminal -----------------------------------------------------------------------------------
+
+
+class Clock:
+    """A clock the watcher sleeps on: each sleep moves time and lets the test append what comes next."""
+
+    def __init__(self, on_sleep):
+        self.now, self.sleeps, self.on_sleep = 1_800_000_000.0, 0, on_sleep
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.sleeps += 1
+        self.on_sleep(self.sleeps)
+
+
+def test_watch_follows_a_run_until_it_ends(tmp_path):
+    repo, base = repo_for(tmp_path)
+    events = fixed_new_events(constructed_run(repo, base))
+    store = InMemoryStore()
+    store.append("r1", 0, events[:5])
+    chunks = [events[i:i + 10] for i in range(5, len(events), 10)]
+
+    def more(n):
+        if n <= len(chunks):
+            store.append("r1", store.version("r1"), chunks[n - 1])
+
+    clock, out = Clock(more), io.StringIO()
+    code = Watcher(store, out, 1.0, now=lambda: clock.now, sleep=clock.sleep, redraw=False).watch_run("r1")
+    text = out.getvalue()
+    assert code == 0 and clock.sleeps == len(chunks)  # it saw the run grow, and stopped at its end
+    assert "T1 attempt 1: sent back  [1 call(s), 970 tokens, $0.0002]" in text  # a decision, and what its exchange cost
+    assert "run r1  calc__calc-2  [finished] patched" in text and "T2 calc/texts.py: failed" in text
+    assert "attempt 1: sent back (Still wrong" in text and "attempt 2: approved" in text
+    assert "reviews: 1 approved, 1 sent back" in text
+
+
+def test_watch_says_when_a_run_failed_or_lost_its_driver(tmp_path):
+    store = InMemoryStore()
+    started = ev.RunStarted(instance_id="i-1", repo="r", base_commit="c" * 40, problem_statement=f"x {CONTROL}")
+    store.append("dead", 0, [new_event(started, "supervisor")])
+    store.take_lease("dead", "driver-1", "host-a", 123, ttl_s=30, now=1_799_999_990.0)  # runs out at ...020
+    clock, out = Clock(lambda n: None), io.StringIO()
+    assert Watcher(store, out, 10.0, now=lambda: clock.now, sleep=clock.sleep, redraw=False).watch_run("dead") == 1
+    assert clock.sleeps == 2  # live until its lease ran out (20 s later, unrenewed)
+    assert "run dead stalled: no driver holds it any more; resume it with `magis-ray resume dead`" in out.getvalue()
+    store.append("failed", 0, [new_event(started, "supervisor"), new_event(ev.RunFailed(reason=f"boom {CONTROL}"), "supervisor")])
+    out = io.StringIO()
+    assert Watcher(store, out, 1.0, redraw=True).watch_run("failed") == 1
+    assert "failed: boom \\x1b[2J\\x00\\x07" in out.getvalue()  # the terminal gets the escape sequence as text
+    assert "\x1b[2J\x00" not in out.getvalue().replace("\x1b[H\x1b[2J", "")  # only our own redraw
+
+
+def test_watch_follows_a_batch_until_every_run_has_ended(tmp_path):
+    from inspecting import with_settings
+
+    repo, base = repo_for(tmp_path)
+    store = InMemoryStore()
+    runs = {f"b{i}": fixed_new_events(with_settings(constructed_run(repo, base, fix_texts=i == 2), batch="nightly"),
+                                       start=1_700_000_000.0 + 1000 * i) for i in (1, 2)}
+    store.append("b1", 0, runs["b1"][:20])
+    store.append("elsewhere", 0, fixed_new_events(constructed_run(repo, base)))  # no run of the batch
+    store.take_lease("batch:nightly:calc__calc-2", "driver", "h", 1, ttl_s=30, now=1_800_000_000.0)
+
+    def more(n):
+        if n == 1:
+            store.append("b1", 20, runs["b1"][20:])
+            store.append("b2", 0, runs["b2"])
+        if n == 3:
+            store.release_lease("batch:nightly:calc__calc-2", "driver")  # the driver is done
+
+    clock, out = Clock(more), io.StringIO()
+    code = Watcher(store, out, 1.0, now=lambda: clock.now, sleep=clock.sleep, redraw=False).watch_batch("nightly")
+    text = out.getvalue()
+    assert code == 0 and clock.sleeps >= 3  # it waited for the driver, then for the grace period
+    assert "run b1 calc__calc-2: running" in text and "run b1 calc__calc-2: finished patched" in text
+    assert "batch nightly: 2 of 2 run(s) ended, 0 running, 0 failed, 2 patched" in text
+    assert "elsewhere" not in text
+
+
+def test_the_watch_command_on_a_finished_run(store):
+    result = subprocess.run([*MAGIS, "watch", REJECTED[:8], "--store", str(store)], capture_output=True, text=True,
+                            env=env(), timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert f"run {REJECTED}  calc__calc-2  [finished] patched" in result.stdout
+    assert "T1 attempt 2: approved" in result.stdout
