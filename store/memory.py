@@ -10,7 +10,7 @@ from magis_ray.events.codec import encode
 from magis_ray.events.schema import NewEvent, Recorded
 from magis_ray.events.text import searchable_text
 
-from . import fulltext
+from .fulltext import parse_query, matches
 from .base import ConcurrencyConflict, Fenced, Lease, MemoryEntry, RunInfo, UnknownRun
 
 _decoder = msgspec.json.Decoder(Recorded)
@@ -75,7 +75,7 @@ class InMemoryStore:
 
     def search(self, query: str, types: Sequence[str] = (), limit: int = 50,
                before_position: int | None = None) -> list[Recorded]:
-        terms = fulltext.parse_query(query)
+        terms = parse_query(query)
         with self._lock:
             end = len(self._log) if before_position is None else min(max(before_position - 1, 0), len(self._log))
             rows = [data for _, _, data in reversed(self._log[:end])]
@@ -84,7 +84,7 @@ class InMemoryStore:
             if len(found) >= limit or not terms:
                 break
             rec = _decoder.decode(data)
-            if (not types or _tag(rec.event) in types) and fulltext.matches(terms, searchable_text(rec)):
+            if (not types or _tag(rec.event) in types) and matches(terms, searchable_text(rec)):
                 found.append(rec)
         return found
 

@@ -19,7 +19,7 @@ import msgspec
 from magis_ray.events.codec import encode
 from magis_ray.events.schema import SCHEMA_VERSION, NewEvent, Recorded
 
-from . import fulltext
+from .fulltext import available, catch_up, parse_query, search_rows
 from .base import ConcurrencyConflict, CorruptStore, Fenced, Lease, MemoryEntry, NotAStore, RunInfo, StoreError, UnknownRun
 
 DB_NAME = "events.sqlite3"
@@ -284,14 +284,14 @@ class SQLiteStore:
 
     def search(self, query: str, types: Sequence[str] = (), limit: int = 50,
                before_position: int | None = None) -> list[Recorded]:
-        terms = fulltext.parse_query(query)
+        terms = parse_query(query)
         if not terms:
             return []
         with self._locked() as conn:
-            if not fulltext.available(conn):
+            if not available(conn):
                 raise StoreError(f"{self._db}: full-text search needs an SQLite built with FTS5")
-            fulltext.catch_up(conn, _decode_one)  # the events appended since the last search
-            rows = fulltext.search_rows(conn, terms, types, limit, before_position)
+            catch_up(conn, _decode_one)  # the events appended since the last search
+            rows = search_rows(conn, terms, types, limit, before_position)
         return self._decode(rows)
 
     # --- the summary memory -------------------------------------------------------------
