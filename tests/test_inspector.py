@@ -376,3 +376,37 @@ def test_the_watch_command_on_a_finished_run(store):
     assert result.returncode == 0, result.stderr
     assert f"run {REJECTED}  calc__calc-2  [finished] patched" in result.stdout
     assert "T1 attempt 2: approved" in result.stdout
+
+
+# --- the read models ---------------------------------------------------------------------------------
+
+
+def test_a_diff_is_split_by_kind_counting_each_hunks_lines():
+    from magis_ray.events.projections.inspection import diff_lines
+
+    diff = ("diff --git a/q.sql b/q.sql\n--- a/q.sql\n+++ b/q.sql\n@@ -1,3 +1,3 @@\n select 1;\n--- an old comment\n"
+            "+-- a new comment\n select 2;\n\\ No newline at end of file\n--- /dev/null\n+++ b/n.txt\n@@ -0,0 +1 @@\n+new\n")
+    assert [kind for kind, _ in diff_lines(diff)] == [
+        "file", "file", "file", "hunk", "ctx", "del", "add", "ctx", "ctx", "file", "file", "hunk", "add"]
+
+
+def test_the_catalog_folds_runs_batches_and_gradings_incrementally(tmp_path):
+    from inspecting import grading_events, with_settings
+
+    from magis_ray.events.projections.catalog import Catalog
+
+    repo, base = repo_for(tmp_path)
+    store = InMemoryStore()
+    events = fixed_new_events(with_settings(constructed_run(repo, base), batch="b", model="m1"))
+    store.append("r1", 0, events[:30])
+    store.append("grading:g", 0, grading_events())
+    catalog = Catalog()
+    assert catalog.apply_all(store.read_all()) == {"r1", "grading:g"}
+    run = catalog.runs["r1"]
+    assert (run.status, run.batch, run.model, run.events) == ("running", "b", "m1", 30)
+    assert catalog.batch("b").ended == 0 and catalog.gradings["g"].status == "finished"
+    store.append("r1", 30, events[30:])
+    assert catalog.apply_all(store.read_all(catalog.position)) == {"r1"}
+    assert (run.status, run.outcome, run.stage, run.rejections, run.approvals) == ("finished", "patched", "finished", 1, 1)
+    assert run.calls == sum(isinstance(e.event, ev.LLMExchanged) for e in events)
+    assert run.tasks == {"T1": "approved", "T2": "failed"} and catalog.batch("b").patched == 1
