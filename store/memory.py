@@ -8,10 +8,16 @@ import msgspec
 
 from magis_ray.events.codec import encode
 from magis_ray.events.schema import NewEvent, Recorded
+from magis_ray.events.text import searchable_text
 
+from .fulltext import parse_query, matches
 from .base import ConcurrencyConflict, Fenced, Lease, MemoryEntry, RunInfo, UnknownRun
 
 _decoder = msgspec.json.Decoder(Recorded)
+
+
+def _tag(event: object) -> str:
+    return type(event).__struct_config__.tag
 
 
 class InMemoryStore:
@@ -66,6 +72,21 @@ class InMemoryStore:
         with self._lock:
             rows = self._log[start:] if limit is None else self._log[start : start + max(limit, 0)]
         return [_decoder.decode(data) for _, _, data in rows]
+
+    def search(self, query: str, types: Sequence[str] = (), limit: int = 50,
+               before_position: int | None = None) -> list[Recorded]:
+        terms = parse_query(query)
+        with self._lock:
+            end = len(self._log) if before_position is None else min(max(before_position - 1, 0), len(self._log))
+            rows = [data for _, _, data in reversed(self._log[:end])]
+        found: list[Recorded] = []
+        for data in rows:  # newest first, as the SQLite index answers
+            if len(found) >= limit or not terms:
+                break
+            rec = _decoder.decode(data)
+            if (not types or _tag(rec.event) in types) and matches(terms, searchable_text(rec)):
+                found.append(rec)
+        return found
 
     def version(self, run_id: str) -> int:
         with self._lock:

@@ -19,6 +19,7 @@ import msgspec
 from magis_ray.events.codec import encode
 from magis_ray.events.schema import SCHEMA_VERSION, NewEvent, Recorded
 
+from .fulltext import available, catch_up, parse_query, search_rows
 from .base import ConcurrencyConflict, CorruptStore, Fenced, Lease, MemoryEntry, NotAStore, RunInfo, StoreError, UnknownRun
 
 DB_NAME = "events.sqlite3"
@@ -280,6 +281,18 @@ class SQLiteStore:
         with self._locked() as conn:  # rowid order is the order of each run's first append
             rows = conn.execute("SELECT run_id, version, first_time, last_time FROM runs ORDER BY rowid").fetchall()
         return [RunInfo(*row) for row in rows]
+
+    def search(self, query: str, types: Sequence[str] = (), limit: int = 50,
+               before_position: int | None = None) -> list[Recorded]:
+        terms = parse_query(query)
+        if not terms:
+            return []
+        with self._locked() as conn:
+            if not available(conn):
+                raise StoreError(f"{self._db}: full-text search needs an SQLite built with FTS5")
+            catch_up(conn, _decode_one)  # the events appended since the last search
+            rows = search_rows(conn, terms, types, limit, before_position)
+        return self._decode(rows)
 
     # --- the summary memory -------------------------------------------------------------
 

@@ -249,3 +249,47 @@ def test_an_append_with_a_lost_lease_is_fenced_out_and_writes_nothing(store):
         store.append("r1", 1, talk(1), fence=first.epoch)
     store.append("r1", 1, talk(1), fence=second.epoch)
     assert [r.version for r in store.read("r1")] == [1, 2]
+
+
+# --- full-text search across every run's events ------------------------------------------------
+
+
+def review(task: str, approved: bool, comment: str):
+    from magis_ray.events.schema import ReviewIssued
+
+    return new_event(ReviewIssued(task_id=task, attempt=1, approved=approved, comment=comment), f"qa:{task}")
+
+
+def test_search_finds_every_runs_events_by_their_words_newest_first(store):
+    store.append("r1", 0, [started(), review("T1", False, "The mean divides by n - 1.")])
+    store.append("r2", 0, [started("astropy__astropy-1"), review("T1", True, "Correct mean now.")])
+    store.append("r1", 2, [review("T2", False, "Still wrong: the MEAN of [1, 2] is 1.5")])
+    found = store.search("mean")
+    assert [(r.run_id, r.version) for r in found] == [("r1", 3), ("r2", 2), ("r1", 2)]
+    assert [(r.run_id, r.version) for r in store.search("rejected")] == [("r1", 3), ("r1", 2)]  # the verdict's word
+    assert [(r.run_id, r.version) for r in store.search("mean rejected")] == [("r1", 3), ("r1", 2)]  # every word
+    assert [r.run_id for r in store.search("astropy")] == ["r2"]  # the RunStarted's instance id
+    assert store.search("ReviewIssued approved")[0].event.comment == "Correct mean now."  # the type tag is a word
+
+
+def test_search_phrases_prefixes_types_and_paging(store):
+    store.append("r1", 0, [started(), *talk(3), exchange(), review("T1", False, "return 1 is wrong")])
+    assert [r.version for r in store.search('"turn 2"')] == [4]
+    assert [r.version for r in store.search('"2 turn"')] == []
+    assert [r.version for r in store.search("tur*")] == [4, 3, 2]
+    assert [r.version for r in store.search("return")] == [6, 5]  # the review's comment, the exchange's prompt
+    assert [r.version for r in store.search("return", types=["LLMExchanged"])] == [5]
+    assert [r.version for r in store.search("locate_lines")] == [5]  # a name is the phrase of its words
+    assert [r.version for r in store.search("TURN", limit=2)] == [4, 3]
+    assert [r.version for r in store.search("turn", before_position=3)] == [2]
+    assert [r.version for r in store.search("dÉveloper")] == [5]  # case and accents fold, as FTS5 folds them
+
+
+def test_search_takes_any_text_and_finds_what_was_appended_since(store):
+    store.append("r1", 0, [started()])
+    for nonsense in ('"', "(", "AND OR NOT", "*", "a:b", "-x", "NEAR(", "''", "   ", ""):
+        assert store.search(nonsense) == []  # never a syntax error
+    assert store.search('fix "it') [0].version == 1  # an unclosed quote ends at the end
+    assert store.search("turn") == []
+    store.append("r1", 1, talk(2))
+    assert [r.version for r in store.search("turn")] == [3, 2]

@@ -263,3 +263,25 @@ def test_a_store_being_created_by_another_process_is_never_half_there(tmp_path):
         creator.wait(timeout=60)
     assert creator.returncode == 0
     assert not [p for f in folders for p in f.iterdir() if p.name.startswith(".")]  # no scratch file left behind
+
+
+def test_search_indexes_a_store_from_before_search_and_what_other_processes_append(tmp_path):
+    """No index until the first search, which indexes the whole log in short transactions; a later
+    search first indexes what other processes appended meanwhile (an appender pays nothing)."""
+    from magis_ray.store import fulltext
+
+    path = tmp_path / ".magis"
+    with SQLiteStore.open(path, create=True) as s:
+        s.append("old", 0, [new_event(RunStarted(instance_id="i", repo="r", base_commit="c", problem_statement="p"), "cli")])
+        s.append("old", 1, [new_event(MeetingUtterance(turn=i, speaker="m", text=f"word{i % 7} filler"), "manager")
+                            for i in range(fulltext.CHUNK * 2 + 5)])
+    db = sqlite3.connect(path / "events.sqlite3")
+    assert db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'events_fts'").fetchone() == (0,)
+    with SQLiteStore.open(path) as s:
+        found = s.search("word3", limit=1000)
+        assert len(found) == len([i for i in range(fulltext.CHUNK * 2 + 5) if i % 7 == 3])
+        assert [r.version for r in found] == sorted((r.version for r in found), reverse=True)
+        assert db.execute("SELECT value FROM meta WHERE key = ?", (fulltext.WATERMARK,)).fetchone() == (str(fulltext.CHUNK * 2 + 6),)
+        other = writer(path, "late", 1, 3)  # another process appends "late/0/i" texts
+        assert other.wait(timeout=60) == 0, other.stderr.read()
+        assert sorted(r.event.text for r in s.search("late")) == ["late/0/0", "late/0/1", "late/0/2"]

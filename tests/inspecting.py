@@ -1,0 +1,92 @@
+"""Helpers for the inspector's tests: a store of constructed runs (tests/runs.py), a real
+`magis-ray serve` process on a free loopback port, and plain HTTP GETs against it."""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import msgspec
+from runs import constructed_run, fixed_new_events, repo_for
+
+from magis_ray.events import schema as ev
+from magis_ray.store.sqlite import SQLiteStore
+
+MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
+REJECTED = "a1b2c3d4e5f6"  # the constructed run: T1's first patch sent back, T2 failed
+FIXED = "a1b2ff000011"  # the same issue with both texts fixed: diverges from REJECTED in T2's lane
+RESUMED = "cc0000000001"  # interrupted and resumed
+
+
+def with_settings(pairs, **changes):
+    """The run's pairs with its RunStarted settings changed (model, batch, ...)."""
+    (actor, started), rest = pairs[0], pairs[1:]
+    settings = msgspec.structs.replace(started.settings, **changes)
+    return [(actor, msgspec.structs.replace(started, settings=settings)), *rest]
+
+
+def make_store(root: Path) -> Path:
+    """A store folder with the three constructed runs, on the real calc repository."""
+    repo, base = repo_for(root)
+    path = root / "store"
+    with SQLiteStore.open(path, create=True) as store:
+        store.append(REJECTED, 0, fixed_new_events(constructed_run(repo, base)))
+        store.append(FIXED, 0, fixed_new_events(with_settings(constructed_run(repo, base, fix_texts=True), model="gpt-4o",
+                                                              batch="nightly"), start=1_700_100_000.0))
+        store.append(RESUMED, 0, fixed_new_events(constructed_run(repo, base, interrupted=True), start=1_700_200_000.0))
+    return path
+
+
+def env(**extra: str) -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if k not in ("MAGIS_STORE",)}
+    out.update(MAGIS_LOG_LEVEL="warning", **extra)
+    return out
+
+
+@contextlib.contextmanager
+def serve(store: Path, *args: str, **environment: str) -> Iterator[str]:
+    """`magis-ray serve` on a free port; its base URL. Stopped with Ctrl-C (SIGINT) at the end."""
+    proc = subprocess.Popen([*MAGIS, "serve", "--store", str(store), "--port", "0", "--poll", "0.2", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(**environment))
+    try:
+        line = proc.stdout.readline()  # printed once the socket listens
+        found = re.search(r"http://\S+/", line)
+        assert found, (line, proc.stderr.read() if proc.poll() is not None else "")
+        yield found.group(0)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def get(url: str, method: str = "GET", headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
+    request = urllib.request.Request(url, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read().decode()
+
+
+def page(url: str) -> str:
+    status, _, body = get(url)
+    assert status == 200, (url, status, body[:500])
+    return body
+
+
+def grading_events() -> list[ev.NewEvent]:
+    """The committed grading stream (tests/golden), as new events to append."""
+    from magis_ray.events.codec import decode_recorded
+
+    lines = (Path(__file__).parent / "golden" / "v2_grading_run.jsonl").read_bytes().splitlines()
+    return [ev.NewEvent(event=r.event, actor=r.actor, event_id=r.event_id, time=r.time) for r in map(decode_recorded, lines)]

@@ -1,0 +1,187 @@
+"""The inspector in a real headless Chromium that runs the pages' JavaScript (Selenium with
+Debian's chromium and chromium-driver; no browser is downloaded): a run submitted during the test
+appears in the list and its page turns "finished", both without a reload; compare marks the first
+divergence; search finds a rejecting review; a <script> in a problem statement is shown as text.
+
+    MAGIS_SCREENSHOTS=docs/images .venv/bin/python -m pytest tests/test_inspector_browser.py
+
+also writes the README's screenshots (inspector-runs.png, inspector-run.png) there."""
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from inspecting import FIXED, MAGIS, REJECTED, env, make_store, serve
+from scenarios import MEAN_FIX, calc_issue, make_calc_repo, write_issue
+
+from magis_ray.actors.model.scripted_server import ScriptedServer
+from magis_ray.actors.model.scripted_team import ScriptedTeam
+
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+CHROMEDRIVER = shutil.which("chromedriver") or ("/usr/bin/chromedriver" if Path("/usr/bin/chromedriver").exists() else None)
+try:
+    import selenium  # noqa: F401
+    NO_SELENIUM = ""
+except ImportError:
+    NO_SELENIUM = "selenium not installed: pip install -e '.[test]'"
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None, reason="chromium not installed: apt-get install chromium chromium-driver"),
+    pytest.mark.skipif(bool(NO_SELENIUM), reason=NO_SELENIUM or "-"),
+]
+
+SCRIPT = '<script>document.title="pwned"</script>'
+KEY = "sk-inspector-test-key-never-shown"
+WAIT_S = 180  # a loaded machine starts Ray slowly
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    from inspecting import grading_events
+
+    from magis_ray.store import open_store
+
+    path = make_store(tmp_path_factory.mktemp("browser"))
+    with open_store(str(path)) as s:
+        s.append("grading:gold@calc", 0, grading_events())
+    return path
+
+
+@pytest.fixture(scope="module")
+def url(store):
+    with serve(store) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1400,1000"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    yield driver
+    driver.quit()
+
+
+def wait_for(driver, condition, what: str, timeout: float = WAIT_S):
+    """The condition's first true value; a part swapped in meanwhile (a stale element) is looked up again."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(driver, timeout, poll_frequency=0.2, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException))
+    return wait.until(lambda d: condition(d), message=what)
+
+
+def page_errors(driver) -> list[str]:
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def screenshot(driver, name: str, tmp: Path) -> None:
+    """The page as a PNG: into MAGIS_SCREENSHOTS when set (the README's pictures), else tmp."""
+    folder = Path(os.environ.get("MAGIS_SCREENSHOTS") or tmp)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / name
+    driver.save_screenshot(str(target))
+    data = target.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24])[0] >= 1000
+    assert len(data) > 30_000  # a blank page compresses to a few kilobytes
+
+
+def test_a_submitted_run_appears_and_finishes_live_with_its_script_shown_as_text(url, store, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    repo = tmp_path / "calc"
+    _, base = make_calc_repo(repo)
+    issue = write_issue(tmp_path / "issue.json", calc_issue(repo, base, text=f"mean() is wrong: {SCRIPT} runs on the page"))
+    released = threading.Event()
+
+    def hold_reviews(request):  # the run stays "running" until the test has seen it so
+        if request.purpose.startswith("review_patch"):
+            released.wait(WAIT_S)
+        return None
+
+    browser.get(url)
+    wait_for(browser, lambda d: d.find_element(By.ID, "live-state").text == "live", "the list's event stream opens")
+    browser.execute_script("window.notReloaded = true")
+    with ScriptedServer([hold_reviews, ScriptedTeam({"calc/stats.py": [MEAN_FIX]})]) as model:
+        submit = subprocess.Popen(
+            [*MAGIS, "submit", str(issue), "--store", str(store), "--base-url", model.base_url, "--model", "scripted",
+             "--tests", "off", "--timeout", str(WAIT_S)],
+            cwd=tmp_path, env=env(OPENAI_API_KEY=KEY), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            run_id = wait_for(browser, lambda d: d.find_element(By.XPATH, "//tr[td[text()='calc__calc-1']]").get_attribute("data-run"),
+                              "the submitted run's row appears in the list")
+            assert browser.execute_script("return window.notReloaded") is True  # swapped in, not reloaded
+            screenshot(browser, "inspector-runs.png", tmp_path)  # the list, with the run working
+            wait_for(browser, lambda d: d.find_element(By.LINK_TEXT, run_id).click() or True, "the run's link opens")
+            wait_for(browser, lambda d: d.find_element(By.ID, "status").text == "running", "the run's page says running")
+            wait_for(browser, lambda d: d.find_element(By.ID, "live-state").text == "live", "the page's event stream opens")
+            browser.execute_script("window.notReloaded = true")
+            # the problem statement's <script> is text on the page, and never ran
+            issue_text = browser.find_element(By.CSS_SELECTOR, "#issue pre").text
+            assert SCRIPT in issue_text
+            assert browser.execute_script("return document.querySelectorAll('#issue script, main script').length") == 0
+            assert "pwned" not in browser.title
+            released.set()
+            wait_for(browser, lambda d: d.find_element(By.ID, "status").text == "finished", "the page turns finished")
+            assert browser.execute_script("return window.notReloaded") is True
+            assert browser.find_element(By.ID, "outcome").text == "patched"
+            assert int(browser.execute_script("return document.body.dataset.refreshed")) >= 1
+            stdout, stderr = submit.communicate(timeout=WAIT_S)
+            assert submit.returncode == 0, stderr
+            assert run_id in stdout
+        finally:
+            released.set()
+            if submit.poll() is None:
+                submit.kill()
+                submit.wait()
+    assert KEY not in browser.page_source and "pwned" not in browser.title
+    assert page_errors(browser) == []
+    browser.set_window_size(1400, 2600)
+    screenshot(browser, "inspector-run.png", tmp_path)
+    browser.set_window_size(1400, 1000)
+
+
+def test_compare_marks_the_first_divergence(url, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get(url + "compare")
+    browser.find_element(By.NAME, "a").send_keys(REJECTED)
+    browser.find_element(By.NAME, "b").send_keys(FIXED)
+    browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    first = wait_for(browser, lambda d: next(iter(d.find_elements(By.ID, "first-divergence")), None), "the divergence is marked")
+    assert "developer:T2" in first.text and "first divergence" in first.text
+    assert len(browser.find_elements(By.CSS_SELECTOR, "tr.divergence.first")) == 1
+    assert "First divergence in lane developer:T2, its step 4" in browser.find_element(By.CSS_SELECTOR, ".divergence-box").text
+    browser.find_element(By.LINK_TEXT, "go to it").click()
+    assert browser.execute_script("return location.hash") == "#first-divergence"
+    assert page_errors(browser) == []
+
+
+def test_search_finds_a_rejecting_review(url, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(url)
+    box = browser.find_element(By.CSS_SELECTOR, "form.quick input[name=q]")
+    box.send_keys("rejected mean")
+    box.send_keys(Keys.ENTER)
+    results = wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "li.result"), "search results")
+    assert {r.get_attribute("data-type") for r in results} == {"ReviewIssued"}
+    assert "T1 attempt 1: sent back" in results[0].text and "Still wrong" in results[0].text
+    results[0].find_element(By.TAG_NAME, "a").click()
+    wait_for(browser, lambda d: d.find_element(By.ID, "status").text == "finished", "the review's run opens")
+    assert browser.execute_script("return location.hash").startswith("#v")
+    assert page_errors(browser) == []
