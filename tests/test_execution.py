@@ -59,11 +59,14 @@ def test_environment_and_testbed_are_built_once_and_keyed_by_their_recipes(calc)
     env_logs = sorted(p.name for p in (Path(testbed.env.path) / "logs").iterdir())
     assert env_logs == ["01-venv.log", "02-tools.log"]
     logs = sorted(p.name for p in (Path(testbed.path) / "logs").iterdir())
-    assert logs == ["01-venv.log", "02-install-1.log", "03-wheelhouse.log", "testbed.log"]
-    assert "Successfully installed" in (Path(testbed.path) / "logs" / "02-install-1.log").read_text()
-    # The install went into the testbed's own venv, chained onto the environment's: never into it.
+    assert logs == ["01-install-1.log", "02-wheelhouse.log", "testbed.log"]
+    assert "Successfully installed" in (Path(testbed.path) / "logs" / "01-install-1.log").read_text()
+    # The interpreter's own files are linked into the prefix, not copied, and stay root's.
+    python = Path(testbed.prefix) / "bin" / "python3.11"
+    assert python.stat().st_nlink > 1 and python.stat().st_uid == Path(testbed.env.interpreter).resolve().stat().st_uid
+    # The install went into the testbed's own prefix, chained onto the environment's: never into it.
     assert not list((Path(testbed.env.venv) / "lib").glob("python*/site-packages/calc*"))
-    assert list((Path(testbed.venv) / "lib").glob("python*/site-packages/*calc*"))
+    assert list((Path(testbed.prefix) / "lib").glob("python*/site-packages/*calc*"))
 
 
 def test_a_failed_build_names_its_step(calc):

@@ -104,6 +104,12 @@ class Environment:
         return str(Path(self.path) / "exact")
 
     @property
+    def uploaded_before(self) -> str:
+        """The date its packages resolved at ("" for today's)."""
+        path = Path(self.path) / "era-date.txt"
+        return path.read_text().strip() if path.is_file() else ""
+
+    @property
     def constraints(self) -> str:
         """The constraints file of its date, or "" when it has none."""
         path = Path(self.path) / "era-constraints.txt"
@@ -280,9 +286,9 @@ class EnvironmentCache:
             (folder / "era-requirements.txt").write_text("\n".join(requirements) + "\n")
             wanted = ["-r", str(folder / "era-requirements.txt"), *wanted]
         log = folder / "logs" / "era.log"
-        notes: list[str] = []
+        when, notes = era.effective_date(recipe.uploaded_before, pins)
         resolver = era.resolver_pip(major_minor)
-        date = ["--uploaded-prior-to", recipe.uploaded_before, "--find-links", str(exact)]
+        date = ["--uploaded-prior-to", when, "--find-links", str(exact)]
         attempts = [("everything", [*era.TOOLS, *wanted]), ("the tools and the exact pins", [*era.TOOLS, *pins])]
         if resolver is not None:
             # A venv of its own beside the environment, kept for the testbeds' installs; it runs in
@@ -298,7 +304,7 @@ class EnvironmentCache:
                            *date, *requested]
                 outcome = steps.run("era", shlex.join(command), required=False)
                 if outcome.ok and report.is_file():
-                    notes.append(f"resolved {what} as of {recipe.uploaded_before} with {resolver}")
+                    notes.append(f"resolved {what} as of {when} with {resolver}")
                     break
                 notes.append(f"resolving {what} failed (exit {outcome.exit_code}): {outcome.output[-1500:]}")
         else:
@@ -316,7 +322,7 @@ class EnvironmentCache:
                            *date, *requested]
                 done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
                 if done.returncode == 0 and report.is_file():
-                    notes.append(f"resolved {what} as of {recipe.uploaded_before} for Python {version}, from wheels")
+                    notes.append(f"resolved {what} as of {when} for Python {version}, from wheels")
                     break
                 notes.append(f"resolving {what} failed (exit {done.returncode}): {done.stderr[-1500:]}")
         if not report.is_file():
@@ -324,6 +330,7 @@ class EnvironmentCache:
             return []
         found = era.constraints_from_report(report)
         log.write_text("\n".join(notes) + "\n" + "\n".join(found) + "\n")
+        (folder / "era-date.txt").write_text(when + "\n")
         return found
 
 

@@ -104,6 +104,52 @@ def index_variables(environ: dict[str, str] | None = None) -> dict[str, str]:
     return found
 
 
+def _version_of(filename: str, name: str) -> str:
+    """The version a distribution file's name carries ("" when it is not one of `name`'s)."""
+    for ext in (".whl", ".tar.gz", ".zip", ".tar.bz2", ".egg"):
+        if filename.endswith(ext):
+            stem = filename[: -len(ext)]
+            break
+    else:
+        return ""
+    if ext == ".whl" or ext == ".egg":
+        parts = stem.split("-")
+        return parts[1] if len(parts) > 1 and normalized(parts[0]) == name else ""
+    head, _, version = stem.rpartition("-")
+    return version if normalized(head) == name else ""
+
+
+def released(pin: str, environ: dict[str, str] | None = None, timeout: float = 30.0) -> str:
+    """When `name==version` was first uploaded to the index (ISO 8601), from the index's JSON
+    simple API; "" when the index does not say."""
+    import urllib.request
+
+    name, _, version = pin.partition("==")
+    name = normalized(name)
+    index = (environ or os.environ).get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+    request = urllib.request.Request(f"{index}/{name}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            files = json.load(answer).get("files", [])
+    except (OSError, ValueError):
+        return ""
+    times = [f.get("upload-time", "") for f in files if _version_of(f.get("filename", ""), name) == version.lower()]
+    return min((t for t in times if t), default="")
+
+
+def effective_date(date: str, pins: list[str], environ: dict[str, str] | None = None) -> tuple[str, list[str]]:
+    """The date an environment resolves at: `date`, or the release of its newest exact pin when
+    that is later. The harness built it no earlier than that release, with what its dependencies
+    were then (tox 4.16.0 of July 2024 needs a cachetools of February 2024)."""
+    notes, latest = [], date
+    for pin in pins:
+        when = released(pin, environ)
+        if when and when > latest:
+            latest = when
+            notes.append(f"{pin} was released {when}, after {date}: the environment resolves as of then")
+    return latest, notes
+
+
 def constraints_from_report(report_path: str | os.PathLike) -> list[str]:
     """`name==version` for every distribution a `pip install --dry-run --report` would install
     (those given by URL or path have no version to pin)."""

@@ -8,8 +8,8 @@ selection) and the grader share:
                      parse=parse_log_pytest_like, inputs={"fix.diff": diff})
     run.exit_code, run.timed_out, run.results, run.output, run.limits, run.duration_s
 
-The script sees a copy of the testbed's tree at /testbed (its working folder) and a copy of the
-testbed's venv, both in memory, bounded and thrown away at the end; `inputs` (patches, files) are
+The script sees a copy of the testbed's tree at /testbed (its working folder) and copies of its
+prefix's bin/ and site-packages, in memory, bounded and thrown away at the end; `inputs` (patches, files) are
 read-only under /.magis-inputs. The environment, the system and the repository's objects are
 read-only; the network is off unless asked for; HOME and TMPDIR are a private, bounded tmpfs.
 """
@@ -65,7 +65,8 @@ class TestRunner:
 
     @property
     def isolated(self) -> bool:
-        """Whether runs get their own copy of the testbed's venv (they may then install into it)."""
+        """Whether runs get their own copy of what installing into the testbed changes (they may
+        then install into it)."""
         return self.sandbox.mode != "none"
 
     def run(self, testbed: Testbed | None, script: str, parse: Callable[[str], dict[str, str]] | None = None,
@@ -110,10 +111,10 @@ class TestRunner:
                      "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1", "PIP_CONFIG_FILE": os.devnull}
         if self.sandbox.mode == "none":
             # No /testbed without the sandbox: the copy goes first on sys.path, ahead of the
-            # editable install (which points at /testbed), and the venv is used where it is.
+            # editable install (which points at /testbed), and the prefix is used where it is.
             variables["PYTHONPATH"] = _source_of(testbed.tree)
             return testbed.mounts(), [Scratch(TESTBED, testbed.tree)], variables
-        return testbed.mounts(), [Scratch(TESTBED, testbed.tree), Scratch(testbed.venv, testbed.venv)], variables
+        return testbed.mounts(), [Scratch(TESTBED, testbed.tree), *(Scratch(path, path) for path in testbed.writable)], variables
 
 
 def _source_of(tree: str) -> str:

@@ -5,19 +5,26 @@ the environments:
     testbeds/KEY/tree        the checkout of the commit after the spec's pre-install edits and its
                              install step (generated files included: a setuptools_scm version
                              file, compiled extensions, egg-info)
-    testbeds/KEY/venv        a small virtual environment chained onto the environment's: the
-                             install's own changes (the editable link, a dependency only this
-                             commit needs) land here, never in the shared environment
+    testbeds/KEY/python      the interpreter as a prefix of its own (its files linked, not
+                             copied), chained onto the environment's packages: the install's own
+                             changes (the editable link, a dependency only this commit needs) land
+                             in its bin/ and site-packages, never in the shared environment
     testbeds/KEY/wheelhouse  the project's build requirements, so that installing it again in a
                              test run (as the harness's eval script does) works without the network
 
-The install ran with the tree at /testbed, so what it wrote points there; a test run gets a copy
-of the tree at /testbed and a copy of the chained venv at its own path, both in memory, and
-changes neither (runner.py).
+The install ran with the tree at /testbed, so what it wrote points there; a test run gets copies of
+the tree (at /testbed) and of the prefix's bin/ and site-packages, in memory, and changes neither
+(runner.py).
 
-The chained venv sees the environment's packages through a .pth file that adds the environment's
-site-packages after its own, and carries the environment's console scripts with their first line
-pointing at its own interpreter (`pytest`, `tox` then run with the testbed's packages)."""
+Why a prefix and not a venv: the harness's conda environment is a real prefix, and tools rely on
+it. tox-current-env (sphinx's test command) links `.tox/py39/bin/python` to sys.executable; a link
+to a venv's python starts the base interpreter without the venv (Python looks for pyvenv.cfg
+beside the link), while a link to a prefix's python finds its prefix. The prefix sees the
+environment's packages through a .pth file that adds the environment's site-packages after its
+own, and carries the environment's console scripts with their first line pointing at its own
+interpreter (`pytest`, `tox` then run with the testbed's packages). Its standard library is the
+interpreter's own files, linked (read-only to the sandbox's users); a system interpreter (under
+/usr, laid out by its distribution) gets a venv instead."""
 from __future__ import annotations
 
 import hashlib
@@ -60,7 +67,7 @@ class TestbedRecipe:
 
     def key(self, env_key: str) -> str:
         data = json.dumps({"env": env_key, "commit": self.commit, "pre_install": self.pre_install,
-                           "install": self.install, "layout": 2}, sort_keys=True).encode()
+                           "install": self.install, "layout": 3}, sort_keys=True).encode()
         return hashlib.sha256(data).hexdigest()[:20]
 
 
@@ -81,15 +88,21 @@ class Testbed:
         return str(Path(self.path) / "tree")
 
     @property
-    def venv(self) -> str:
-        return str(Path(self.path) / "venv")
+    def prefix(self) -> str:
+        """The testbed's interpreter prefix (bin/python, lib/pythonX.Y/site-packages)."""
+        return str(Path(self.path) / "python")
+
+    @property
+    def writable(self) -> tuple[str, ...]:
+        """What installing into the testbed changes: its bin/ and its site-packages."""
+        return (str(Path(self.prefix) / "bin"), site_packages_of(Path(self.prefix)))
 
     @property
     def wheelhouse(self) -> str:
         return str(Path(self.path) / "wheelhouse")
 
     def variables(self) -> dict[str, str]:
-        return {"PATH": f"{self.venv}/bin:{self.env.venv}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": self.venv}
+        return {"PATH": f"{self.prefix}/bin:{self.env.venv}/bin:/usr/local/bin:/usr/bin:/bin"}
 
     def mounts(self) -> list[Mount]:
         """Read-only: the environment, the interpreter, the testbed and the repository's objects."""
@@ -118,7 +131,7 @@ class TestbedCache:
 
     def _build(self, recipe: TestbedRecipe, env: Environment, folder: Path, repo_path: Path, mirrors) -> dict:
         identity = build_identity()
-        tree, venv = folder / "tree", folder / "venv"
+        tree, prefix = folder / "tree", folder / "python"
         try:
             missing = checkout(repo_path, recipe.commit, tree)
         except WorkspaceError as exc:
@@ -132,18 +145,22 @@ class TestbedCache:
         give_to(folder, identity)
         self.envs.prepare_writable(folder)
         constraints = {"PIP_CONSTRAINT": env.constraints} if env.constraints else {}
-        variables = {"PATH": f"{venv}/bin:{env.venv}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": str(venv),
+        variables = {"PATH": f"{prefix}/bin:{env.venv}/bin:/usr/local/bin:/usr/bin:/bin",
                      "PIP_CACHE_DIR": str(self.envs.pip_cache), "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
                      "PIP_PROGRESS_BAR": "off", **_index_variables()}
         mounts = [*env.mounts(), Mount(str(folder), str(folder), writable=True), Mount(str(tree), TESTBED, writable=True),
                   Mount(objects_of(repo_path), objects_of(repo_path)),
                   Mount(str(self.envs.pip_cache), str(self.envs.pip_cache), writable=True)]
         steps = BuildSteps(self.envs.sandbox, folder, mounts, variables, cwd=TESTBED)
-        # --copies: its python is a file of its own, not a link to the base interpreter, so that
-        # a link to it (tox-current-env makes one) is still this venv's python.
-        steps.run("venv", f"{shlex.quote(env.interpreter)} -m venv --copies --without-pip {shlex.quote(str(venv))}", network=False)
-        chain(env, venv)
-        give_to(venv, identity)
+        if env.interpreter_prefix.startswith(SYSTEM_PREFIXES):
+            # --copies: its python is a file of its own, so a link to it is still this venv's.
+            steps.run("venv", f"{shlex.quote(env.interpreter)} -m venv --copies --without-pip {shlex.quote(str(prefix))}",
+                      network=False)
+        else:
+            make_prefix(Path(env.interpreter_prefix), prefix)
+        chain(env, prefix)
+        for writable in (prefix / "bin", Path(site_packages_of(prefix))):
+            give_own_files(writable, identity)
         for number, command in enumerate(recipe.pre_install, 1):
             steps.run(f"pre_install-{number}", command, network=False)
         for number, command in enumerate(recipe.install, 1):
@@ -184,19 +201,20 @@ class TestbedCache:
         environment's date on top of its pins: {"PIP_CONSTRAINT": file}, or {} (the step then
         keeps to the environment's pins alone)."""
         match = PIP_INSTALL.match(command)
-        if not (recipe.env.uploaded_before and env.resolver and env.constraints and match):
+        when = env.uploaded_before
+        if not (when and env.resolver and env.constraints and match):
             return {}
         report = folder / f"install-{number}-report.json"
         dry_run = (f"{shlex.quote(env.resolver)} -m pip install --dry-run --ignore-installed --quiet --report {report} "
-                   f"--uploaded-prior-to {recipe.env.uploaded_before} --find-links {shlex.quote(env.exact_pins)} "
+                   f"--uploaded-prior-to {when} --find-links {shlex.quote(env.exact_pins)} "
                    f"-c {shlex.quote(env.constraints)} {match.group(1)}")
         outcome = steps.run(f"install-{number}-era", dry_run, required=False)
         if not outcome.ok or not report.is_file():
-            notes.append(f"install step {number}: no resolution as of {recipe.env.uploaded_before}; the environment's pins alone")
+            notes.append(f"install step {number}: no resolution as of {when}; the environment's pins alone")
             return {}
         path = folder / f"install-{number}-constraints.txt"
         path.write_text("\n".join(constraints_from_report(report)) + "\n")
-        notes.append(f"install step {number}: resolved as of {recipe.env.uploaded_before} (constraints: {path.name})")
+        notes.append(f"install step {number}: resolved as of {when} (constraints: {path.name})")
         return {"PIP_CONSTRAINT": str(path)}
 
 
@@ -223,16 +241,78 @@ def _index_variables() -> dict[str, str]:
     return index_variables()
 
 
-def chain(env: Environment, venv: Path) -> None:
-    """Make the venv at `venv` see the environment's packages and carry its console scripts."""
-    site = next((venv / "lib").glob("python*/site-packages"), None)
+def give_own_files(folder: Path, identity) -> None:
+    """The build's uid may write in `folder`: the folder and the files made for it become its own,
+    never a file linked from the interpreter (its owner is the interpreter's, read-only)."""
+    if not identity.drop:
+        return
+    os.chown(folder, identity.uid, identity.gid)
+    for root, folders, files in os.walk(folder):
+        for name in (*folders, *files):
+            path = os.path.join(root, name)
+            info = os.lstat(path)
+            if os.path.islink(path) or info.st_nlink == 1 or os.path.isdir(path):
+                os.chown(path, identity.uid, identity.gid, follow_symlinks=False)
+
+
+def site_packages_of(prefix: Path) -> str:
+    found = next((Path(prefix) / "lib").glob("python*/site-packages"), None)
+    if found is None:
+        raise EnvironmentBuildError("prefix", f"no site-packages in {prefix}")
+    return str(found)
+
+
+def make_prefix(base: Path, prefix: Path) -> None:
+    """An interpreter prefix at `prefix` made of `base`'s files, hard-linked (copied across file
+    systems): its binaries and links under bin/ and lib/, its standard library, and an empty
+    site-packages. Scripts (pip, idle) and installed packages stay behind."""
+    def place(source: Path, target: Path) -> None:
+        if source.is_symlink():
+            target.symlink_to(os.readlink(source))
+            return
+        try:
+            os.link(source, target)
+        except OSError:  # another file system
+            shutil.copy2(source, target)
+
+    prefix.mkdir()
+    for top in ("bin", "lib", "include"):
+        origin = base / top
+        if not origin.is_dir():
+            continue
+        for folder, folders, files in os.walk(origin):
+            here = Path(folder)
+            relative = here.relative_to(base)
+            (prefix / relative).mkdir(exist_ok=True)
+            if here.name == "site-packages" and here.parent.parent.name == "lib":
+                folders[:] = []
+                continue
+            for name in folders:
+                if (here / name).is_symlink():
+                    place(here / name, prefix / relative / name)
+            folders[:] = [name for name in folders if not (here / name).is_symlink()]
+            for name in files:
+                source = here / name
+                if top == "bin" and not source.is_symlink() and source.read_bytes()[:2] == b"#!":
+                    continue  # a script of the base's own (pip, idle): not this prefix's
+                place(source, prefix / relative / name)
+
+
+def chain(env: Environment, prefix: Path) -> None:
+    """Make the interpreter at `prefix` see the environment's packages and carry its console scripts."""
+    site = Path(site_packages_of(prefix))
     base = next((Path(env.venv) / "lib").glob("python*/site-packages"), None)
-    if site is None or base is None:
-        raise EnvironmentBuildError("venv", f"no site-packages in {venv} or {env.venv}")
+    if base is None:
+        raise EnvironmentBuildError("prefix", f"no site-packages in {env.venv}")
     # site.addsitedir, not a bare path: the environment's own .pth files (editable installs,
     # setuptools' distutils shim) must be read too, and after the testbed's.
     (site / "_magis_environment.pth").write_text(f"import site; site.addsitedir({str(base)!r})\n")
-    own_bin, base_bin = venv / "bin", Path(env.venv) / "bin"
+    own_bin, base_bin = prefix / "bin", Path(env.venv) / "bin"
+    own_python = next((own_bin / name for name in (f"python{env.python_version.rsplit('.', 1)[0]}", "python3", "python")
+                       if (own_bin / name).exists()), own_bin / "python")
+    for name in ("python", "python3"):
+        if not (own_bin / name).exists() and not (own_bin / name).is_symlink():
+            (own_bin / name).symlink_to(own_python.name)
     for script in base_bin.iterdir():
         target = own_bin / script.name
         if target.exists() or target.is_symlink() or script.is_symlink() or not script.is_file():
@@ -240,9 +320,8 @@ def chain(env: Environment, venv: Path) -> None:
         head = script.read_bytes()[:512]
         if not head.startswith(b"#!") or str(base_bin).encode() not in head:
             continue
-        data = script.read_bytes()
-        lines = data.split(b"\n", 3)
-        lines[:3] = [line.replace(str(base_bin).encode(), str(own_bin).encode()) for line in lines[:3]]
+        lines = script.read_bytes().split(b"\n", 3)
+        lines[:3] = [line.replace(f"{base_bin}/python".encode(), str(own_python).encode()) for line in lines[:3]]
         target.write_bytes(b"\n".join(lines))
         target.chmod(0o755)
 
@@ -329,5 +408,5 @@ def _check_system_packages(packages: tuple[str, ...]) -> None:
                                     f"(apt-get install {' '.join(missing)})")
 
 
-__all__ = ["TestbedRecipe", "Testbed", "TestbedCache", "TESTBED", "chain", "build_requirements", "system_packages_of",
+__all__ = ["TestbedRecipe", "Testbed", "TestbedCache", "TESTBED", "chain", "make_prefix", "build_requirements", "system_packages_of",
            "SYSTEM_PREFIXES"]
