@@ -355,3 +355,15 @@ def test_the_golden_log_projects_to_the_committed_expectations():
     _contains(json.loads(json.dumps(audit_json(view))), expected)
     assert view.status == "finished" and view.started.instance_id == INSTANCE_ID
     assert prediction(view)["model_patch"] == (GOLDEN / "v1_run.diff").read_text()
+
+
+def test_the_audit_says_which_sandbox_limits_a_test_run_hit():
+    from magis_ray.events.projections.audit import describe
+    from magis_ray.events.schema import TestsRan
+
+    run = TestsRan(purpose="check", command="python -m pytest -rA tests", outcome="error", task_id="T1", attempt=2,
+                   duration_s=3.5, limits=["process limit reached (1024)", "output cut at 16 MiB (of 2.0 GiB)"])
+    line = describe(run)
+    assert line.startswith("T1 attempt 2: tests of the patch error (no test result, 3.5s;")
+    assert "process limit reached (1024); output cut at 16 MiB (of 2.0 GiB)" in line
+    assert "limit" not in describe(TestsRan(purpose="check", command="pytest", outcome="passed", passed=["t"]))

@@ -53,7 +53,8 @@ def describe(e: ev.AnyEvent) -> str:
         case ev.TestsRan():
             who = f"{e.task_id} attempt {e.attempt}: " if e.task_id else ""
             counts = f"{len(e.passed)} passed, {len(e.failed)} failed" if e.passed or e.failed else "no test result"
-            return f"{who}{TEST_PURPOSES.get(e.purpose, e.purpose)} {e.outcome} ({counts}, {e.duration_s:.1f}s)"
+            limits = f"; {'; '.join(e.limits)}" if e.limits else ""
+            return f"{who}{TEST_PURPOSES.get(e.purpose, e.purpose)} {e.outcome} ({counts}, {e.duration_s:.1f}s{limits})"
         case ev.CandidateChosen():
             return f"{e.task_id}: candidate {e.chosen} of {e.candidates} chosen ({e.reason})"
         case ev.RunResumed():
