@@ -2,7 +2,7 @@
 repositories that reproduce what the SWE-bench repositories do (tests/test_swebench_grading.py has
 the same steps on the real ones, where the fetched repositories are present):
 
-A  an exact pin of the spec wins over the date (flask pins setuptools==70.0.0)
+A  an exact pin of the spec wins over the date (flask pins setuptools==70.0.0 of May 2024)
 B  tests that need the internet are recognized; --network gives them the network (requests)
 C  the install writes files the tests import (setuptools_scm's version file: pytest)
 D  the spec's pre-install file edits run; an apt-get names a system package (sphinx, astropy)
@@ -72,19 +72,26 @@ def grade_custom(caches, record_, patch, env_setup="python -m pip install -e . p
 # --- A and H: the date, and what wins over it -------------------------------------------------
 
 
-def test_a_h_packages_pip_and_setuptools_keep_to_the_date_and_an_exact_pin_wins(caches):
+def test_h_packages_pip_setuptools_and_wheel_keep_to_the_date(caches):
     testbeds, _ = caches
-    recipe = Recipe(python=PY, pip_packages=("six==1.17.0", "attrs"), uploaded_before="2023-01-01T00:00:00Z", label="era")
-    env = testbeds.envs.get(recipe)
+    env = testbeds.envs.get(Recipe(python=PY, pip_packages=("attrs",), uploaded_before="2023-01-01T00:00:00Z", label="era"))
     installed = site_packages(env.venv)
-    # six 1.17.0 came out in December 2024: the spec pins it exactly, and the pin wins (A).
-    assert "six-1.17.0.dist-info" in installed
-    # attrs is free: as of the date it is 22.2.0 (December 2022), not today's.
-    assert "attrs-22.2.0.dist-info" in installed
-    # pip, setuptools and wheel keep to the date as well (H): the pip of late 2022, not today's.
-    assert "pip-22.3.1.dist-info" in installed and "setuptools-65.6.3.dist-info" in installed
-    assert "wheel-0.38.4.dist-info" in installed
+    assert "attrs-22.2.0.dist-info" in installed  # the newest attrs of December 2022, not today's
+    # pip, setuptools and wheel too: the pip of late 2022 (today's no longer runs `setup.py develop`).
+    assert {"pip-22.3.1.dist-info", "setuptools-65.6.3.dist-info", "wheel-0.38.4.dist-info"} <= set(installed)
     assert "resolved everything as of 2023-01-01" in (Path(env.path) / "logs" / "era.log").read_text()
+
+
+def test_a_an_exact_pin_wins_over_the_date_which_moves_to_its_release(caches):
+    """six 1.17.0 came out on 2024-12-04: the spec pins it, so the environment cannot be older
+    than that, and what it leaves free resolves as of then (attrs 24.2.0, not 24.3.0 of 2024-12-16)."""
+    testbeds, _ = caches
+    env = testbeds.envs.get(Recipe(python=PY, pip_packages=("six==1.17.0", "attrs"), uploaded_before="2023-01-01T00:00:00Z",
+                                   label="era-pinned"))
+    installed = site_packages(env.venv)
+    assert "six-1.17.0.dist-info" in installed and "attrs-24.2.0.dist-info" in installed
+    log = (Path(env.path) / "logs" / "era.log").read_text()
+    assert "six==1.17.0 was released 2024-12-04" in log and env.uploaded_before.startswith("2024-12-04")
 
 
 # --- B: tests that need the internet ----------------------------------------------------------

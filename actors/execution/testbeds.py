@@ -40,7 +40,7 @@ from pathlib import Path
 from .environments import (SYSTEM_PREFIXES, BuildSteps, Environment, EnvironmentBuildError, EnvironmentCache,
                            EnvironmentUnsupported, Recipe, locked_build)
 from .identities import build_identity, give_to
-from .era import constraints_from_report
+from .era import constraints_from_report, requirement_name
 from .sandbox import Mount
 from .workspaces import WorkspaceError, checkout, git_env, objects_of
 
@@ -205,16 +205,22 @@ class TestbedCache:
         if not (when and env.resolver and env.constraints and match):
             return {}
         report = folder / f"install-{number}-report.json"
+        # Not held to the environment's pins: the install may ask for other versions of what the
+        # environment has (sphinx 3's setup.py wants Jinja2<3.0 where the spec pins 3.0.3), and
+        # pip then replaces them, as in the harness's image.
         dry_run = (f"{shlex.quote(env.resolver)} -m pip install --dry-run --ignore-installed --quiet --report {report} "
-                   f"--uploaded-prior-to {when} --find-links {shlex.quote(env.exact_pins)} "
-                   f"-c {shlex.quote(env.constraints)} {match.group(1)}")
+                   f"--uploaded-prior-to {when} --find-links {shlex.quote(env.exact_pins)} {match.group(1)}")
         outcome = steps.run(f"install-{number}-era", dry_run, required=False)
         if not outcome.ok or not report.is_file():
             notes.append(f"install step {number}: no resolution as of {when}; the environment's pins alone")
             return {}
+        # Pinned: what the environment does not have; what it has stays as it is unless the
+        # install needs another version.
+        installed = installed_names(env.venv)
+        pins = [pin for pin in constraints_from_report(report) if requirement_name(pin) not in installed]
         path = folder / f"install-{number}-constraints.txt"
-        path.write_text("\n".join(constraints_from_report(report)) + "\n")
-        notes.append(f"install step {number}: resolved as of {when} (constraints: {path.name})")
+        path.write_text("\n".join(pins) + "\n")
+        notes.append(f"install step {number}: what it adds resolved as of {when} (constraints: {path.name})")
         return {"PIP_CONSTRAINT": str(path)}
 
 
@@ -239,6 +245,15 @@ def _index_variables() -> dict[str, str]:
     from .era import index_variables
 
     return index_variables()
+
+
+def installed_names(venv: str) -> set[str]:
+    """The distributions a virtual environment has (normalized names)."""
+    site = next((Path(venv) / "lib").glob("python*/site-packages"), None)
+    if site is None:
+        return set()
+    return {requirement_name(entry.name.split("-")[0]) for entry in site.iterdir()
+            if entry.name.endswith((".dist-info", ".egg-info"))}
 
 
 def give_own_files(folder: Path, identity) -> None:
@@ -305,8 +320,11 @@ def chain(env: Environment, prefix: Path) -> None:
     if base is None:
         raise EnvironmentBuildError("prefix", f"no site-packages in {env.venv}")
     # site.addsitedir, not a bare path: the environment's own .pth files (editable installs,
-    # setuptools' distutils shim) must be read too, and after the testbed's.
-    (site / "_magis_environment.pth").write_text(f"import site; site.addsitedir({str(base)!r})\n")
+    # setuptools' distutils shim) must be read too, and after the testbed's. sys.real_prefix (the
+    # mark of a virtualenv) makes pip treat the environment's packages as outside this prefix:
+    # it installs another version here rather than uninstall one there.
+    (site / "_magis_environment.pth").write_text(
+        f"import site, sys; site.addsitedir({str(base)!r}); sys.real_prefix = {env.interpreter_prefix!r}\n")
     own_bin, base_bin = prefix / "bin", Path(env.venv) / "bin"
     own_python = next((own_bin / name for name in (f"python{env.python_version.rsplit('.', 1)[0]}", "python3", "python")
                        if (own_bin / name).exists()), own_bin / "python")
