@@ -189,6 +189,10 @@ def test_without_bubblewrap_it_refuses_unless_sandbox_none(setup, tmp_path):
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines() == [
         "magis-ray: error: bubblewrap (bwrap) is not installed; install it (apt-get install bubblewrap) or pass --sandbox none"]
+    # Unsandboxed (the user trusts the code): the same steps, the eval script's /testbed a host folder.
+    trusted = subprocess.run([*MAGIS, *grade_args(setup, dataset, tmp_path / "s", "--gold", "--no-ray", "--sandbox", "none")],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert trusted.returncode == 0 and "resolved: 1 of 1" in trusted.stdout, trusted.stdout + trusted.stderr
 
 
 def test_kill_9_then_the_same_command_grades_no_finished_instance_twice(setup, tmp_path):

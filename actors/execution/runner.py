@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .sandbox import Limits, Mount, Outcome, Sandbox, Scratch
+from .sandbox import Limits, Mount, Outcome, Sandbox, Scratch, host_paths
 from .testbeds import TESTBED, Testbed
 
 INPUTS = "/.magis-inputs"
@@ -79,12 +79,19 @@ class TestRunner:
         try:
             inputs_dir = scratch_dir / "inputs"
             inputs_dir.mkdir()
+            workspace = scratch_dir / "testbed"
+            workspace.mkdir()
             for input_name, data in (inputs or {}).items():
-                (inputs_dir / input_name).write_bytes(data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data)
+                if isinstance(data, str):
+                    if self.sandbox.mode == "none":
+                        # No sandbox, no /testbed: the inputs' paths are the host's (eval.sh's `cd /testbed`).
+                        data = host_paths(data, {TESTBED: str(workspace), INPUTS: str(inputs_dir)})
+                    data = data.encode("utf-8", "surrogateescape")
+                (inputs_dir / input_name).write_bytes(data)
             os.chmod(scratch_dir, 0o755)
             log = Path(logs_dir) / f"{name}.log" if logs_dir is not None else scratch_dir / f"{name}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
-            mounts, scratches, variables = self._layout(testbed, tree)
+            mounts, scratches, variables = self._layout(testbed, tree, str(workspace))
             mounts.append(Mount(str(inputs_dir), INPUTS))
             outcome: Outcome = self.sandbox.run(script, cwd=TESTBED, mounts=mounts, scratches=scratches, env=variables,
                                                 limits=limits, network=self.network, log_path=log)
@@ -98,7 +105,7 @@ class TestRunner:
         finally:
             shutil.rmtree(scratch_dir, ignore_errors=True)
 
-    def _layout(self, testbed: Testbed | None, tree) -> tuple[list[Mount], list[Scratch], dict[str, str]]:
+    def _layout(self, testbed: Testbed | None, tree, workspace: str) -> tuple[list[Mount], list[Scratch], dict[str, str]]:
         if testbed is None:
             # The host's own tools, as the user's shell finds them.
             variables = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
@@ -106,14 +113,14 @@ class TestRunner:
             seed = str(tree) if tree is not None else None
             if self.sandbox.mode == "none" and seed:
                 variables["PYTHONPATH"] = _source_of(seed)
-            return mounts, [Scratch(TESTBED, seed)], variables
+            return mounts, [Scratch(TESTBED, seed, host=workspace)], variables
         variables = {**testbed.variables(), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": testbed.wheelhouse,
                      "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1", "PIP_CONFIG_FILE": os.devnull}
         if self.sandbox.mode == "none":
             # No /testbed without the sandbox: the copy goes first on sys.path, ahead of the
             # editable install (which points at /testbed), and the prefix is used where it is.
             variables["PYTHONPATH"] = _source_of(testbed.tree)
-            return testbed.mounts(), [Scratch(TESTBED, testbed.tree)], variables
+            return testbed.mounts(), [Scratch(TESTBED, testbed.tree, host=workspace)], variables
         return testbed.mounts(), [Scratch(TESTBED, testbed.tree), *(Scratch(path, path) for path in testbed.writable)], variables
 
 

@@ -86,6 +86,7 @@ class Scratch:
 
     target: str
     seed: str | None = None
+    host: str | None = None  # without a sandbox: the (empty) host folder that stands for it
 
 
 @dataclass(frozen=True)
@@ -362,12 +363,14 @@ class Sandbox:
         made: list[str] = []
         seeds: list[str] = []
         for scratch in scratches:
-            folder = tempfile.mkdtemp(prefix="magis-scratch-")
-            made.append(folder)
+            folder = scratch.host or tempfile.mkdtemp(prefix="magis-scratch-")
+            if scratch.host is None:
+                made.append(folder)
             places[scratch.target] = folder
             if scratch.seed is not None:
                 seeds += [scratch.seed, folder]
         host_cwd = _translate(cwd, places)
+        script = host_paths(script, places)
         home = tempfile.mkdtemp(prefix="magis-home-")
         made.append(home)
         env = {name: ":".join(_translate(part, places) for part in value.split(":")) for name, value in env.items()}
@@ -451,6 +454,13 @@ def _translate(path: str, places: dict[str, str]) -> str:
         if path == target or path.startswith(target.rstrip("/") + "/"):
             return source + path[len(target):]
     return path
+
+
+def host_paths(text: str, places: dict[str, str]) -> str:
+    """A script's sandbox paths as the host has them (`cd /testbed` without a sandbox)."""
+    for target, source in sorted(places.items(), key=lambda p: -len(p[0])):
+        text = re.sub(rf"(?<![\w/.-]){re.escape(target)}(?=[/\s'\";)]|$)", lambda _: source, text)
+    return text
 
 
 def _child_setup(apply_limits, status_write: int):
