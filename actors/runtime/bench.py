@@ -66,10 +66,12 @@ UNPACKAGED_SETUP = "python -m pip install pytest"
 
 
 def spec_of(setup: BenchSetup) -> InstanceSpec:
+    """The run's spec: SWE-bench's, as grading has it (the same environment and testbed), when the
+    issue names a version the swebench package knows; else the user's own setup."""
     record = setup.record
     if record.get("version") and not setup.env_setup:
         try:
-            return with_pytest(instance_spec(record, Path(setup.repo_path)))
+            return instance_spec(record, Path(setup.repo_path))
         except NoSpec:
             pass  # a version the harness does not know: the repository is treated as the user's own
     env_setup = setup.env_setup or None
@@ -79,17 +81,17 @@ def spec_of(setup: BenchSetup) -> InstanceSpec:
 
 
 def with_pytest(spec: InstanceSpec) -> InstanceSpec:
-    """The team's runs are pytest's (TEST_COMMAND: any file, any test id, one output to parse),
-    also where SWE-bench's own runner is another (sympy's bin/test, sphinx's tox): there pytest is
-    added to the environment, and its output parsed as pytest's. Their tests are plain pytest
-    functions; grading keeps the spec's runner."""
-    if spec.test_command.split()[:1] == ["pytest"] or "pytest" in spec.recipe.pip_packages:
-        return spec
+    """The same testbed with pytest installed into it too: the team's runs are pytest's (any file,
+    any test id, one output to parse), also where SWE-bench's own runner is another and the
+    install does not bring pytest (sympy's bin/test). The environment, the heavy part, stays the
+    one grading uses."""
+    return replace(spec, testbed=replace(spec.testbed, install=(*spec.testbed.install, "python -m pip install pytest")))
+
+
+def pytest_parse(log: str) -> dict[str, str]:
     from swebench.harness.log_parsers.python import parse_log_pytest  # installed: the spec came from it
 
-    env = replace(spec.recipe, pip_packages=(*spec.recipe.pip_packages, "pytest"))
-    return replace(spec, testbed=replace(spec.testbed, env=env), test_command=TEST_COMMAND,
-                   parse=lambda log: parse_log_pytest(log, None))
+    return parse_log_pytest(log, None)
 
 
 class ExecutionBench:
@@ -110,12 +112,20 @@ class ExecutionBench:
                     check_available()
                 self._spec = spec_of(self._setup)
                 repo_path = Path(self._setup.repo_path)
-                self._testbed = self.cache.get(self._spec.testbed, repo_path, mirrors=repo_path.resolve().parent)
+                mirrors = repo_path.resolve().parent
+                self._testbed = self.cache.get(self._spec.testbed, repo_path, mirrors=mirrors)
+                if not self._has_pytest(self._testbed):
+                    self._spec = with_pytest(self._spec)
+                    self._testbed = self.cache.get(self._spec.testbed, repo_path, mirrors=mirrors)
             except (HarnessMissing, SandboxUnavailable, EnvironmentUnsupported, InterpreterMissing) as exc:
                 raise BenchUnavailable(str(exc)) from None
             except EnvironmentBuildError as exc:
                 raise BenchUnavailable(f"the environment does not build: {exc}") from None
         return self._testbed
+
+    def _has_pytest(self, testbed: Testbed) -> bool:
+        probe = self._runner.run(testbed, "python -m pytest --version", limits=Limits(wall_seconds=120))
+        return probe.exit_code == 0
 
     def prepare(self) -> TestsRan:
         """Bench.prepare: the testbed, ready, or why it cannot be."""
@@ -148,7 +158,7 @@ class ExecutionBench:
             lines += [f"{step} >/dev/null 2>&1 || echo 'magis-ray: the install step failed again after the patch'"
                       for step in testbed_install(self._spec)]
         lines.append(command)
-        run = self._runner.run(testbed, "\n".join(lines), self._spec.parse, inputs=inputs, name=request.purpose)
+        run = self._runner.run(testbed, "\n".join(lines), pytest_parse, inputs=inputs, name=request.purpose)
         if run.exit_code == PATCH_FAILED and "magis-ray: patch" in run.output:
             number = re.search(r"magis-ray: patch (\d+) does not apply", run.output)
             reason = " | ".join(line for line in run.output.splitlines() if line.startswith("error:"))[:300]
