@@ -1,130 +1,124 @@
-"""What grading without Docker costs, measured in one run on SWE-bench instances whose environments
-are already cached (run `magis-ray grade --gold` first):
+"""What grading without Docker costs, measured on SWE-bench instances.
 
-- sandbox ratio: an instance's test command in bubblewrap over the same command on the same
-  prepared workspace run directly in the environment (no sandbox); the median of alternating
-  repeats per instance (goal: at most 1.2);
-- grading ratio: a whole grading of the instance (fresh checkout, the patch and the test patch
-  applied, the sandboxed run, parsing, the report) over the direct test command;
-- first build time per environment, from the cache's own records of when each was built;
-- 2 workers against 1: the same instances graded with one worker, then two (wall time ratio).
+- from a grading in the store (`--store S --grading NAME`, e.g. `magis-ray grade --gold` at
+  `--workers 2`): its wall time, the first build of each environment and the build of each
+  testbed, and the test time of each instance (its one sandboxed run: the prediction applied, the
+  install again, the tests), with a summary per repository;
+- the sandbox ratio, on instances whose testbeds are cached: an instance's whole run (the
+  prediction applied and the harness's eval script) in bubblewrap over the same run directly on
+  the host (`--sandbox none`), the median of alternating repeats per instance (goal: at most 1.2).
 
-Usage: python benchmarks/grading.py [--dataset ../shared/swebench/lite-dev.jsonl] [--repos-dir /work/repos]
-                                    [--instances ID ...] [--repeats 3] [--env-cache DIR]
+Usage: python benchmarks/grading.py --dataset D --repos-dir R [--store S --grading NAME]
+                                    [--instances ID ...] [--per-repo 1] [--repeats 3] [--env-cache DIR]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import statistics
-import time
+from collections import defaultdict
 from pathlib import Path
 
 from magis_ray.actors.execution.environments import EnvironmentCache, default_cache_root
 from magis_ray.actors.execution.runner import TestRunner
-from magis_ray.actors.execution.sandbox import Limits, Sandbox
-from magis_ray.actors.execution.workspaces import Workspace
-from magis_ray.actors.swebench.grading import grade
-from magis_ray.actors.swebench.grading_batch import GradeJob, GradeOptions, ThreadExecutor, run_grading
-from magis_ray.actors.execution.specs import instance_spec
-from magis_ray.events.schema import GradingStarted
-from magis_ray.store.memory import InMemoryStore
+from magis_ray.actors.execution.sandbox import Sandbox
+from magis_ray.actors.execution.testbeds import TestbedCache
+from magis_ray.actors.swebench.grading import grade, grading_limits, spec_for
+from magis_ray.events.schema import GradingStarted, InstanceGraded
 
-DEFAULT_DATASET = Path(__file__).resolve().parents[2] / "shared" / "swebench" / "lite-dev.jsonl"
+DEFAULT_DATASET = Path(__file__).resolve().parents[2] / "shared" / "swebench" / "verified-tuning.jsonl"
 
 
-def cached_instances(records, repos_dir: Path, cache: EnvironmentCache) -> list[tuple]:
-    """(record, spec, environment) for each record whose environment is in the cache (nothing is built)."""
-    found = []
+def grading_figures(store_path: str, name: str) -> None:
+    from magis_ray.store import open_store
+
+    with open_store(store_path) as store:
+        records = list(store.read(f"grading:{name}"))
+    starts = [i for i, r in enumerate(records) if isinstance(r.event, GradingStarted)]
+    if not starts:
+        raise SystemExit(f"no grading {name!r} in {store_path}")
+    # The figures of the grading's first invocation that graded anything (a rerun only skips).
+    graded = [r for r in records if isinstance(r.event, InstanceGraded)]
+    first = records[starts[0]]
+    last = max(graded, key=lambda r: r.time)
+    print(f"## the grading {name}: {len(graded)} instances, wall time {(last.time - first.time) / 60:.1f} min "
+          f"({first.event.workers} workers)\n")
+    print("| environment | first build s | testbeds built | median testbed build s | instances | median test s | max test s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    by_env: dict[str, list[InstanceGraded]] = defaultdict(list)
+    for record in graded:
+        by_env[record.event.env_label or "(none)"].append(record.event)
+    for label in sorted(by_env):
+        events = by_env[label]
+        built = [e.env_build_seconds for e in events if e.env_built_now]
+        testbeds = [e.testbed_build_seconds for e in events if e.testbed_built_now]
+        tests = [e.test_seconds for e in events if e.test_seconds]
+        print(f"| {label} | {max(built) if built else 0:.0f} | {len(testbeds)} | "
+              f"{statistics.median(testbeds) if testbeds else 0:.0f} | {len(events)} | "
+              f"{statistics.median(tests) if tests else 0:.1f} | {max(tests) if tests else 0:.1f} |")
+    print("\n### test time per instance (s)\n")
+    print(" ".join(f"{r.event.instance_id}={r.event.test_seconds:.1f}" for r in sorted(graded, key=lambda r: r.event.instance_id)))
+
+
+def sandbox_ratios(records: list[dict], repos_dir: Path, cache_root: Path, repeats: int) -> None:
+    testbeds = TestbedCache(EnvironmentCache(cache_root))
+    limits = grading_limits(1800, 8 * 1024 ** 3)
+    runners = {"bwrap": TestRunner(Sandbox("bwrap"), limits), "none": TestRunner(Sandbox("none"), limits)}
+    print("\n## the sandbox ratio (cached testbeds; medians of alternating repeats)\n")
+    print("| instance | direct s | sandboxed s | ratio | resolved (sandboxed / direct) |")
+    print("|---|---:|---:|---:|---|")
+    ratios = []
     for record in records:
         repo = repos_dir / record["repo"].replace("/", "__")
-        if not repo.is_dir():
-            continue
         try:
-            spec = instance_spec(record, repo)
-            if spec.recipe.unsupported:
-                continue
-            _, version = cache.interpreter(spec.recipe)
-        except Exception:  # noqa: BLE001 - no spec or no interpreter: not benchmarkable here
+            recipe = spec_for(record, repo).testbed
+            env_key = recipe.env.key(testbeds.envs.interpreter(recipe.env.python)[1])
+        except Exception:  # noqa: BLE001 - no spec or no interpreter here: not measurable
             continue
-        if (cache.root / spec.recipe.key(version) / "ready.json").is_file():
-            found.append((record, spec, cache.get(spec.recipe, repo)))
-    return found
-
-
-def sandbox_ratio(record, spec, env, repos_dir: Path, repeats: int) -> tuple[float, float, float]:
-    """(median direct seconds, median sandboxed seconds, their ratio) on one prepared workspace."""
-    repo = repos_dir / record["repo"].replace("/", "__")
-    limits = Limits(wall_seconds=1800)
-    sandboxed, direct = TestRunner(Sandbox("bwrap"), limits), TestRunner(Sandbox("none"), limits)
-    times = {"bwrap": [], "none": []}
-    with Workspace(repo, record["base_commit"]) as ws:
-        ws.apply(record["patch"], "gold")
-        ws.restore(list(spec.test_files))
-        ws.apply(record["test_patch"], "test_patch")
+        if not (cache_root / env_key / "ready.json").is_file() or not (testbeds.root / recipe.key(env_key) / "ready.json").is_file():
+            continue  # nothing is built here: the benchmark measures runs, not builds
+        times: dict[str, list[float]] = {"bwrap": [], "none": []}
+        resolved = {}
         for _ in range(repeats):
-            for name, runner in (("none", direct), ("bwrap", sandboxed)):
-                run = runner.run(env, ws, spec.test_command, spec.parse, name=name, prelude=spec.eval_commands)
-                times[name].append(run.duration_s)
-    d, s = statistics.median(times["none"]), statistics.median(times["bwrap"])
-    return d, s, s / d
+            for mode in ("none", "bwrap"):
+                result = grade(record, record["patch"], repos_dir, testbeds, runners[mode])
+                times[mode].append(result.test_seconds)
+                resolved[mode] = result.resolved
+        direct, sandboxed = statistics.median(times["none"]), statistics.median(times["bwrap"])
+        ratios.append(sandboxed / direct)
+        print(f"| {record['instance_id']} | {direct:.2f} | {sandboxed:.2f} | {sandboxed / direct:.2f} | "
+              f"{'yes' if resolved['bwrap'] else 'no'} / {'yes' if resolved['none'] else 'no'} |")
+    if not ratios:
+        raise SystemExit("no instance has a cached testbed: run `magis-ray grade --gold` first")
+    print(f"\nsandbox ratio: median {statistics.median(ratios):.2f}, max {max(ratios):.2f} over {len(ratios)} instances "
+          "(goal: at most 1.2)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
     parser.add_argument("--repos-dir", type=Path, default=Path("/work/repos"))
+    parser.add_argument("--store")
+    parser.add_argument("--grading")
     parser.add_argument("--instances", nargs="*")
+    parser.add_argument("--per-repo", type=int, default=1, help="instances per repository in the sandbox ratio")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--env-cache", type=Path, default=default_cache_root())
     args = parser.parse_args()
+    if args.store and args.grading:
+        grading_figures(args.store, args.grading)
     records = [json.loads(line) for line in args.dataset.read_text().splitlines() if line.strip()]
     if args.instances:
         records = [r for r in records if r["instance_id"] in args.instances]
-    cache = EnvironmentCache(args.env_cache)
-    chosen = cached_instances(records, args.repos_dir, cache)
-    if not chosen:
-        raise SystemExit("no instance has a cached environment: run `magis-ray grade --gold` first")
-
-    print("## sandbox and grading overhead (cached environments; medians of alternating repeats)\n")
-    print("| instance | direct s | sandboxed s | sandbox ratio | whole grading s | grading ratio | resolved |")
-    print("|---|---:|---:|---:|---:|---:|---|")
-    ratios, grading_ratios = [], []
-    runner = TestRunner(Sandbox("bwrap"), Limits(wall_seconds=1800))
-    for record, spec, env in chosen:
-        direct, sandboxed, ratio = sandbox_ratio(record, spec, env, args.repos_dir, args.repeats)
-        start = time.monotonic()
-        result = grade(record, record["patch"], args.repos_dir, cache, runner)
-        whole = time.monotonic() - start
-        ratios.append(ratio)
-        grading_ratios.append(whole / direct)
-        print(f"| {record['instance_id']} | {direct:.2f} | {sandboxed:.2f} | {ratio:.2f} | {whole:.2f} | {whole / direct:.2f} | "
-              f"{'yes' if result.resolved else 'no'} |")
-    print(f"\nsandbox ratio: median {statistics.median(ratios):.2f}, max {max(ratios):.2f} (goal: at most 1.2)")
-    print(f"grading ratio: median {statistics.median(grading_ratios):.2f}, max {max(grading_ratios):.2f}")
-
-    print("\n## first build time per environment (from the cache's records)\n")
-    print("| environment | python | first build s |")
-    print("|---|---|---:|")
-    seen = set()
-    for _, spec, env in chosen:
-        if env.key not in seen:
-            seen.add(env.key)
-            print(f"| {env.label} | {env.python_version} | {cache.build_seconds(env):.0f} |")
-
-    print("\n## 2 workers against 1 (the same instances, cached environments)\n")
-    jobs = [GradeJob(record, record["patch"], "gold") for record, _, _ in chosen]
-    options = GradeOptions(repos_dir=str(args.repos_dir), cache_root=str(args.env_cache))
-    walls = {}
-    for workers in (1, 2):
-        store = InMemoryStore()
-        start = time.monotonic()
-        results = run_grading(store, f"bench-{workers}", jobs, ThreadExecutor(options, workers), workers,
-                              GradingStarted(name=f"bench-{workers}", dataset=str(args.dataset), predictions="gold"))
-        walls[workers] = time.monotonic() - start
-        print(f"- {workers} worker{'s' if workers > 1 else ''}: {walls[workers]:.1f} s, "
-              f"{sum(r.resolved for r in results)} of {len(results)} resolved")
-    print(f"\n2 workers / 1 worker wall time: {walls[2] / walls[1]:.2f} (ideal on 2 free cores: 0.5)")
+    else:
+        per_repo: dict[str, int] = defaultdict(int)
+        chosen = []
+        for record in records:
+            if per_repo[record["repo"]] < args.per_repo:
+                per_repo[record["repo"]] += 1
+                chosen.append(record)
+        records = chosen
+    sandbox_ratios(records, args.repos_dir, args.env_cache, args.repeats)
 
 
 if __name__ == "__main__":

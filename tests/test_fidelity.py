@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from execfixtures import new_file_patch, write_dataset
+from execfixtures import new_file_patch
 from gitfixtures import Submodule, commit_files, make_repo
 from magis_ray.actors.execution.conda import pip_equivalent
 from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, Recipe
 from magis_ray.actors.execution.runner import TestRunner
-from magis_ray.actors.execution.sandbox import Limits, Sandbox, bwrap_path
+from magis_ray.actors.execution.sandbox import Sandbox, bwrap_path
 from magis_ray.actors.execution.testbeds import SystemPackagesMissing, TestbedCache, TestbedRecipe
 from magis_ray.actors.swebench.grading import CustomSetup, grade, grading_limits
 

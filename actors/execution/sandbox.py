@@ -30,13 +30,12 @@ from __future__ import annotations
 import os
 import re
 import resource
-import shlex
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .capture import OutputCapture, size_text
@@ -497,7 +496,3 @@ def _limits_hit(limits: Limits, processes: int, text: str, reports: list[list[st
         elif report[0] == "seed" and len(report) > 1:
             hit.append(f"{report[1]} could not be filled within {size_text(limits.scratch_bytes)}")
     return tuple(hit)
-
-
-def quoted(words) -> str:
-    return " ".join(shlex.quote(str(w)) for w in words)

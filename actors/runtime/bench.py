@@ -156,7 +156,7 @@ class ExecutionBench:
             lines.append(f"mkdir -p {shlex.quote(os.path.dirname(target) or '.')} && cp {INPUTS}/file-{number} {shlex.quote(target)}")
         if self._runner.isolated and any(BUILD_INPUTS.search(p) for diff in request.patches for p in changed_paths(diff)):
             lines += [f"{step} >/dev/null 2>&1 || echo 'magis-ray: the install step failed again after the patch'"
-                      for step in testbed_install(self._spec)]
+                      for step in self._spec.testbed.install]
         lines.append(command)
         run = self._runner.run(testbed, "\n".join(lines), pytest_parse, inputs=inputs, name=request.purpose)
         if run.exit_code == PATCH_FAILED and "magis-ray: patch" in run.output:
@@ -177,10 +177,6 @@ class ExecutionBench:
     @staticmethod
     def _error(request: TestRequest, command: str, why: str) -> TestsRan:
         return TestsRan(purpose=request.purpose, command=command, outcome="error", output=why)
-
-
-def testbed_install(spec: InstanceSpec | None) -> tuple[str, ...]:
-    return spec.testbed.install if spec is not None else ()
 
 
 def changed_paths(diff: str) -> list[str]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import re
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -294,9 +293,3 @@ def _tests(record: dict, name: str) -> list[str]:
 def _failed(result: GradeResult, step: str, why: str) -> GradeResult:
     result.error_step, result.error = step, " ".join(why.split())[:600]
     return result
-
-
-def grade_timed(*args, **kwargs) -> tuple[GradeResult, float]:
-    start = time.monotonic()
-    result = grade(*args, **kwargs)
-    return result, time.monotonic() - start
