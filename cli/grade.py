@@ -194,6 +194,8 @@ def grade_command(predictions, dataset, repos_dir, gold, empty, instances, worke
     details = report.with_suffix(".details.json")
     details.write_text(json.dumps(instance_details(results), indent=2))
     click.echo(summary_table(results))
+    if len({r.instance_id.rsplit("-", 1)[0] for r in results}) > 1:
+        click.echo(repository_table(results))
     offline = sorted(r.instance_id for r in results if r.needs_internet and not r.resolved)
     click.echo(f"resolved: {data['resolved_instances']} of {len(results)}; completed: {data['completed_instances']}; "
                f"errors: {data['error_instances']}; empty patches (not run): {data['empty_patch_instances']}"
@@ -222,6 +224,21 @@ def _load_records(dataset: Path) -> dict[str, dict]:
         if isinstance(record, dict) and record.get("instance_id") in wanted and record["instance_id"] not in records:
             records[record["instance_id"]] = record
     return records
+
+
+def repository_table(results) -> str:
+    """Resolved per repository, and how many of those not resolved need the internet."""
+    rows: dict[str, list[int]] = {}
+    for r in results:
+        row = rows.setdefault(r.instance_id.rsplit("-", 1)[0], [0, 0, 0, 0])
+        row[0] += 1
+        row[1] += r.resolved
+        row[2] += (not r.resolved) and r.needs_internet
+        row[3] += (not r.resolved) and not r.needs_internet
+    lines = ["REPOSITORY                    INSTANCES  RESOLVED  NEEDS THE INTERNET  OTHER UNRESOLVED"]
+    for name, (total, resolved, offline, other) in sorted(rows.items()):
+        lines.append(f"{name:<29} {total:>9}  {resolved:>8}  {offline:>18}  {other:>16}")
+    return "\n".join(lines)
 
 
 def summary_table(results) -> str:

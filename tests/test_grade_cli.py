@@ -246,3 +246,14 @@ def test_ray_tasks_grade_in_parallel(setup, tmp_path):
     assert "resolved: 2 of 2" in done.stdout
     graded = [e for e in stream(store, "gold@calc") if isinstance(e, InstanceGraded)]
     assert all(e.node for e in graded)  # ran as Ray tasks
+
+
+def test_the_summary_per_repository_counts_what_needs_the_internet_apart():
+    from magis_ray.cli.grade import repository_table
+
+    results = [InstanceGraded(instance_id=i, patch_sha="", resolved=r, needs_internet=n)
+               for i, r, n in (("psf__requests-1", False, True), ("psf__requests-2", True, False),
+                               ("sympy__sympy-3", False, False), ("sympy__sympy-4", True, False))]
+    lines = repository_table(results).splitlines()
+    assert lines[1].split() == ["psf__requests", "2", "1", "1", "0"]
+    assert lines[2].split() == ["sympy__sympy", "2", "1", "0", "1"]
