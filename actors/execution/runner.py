@@ -71,9 +71,11 @@ class TestRunner:
 
     def run(self, testbed: Testbed | None, script: str, parse: Callable[[str], dict[str, str]] | None = None,
             inputs: dict[str, str | bytes] | None = None, name: str = "tests", logs_dir: str | os.PathLike | None = None,
-            limits: Limits | None = None, tree: str | os.PathLike | None = None) -> TestRun:
+            limits: Limits | None = None, tree: str | os.PathLike | None = None, installs: bool = True) -> TestRun:
         """Run `script` (shell) in /testbed; `parse` turns the output into per-test results. Without
-        a testbed, `tree` is the folder copied to /testbed and the host's tools are used."""
+        a testbed, `tree` is the folder copied to /testbed and the host's tools are used.
+        `installs`: the script may install into the testbed's prefix, which it then gets a copy of
+        (otherwise the prefix is read-only, and the run starts sooner)."""
         limits = limits or self.limits
         scratch_dir = Path(tempfile.mkdtemp(prefix="magis-run-"))
         try:
@@ -91,7 +93,7 @@ class TestRunner:
             os.chmod(scratch_dir, 0o755)
             log = Path(logs_dir) / f"{name}.log" if logs_dir is not None else scratch_dir / f"{name}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
-            mounts, scratches, variables = self._layout(testbed, tree, str(workspace))
+            mounts, scratches, variables = self._layout(testbed, tree, str(workspace), installs)
             mounts.append(Mount(str(inputs_dir), INPUTS))
             outcome: Outcome = self.sandbox.run(script, cwd=TESTBED, mounts=mounts, scratches=scratches, env=variables,
                                                 limits=limits, network=self.network, log_path=log)
@@ -105,7 +107,7 @@ class TestRunner:
         finally:
             shutil.rmtree(scratch_dir, ignore_errors=True)
 
-    def _layout(self, testbed: Testbed | None, tree, workspace: str) -> tuple[list[Mount], list[Scratch], dict[str, str]]:
+    def _layout(self, testbed: Testbed | None, tree, workspace: str, installs: bool) -> tuple[list[Mount], list[Scratch], dict[str, str]]:
         if testbed is None:
             # The host's own tools, as the user's shell finds them.
             variables = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
@@ -121,7 +123,8 @@ class TestRunner:
             # editable install (which points at /testbed), and the prefix is used where it is.
             variables["PYTHONPATH"] = _source_of(testbed.tree)
             return testbed.mounts(), [Scratch(TESTBED, testbed.tree, host=workspace)], variables
-        return testbed.mounts(), [Scratch(TESTBED, testbed.tree), *(Scratch(path, path) for path in testbed.writable)], variables
+        copies = [Scratch(path, path) for path in testbed.writable] if installs else []
+        return testbed.mounts(), [Scratch(TESTBED, testbed.tree), *copies], variables
 
 
 def _source_of(tree: str) -> str:

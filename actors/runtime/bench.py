@@ -124,7 +124,7 @@ class ExecutionBench:
         return self._testbed
 
     def _has_pytest(self, testbed: Testbed) -> bool:
-        probe = self._runner.run(testbed, "python -m pytest --version", limits=Limits(wall_seconds=120))
+        probe = self._runner.run(testbed, "python -m pytest --version", limits=Limits(wall_seconds=120), installs=False)
         return probe.exit_code == 0
 
     def prepare(self) -> TestsRan:
@@ -154,11 +154,12 @@ class ExecutionBench:
                 return self._error(request, command, f"a test file outside the repository: {exc}")
             inputs[f"file-{number}"] = text
             lines.append(f"mkdir -p {shlex.quote(os.path.dirname(target) or '.')} && cp {INPUTS}/file-{number} {shlex.quote(target)}")
-        if self._runner.isolated and any(BUILD_INPUTS.search(p) for diff in request.patches for p in changed_paths(diff)):
+        reinstall = self._runner.isolated and any(BUILD_INPUTS.search(p) for diff in request.patches for p in changed_paths(diff))
+        if reinstall:
             lines += [f"{step} >/dev/null 2>&1 || echo 'magis-ray: the install step failed again after the patch'"
                       for step in self._spec.testbed.install]
         lines.append(command)
-        run = self._runner.run(testbed, "\n".join(lines), pytest_parse, inputs=inputs, name=request.purpose)
+        run = self._runner.run(testbed, "\n".join(lines), pytest_parse, inputs=inputs, name=request.purpose, installs=reinstall)
         if run.exit_code == PATCH_FAILED and "magis-ray: patch" in run.output:
             number = re.search(r"magis-ray: patch (\d+) does not apply", run.output)
             reason = " | ".join(line for line in run.output.splitlines() if line.startswith("error:"))[:300]
