@@ -3,7 +3,8 @@
 Transport retries (429, 5xx, connection errors, timeouts) happen here, with our own backoff,
 so every outcome is observable; the openai client's own retries are off. Model and transport
 failures never raise: they end as an event whose `error` starts with a category
-("timeout:", "http 500:", "http 429:", "connection:", "empty:", ...). Only a token budget
+("timeout:", "http 500:", "http 429:", "connection:", "empty:", ...; "script:" when the scripted
+model has no rule for the request). Only a token budget
 that cannot allow a request raises (`BudgetExceeded`).
 
 With `context_tokens` known (a small local model), prompts are fitted to the context before
@@ -44,8 +45,9 @@ _CONTEXT_LIMIT = re.compile(r"(?:maximum context length is|context window of|con
 _PROMPT_TOKENS = re.compile(r"(\d+) (?:tokens )?in the messages|requested tokens \((\d+)\)|\((\d+) tokens\) exceeds", re.I)
 
 
-from magis_ray.actors.model.asking import BudgetExceeded  # noqa: E402 - defined beside the roles that catch it
+from magis_ray.actors.model.asking import SCRIPT_GAP, BudgetExceeded  # noqa: E402 - defined beside the roles that catch it
 from magis_ray.actors.model.ratelimit import RateLimiter  # noqa: E402
+from magis_ray.actors.model.scripted_server import NO_ANSWER_TYPE  # noqa: E402
 from magis_ray.actors.model.fitting import FIT_CHARS_PER_TOKEN, Fitted, estimate_tokens, fit_to_context  # noqa: E402
 
 
@@ -360,6 +362,9 @@ def _describe_failure(exc: openai.OpenAIError, timeout_s: float) -> tuple[str, f
         cause = exc.__cause__ or exc.__context__
         reason = f"{type(cause).__name__}: {cause}" if cause else exc.message
         return _one_line(f"connection: {reason}"), 0.0
+    if isinstance(exc, openai.APIStatusError) and getattr(exc, "type", None) == NO_ANSWER_TYPE:
+        # the scripted model has no rule for this request: the script's gap, never worth a retry
+        return _one_line(f"{SCRIPT_GAP}{_full_message(exc).removeprefix('scripted server: ')}"), None
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         body = exc.body

@@ -12,7 +12,7 @@ from magis_ray.store import Fenced
 
 from magis_ray.actors.code.applying import diff_applies
 
-from magis_ray.actors.model.asking import Asker, BudgetExceeded, ModelUnavailable
+from magis_ray.actors.model.asking import Asker, BudgetExceeded, ModelUnavailable, NoScriptedAnswer
 from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.journal import Divergence
 from magis_ray.actors.code.repository import RepoSnapshot
@@ -100,7 +100,9 @@ class Team:
             exc = root_cause(raised)
             if isinstance(exc, (Divergence, Fenced)):  # the log is another's now: nothing may be written
                 raise exc from None
-            if isinstance(exc, ModelUnavailable):
+            if isinstance(exc, NoScriptedAnswer):
+                end = RunFailed(reason=one_line(exc), error_type="ModelUnavailable")  # resumed like one, once the rule is there
+            elif isinstance(exc, ModelUnavailable):
                 end = RunFailed(reason=f"no reachable model ({one_line(exc)})", error_type="ModelUnavailable")
             elif isinstance(exc, BudgetExceeded):
                 end = RunFailed(reason=one_line(exc), error_type="BudgetExceeded", resumable=False)
