@@ -87,6 +87,7 @@ class Team:
             instance_id=i.instance_id, repo=i.repo, base_commit=self._snapshot.commit_id,
             problem_statement=i.problem_statement, hints_text=i.hints_text, settings=self.settings,
             repo_path=i.repo_path or "", version=i.version, environment_setup_commit=i.environment_setup_commit,
+            issue_url=i.issue_url,
         )
 
     def run(self) -> RunFinished | RunFailed:
