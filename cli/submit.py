@@ -12,30 +12,6 @@ import click
 from .source import BadInput
 
 
-def load_issue(path: Path):
-    from magis_ray.actors.runtime.issue import BadIssue, parse_issue
-
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        return parse_issue(data, where=str(path))
-    except BadIssue as exc:
-        raise BadInput(str(exc)) from None
-
-
-def locate_repo(issue, repo: str | None, repos_dir: str | None) -> str:
-    from magis_ray.actors.code.repository import RepoError, RepoSnapshot, find_repo
-
-    try:
-        path = find_repo(issue.repo, repo_path=repo or issue.repo_path, repos_dir=repos_dir)
-        RepoSnapshot.open(path, issue.base_commit)  # fail now, before a run starts, on a bad repo or commit
-    except RepoError as exc:
-        raise BadInput(str(exc)) from None
-    return str(path)
-
-
 def write_outputs(store_path: str, run_id: str) -> tuple[Path, Path, dict]:
     from magis_ray.events.projections import audit_html, audit_markdown, final_diff, fold, metrics
     from magis_ray.store import open_store
@@ -95,8 +71,9 @@ def resolve_llm(llm: str, base_url: str | None) -> str:
     return "openai" if base_url or os.environ.get("OPENAI_API_KEY") else "local"
 
 
-def gateway_config(endpoint: Endpoint, model: str, limits: dict):
-    """`limits`: the model options' timeout, concurrency, response_format, rpm and tpm."""
+def gateway_config(endpoint: Endpoint, model: str, limits: dict, roles: tuple = ()):
+    """`limits`: the model options' timeout, concurrency, response_format, rpm and tpm; `roles`: the
+    run's RunSettings.roles (a model per role), which the gateway routes by."""
     from magis_ray.actors.model.gateway import GatewayConfig
 
     extra = {"max_tokens": endpoint.max_tokens} if endpoint.max_tokens else {}
@@ -104,7 +81,7 @@ def gateway_config(endpoint: Endpoint, model: str, limits: dict):
         base_url=endpoint.base_url or None, model=model or endpoint.model, timeout_s=limits["timeout"],
         concurrency=endpoint.concurrency or limits["concurrency"],
         response_format=endpoint.response_format or limits["response_format"], context_tokens=endpoint.context_tokens,
-        requests_per_minute=limits["rpm"], tokens_per_minute=limits["tpm"], **extra,
+        requests_per_minute=limits["rpm"], tokens_per_minute=limits["tpm"], routes=tuple(roles), **extra,
     )
 
 
