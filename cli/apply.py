@@ -30,7 +30,9 @@ def patched_view(store_path: str, run: str):
     if view.status == "running":
         live = [lease for lease in leases if lease.live(time.time())]
         if live:
-            raise BadInput(f"run {view.run_id} is still running (on {live[0].host}, pid {live[0].pid}); apply it once it has finished")
+            from magis_ray.actors.runtime.liveness import describe_holder
+
+            raise BadInput(f"{describe_holder(live[0], f'run {view.run_id}')}; apply it once it has finished")
         raise BadInput(f"run {view.run_id} was cut off before it finished; resume it with `magis-ray resume {view.run_id}`")
     if view.failed is not None:
         raise BadInput(f"run {view.run_id} failed ({view.failed.reason}); it has no patch to apply")

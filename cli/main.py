@@ -346,6 +346,10 @@ def _ensure_store(store_path: str) -> None:
     from magis_ray.store import open_store
 
     open_store(store_path, create=True).close()
+    folder = Path(store_path)
+    if folder.is_dir() and not (folder / ".gitignore").exists():
+        # the store often sits in the user's repository (`cd repo && magis-ray submit issue.md`): keep it out of git
+        (folder / ".gitignore").write_text("# made by magis-ray: the store is no part of the repository\n*\n")
 
 
 from .evaluate import eval_command  # noqa: E402 - a click command; its heavy imports are inside it

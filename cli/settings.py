@@ -187,6 +187,9 @@ def project_layer(root: str | Path | None) -> Layer:
 
 
 def user_file(environ: Mapping[str, str]) -> Path:
+    """~/.config/magis-ray/config.toml ($XDG_CONFIG_HOME honoured); MAGIS_USER_CONFIG names another."""
+    if environ.get("MAGIS_USER_CONFIG"):
+        return Path(environ["MAGIS_USER_CONFIG"])
     config_home = environ.get("XDG_CONFIG_HOME") or str(Path(environ.get("HOME") or Path.home()) / ".config")
     return Path(config_home) / "magis-ray" / USER_FILE
 
