@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from pathlib import Path
 
 import click
 
@@ -74,6 +75,8 @@ def apply_command(run: str, branch: str | None, worktree: str | None, repo: str 
     repo_path = repo or started.repo_path
     if not repo_path:
         raise BadInput("the log does not say where the repository is; give --repo")
+    if not Path(repo_path).is_dir():
+        raise BadInput(f"the run's repository {repo_path} is not there any more; give --repo PATH")
     branch = branch or default_branch(view)
     files = sorted({t.final_patch.path for t in view.tasks.values() if t.final_patch is not None and t.final_patch.diff})
     try:

@@ -145,7 +145,8 @@ def test_your_own_repository_as_the_readme_says(tmp_path, env_cache):
     assert f"run {run_id}: calc-mean-returns-the-wrong-value (calc @ {base[:10]})" in submit.stderr
 
     before = snapshot(repo)
-    apply = magis([a.replace("RUN", run_id) for a in commands[1][1:]], repo, env)
+    test_cmd = f"{shlex.quote(sys.executable)} -m pytest -q -p no:cacheprovider tests"  # the project's own (test-cmd)
+    apply = magis([a.replace("RUN", run_id) for a in commands[1][1:]], repo, {**env, "MAGIS_TEST_CMD": test_cmd})
     assert apply.returncode == 0, apply.stderr
     assert snapshot(repo) == before  # HEAD, its branch, the index and the working tree: unchanged
     assert apply.stdout.startswith("branch fix/mean: 1 commit (")
@@ -159,10 +160,12 @@ def test_your_own_repository_as_the_readme_says(tmp_path, env_cache):
     message = git("log", "-1", "--format=%B", "fix/mean", cwd=repo)
     assert message.startswith("mean() returns the wrong value\n\n") and f"run {run_id}" in message and "calc/stats.py" in message
 
-    # the repository's own tests pass on the branch
-    git("worktree", "add", "--quiet", str(tmp_path / "fix-mean"), "fix/mean", cwd=repo)
-    tests = pytest_in(tmp_path / "fix-mean")
-    assert tests.returncode == 0 and "2 passed" in tests.stdout, tests.stdout
+    # the repository's own tests pass on the branch: the command apply printed for them, run as printed
+    [run_tests] = [line.strip() for line in apply.stdout.splitlines() if line.strip().endswith(test_cmd + ")")]
+    assert run_tests.startswith(f"git -C {repo} worktree add {repo}-fix-mean fix/mean && (cd {repo}-fix-mean && ")
+    tests = subprocess.run(["bash", "-c", run_tests], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert tests.returncode == 0 and "2 passed" in tests.stdout, tests.stdout + tests.stderr
+    assert git("rev-parse", "HEAD", cwd=tmp_path / "calc-fix-mean") == git("rev-parse", "fix/mean", cwd=repo)
 
     audit_args = commands[2][1:commands[2].index(">")]
     pr = magis([a.replace("RUN", run_id) for a in audit_args], repo, env)
