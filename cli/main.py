@@ -7,13 +7,11 @@ import sys
 from pathlib import Path
 
 import click
-import msgspec
 
 from .batch import submit_batch
 from .divergence import describe_side, first_difference
 from .submit import (
-    default_model, gateway_config, model_endpoint, model_options, model_settings, report, resolve_llm, resume_model, run_settings,
-    settings_options, write_outputs,
+    configured_run, gateway_config, model_endpoint, model_options, report, resume_model, settings_options, write_outputs,
 )
 
 DEFAULT_STORE = ".magis"
@@ -149,24 +147,14 @@ def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instanc
     ~/.config/magis-ray/config.toml, in that order (`magis-ray config` shows them)."""
     from .config import effective_settings, project_root
     from .issue_input import prepare_issue
-    from .settings import role_models
 
     batch = issue.endswith(".jsonl")
     prepared = None if batch else prepare_issue(issue, repo, repos_dir, base)
     resolved = effective_settings(ctx, Path(prepared.issue.repo_path) if prepared else project_root(repo))
-    v = {key: r.value for key, r in resolved.items()}
-    base_url = v["base-url"] or None
-    llm = resolve_llm(v["llm"], base_url)
-    limits = dict(timeout=v["timeout"], concurrency=v["concurrency"], response_format=v["response-format"], rpm=v["rpm"],
-                  tpm=v["tpm"])
-    run_config = msgspec.structs.replace(
-        run_settings(default_model(llm, v["model"]), v["top-k"], v["max-files"], v["max-review-rounds"], no_qa, no_hints,
-                     no_memory, v["token-budget"], memory_any_model, v["tests"], v["env-setup"], v["sandbox"], v["candidates"]),
-        llm=model_settings(llm, base_url, limits), roles=role_models(resolved),
-    )
+    llm, base_url, limits, run_config = configured_run(resolved, no_qa, no_hints, no_memory, memory_any_model)
     if batch:
-        return submit_batch(Path(issue), repos_dir, out, workers, instances, v["batch-budget"], batch_name or out.stem,
-                            store_path, llm, base_url, local_port, limits, run_config)
+        return submit_batch(Path(issue), repos_dir, out, workers, instances, resolved["batch-budget"].value,
+                            batch_name or out.stem, store_path, llm, base_url, local_port, limits, run_config)
     from magis_ray.actors.runtime.deployment import new_run_id, run_issue
     from magis_ray.actors.runtime.liveness import Liveness
 

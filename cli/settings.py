@@ -13,7 +13,6 @@ Precedence: flags, then the environment, then the project, then the user, then t
 An API key is never a setting: it is read from OPENAI_API_KEY only, and never shown."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping

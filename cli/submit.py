@@ -222,6 +222,25 @@ def settings_options(f):
     return f
 
 
+def configured_run(resolved: dict, no_qa: bool, no_hints: bool, no_memory: bool, memory_any_model: bool):
+    """(llm, base_url, limits, RunSettings) of a run from its effective settings (cli.settings): what
+    the run records, so that resume and replay need no flag and no settings file again."""
+    import msgspec
+
+    from .settings import role_models
+
+    v = {key: r.value for key, r in resolved.items()}
+    base_url = v["base-url"] or None
+    llm = resolve_llm(v["llm"], base_url)
+    limits = dict(timeout=v["timeout"], concurrency=v["concurrency"], response_format=v["response-format"], rpm=v["rpm"],
+                  tpm=v["tpm"])
+    settings = run_settings(default_model(llm, v["model"]), v["top-k"], v["max-files"], v["max-review-rounds"], no_qa, no_hints,
+                            no_memory, v["token-budget"], memory_any_model, v["tests"], v["env-setup"], v["sandbox"],
+                            v["candidates"])
+    return llm, base_url, limits, msgspec.structs.replace(settings, llm=model_settings(llm, base_url, limits),
+                                                          roles=role_models(resolved))
+
+
 def run_settings(model: str, top_k, max_files, max_review_rounds, no_qa, no_hints, no_memory, token_budget,
                  memory_any_model=False, tests="off", env_setup="", sandbox="bwrap", candidates=1):
     from magis_ray.events.schema import RunSettings
