@@ -65,7 +65,6 @@ def apply_command(run: str, branch: str | None, worktree: str | None, repo: str 
     from magis_ray.actors.code.committing import add_worktree, branch_with_diff
     from magis_ray.actors.code.repository import RepoError
     from magis_ray.events.projections import commit_message, final_diff
-
     from magis_ray.events.projections.pull_request import issue_title
 
     from .config import project_root, setting_value
@@ -77,6 +76,8 @@ def apply_command(run: str, branch: str | None, worktree: str | None, repo: str 
         raise BadInput("the log does not say where the repository is; give --repo")
     if not Path(repo_path).is_dir():
         raise BadInput(f"the run's repository {repo_path} is not there any more; give --repo PATH")
+    if worktree and Path(worktree).exists():  # before the branch is made: a refusal changes nothing
+        raise BadInput(f"--worktree {worktree} exists already")
     branch = branch or default_branch(view)
     files = sorted({t.final_patch.path for t in view.tasks.values() if t.final_patch is not None and t.final_patch.diff})
     try:

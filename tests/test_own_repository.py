@@ -178,10 +178,12 @@ def test_your_own_repository_as_the_readme_says(tmp_path, env_cache):
     assert re.search(r"\| with the change \| tests of the patch: `[^`]*` \| passed \| 3 \| 0 \|", pr.stdout), pr.stdout
     assert f"audit {run_id}` (.magis/runs/{run_id}/audit.html)" in pr.stdout
 
-    # the same branch again: refused, and nothing changes
+    # the same branch again, or a working tree where a folder is: refused, and nothing changes
     again = magis(["apply", run_id, "--branch", "fix/mean"], repo, env)
     one_line_error(again, "branch fix/mean exists already")
-    assert snapshot(repo) == before
+    taken = magis(["apply", run_id, "--branch", "fix/other", "--worktree", str(tmp_path / "calc-fix-mean")], repo, env)
+    one_line_error(taken, f"--worktree {tmp_path / 'calc-fix-mean'} exists already")
+    assert snapshot(repo) == before and "fix/other" not in pygit2.Repository(str(repo)).branches.local
 
 
 @needs_sandbox
