@@ -34,7 +34,7 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
         raise BadInput("--workers must be at least 1")
     with model_endpoint(llm, base_url, store_path, local_port) as endpoint:
         open_store(store_path, create=True).close()
-        deployment = Deployment(store_path, gateway_config(endpoint, run_config.model, limits))
+        deployment = Deployment(store_path, gateway_config(endpoint, run_config.model, limits, run_config.roles))
         try:
             with open_store(store_path) as store:
                 settings = batch_settings(run_config, batch_name)

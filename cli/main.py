@@ -7,13 +7,11 @@ import sys
 from pathlib import Path
 
 import click
-import msgspec
 
 from .batch import submit_batch
 from .divergence import describe_side, first_difference
 from .submit import (
-    default_model, gateway_config, load_issue, locate_repo, model_endpoint, model_options, model_settings, report, resolve_llm,
-    resume_model, run_settings, settings_options, write_outputs,
+    configured_run, gateway_config, model_endpoint, model_options, report, resume_model, settings_options, write_outputs,
 )
 
 DEFAULT_STORE = ".magis"
@@ -100,17 +98,21 @@ def diff_command(run: str, store_path: str) -> None:
 
 @cli.command("audit")
 @click.argument("run")
-@click.option("--format", "fmt", type=click.Choice(["md", "json", "html"]), default="md", show_default=True,
-              help="Markdown, JSON, or one self-contained HTML page.")
+@click.option("--format", "fmt", type=click.Choice(["md", "json", "html", "pr"]), default="md", show_default=True,
+              help="Markdown, JSON, one self-contained HTML page, or a pull request's description (Markdown).")
 @store_option
 def audit_command(run: str, fmt: str, store_path: str) -> None:
-    """Print the run's audit trail: every decision, who made it, why and at what cost."""
-    from magis_ray.events.projections import audit_html, audit_json, audit_markdown, fold
+    """Print the run's audit trail: every decision, who made it, why and at what cost. `--format
+    pr`: a pull request's description (the issue, the plan, the changes, the tests, the cost)."""
+    from magis_ray.events.projections import audit_html, audit_json, audit_markdown, fold, pr_description
 
     from .source import load_run
 
     view = fold(load_run(store_path, run))
-    if fmt == "json":
+    if fmt == "pr":
+        written = Path(store_path) / "runs" / view.run_id / "audit.html"
+        click.echo(pr_description(view, str(written) if written.is_file() else ""), nl=False)
+    elif fmt == "json":
         click.echo(json.dumps(audit_json(view), indent=2))
     elif fmt == "html":
         click.echo(audit_html(view), nl=False)
@@ -119,8 +121,9 @@ def audit_command(run: str, fmt: str, store_path: str) -> None:
 
 
 @cli.command("submit")
-@click.argument("issue_file", type=click.Path(path_type=Path))
-@click.option("--repo", "repo", type=click.Path(), help="The issue's repository checkout (a git repository).")
+@click.argument("issue", metavar="ISSUE")
+@click.option("--repo", "repo", type=click.Path(), help="The issue's repository (default: the current folder's repository).")
+@click.option("--base", metavar="REV", help="The commit the run starts from (default: the record's base_commit, else HEAD).")
 @click.option("--repos-dir", type=click.Path(), help="A folder of owner__name repository checkouts.")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("preds.jsonl"), show_default=True,
               help="Batch: the SWE-bench predictions file to write.")
@@ -128,35 +131,45 @@ def audit_command(run: str, fmt: str, store_path: str) -> None:
 @click.option("--instances", multiple=True, help="Batch: only these instance ids (repeatable).")
 @click.option("--batch-budget", type=int, default=0, help="Batch: most tokens all its runs may spend together (0: no limit).")
 @click.option("--batch", "batch_name", default="", help="Batch: its name, which resume goes by (default: the --out file's name).")
+@click.option("--role-model", multiple=True, metavar="ROLE=MODEL",
+              help="A role's own model (repeatable; custodian, manager, developer, qa).")
+@click.option("--role-base-url", multiple=True, metavar="ROLE=URL", help="Where a role's model is served (default: --base-url).")
 @store_option
 @model_options
 @settings_options
-def submit_command(issue_file: Path, repo, repos_dir, out, workers, instances, batch_budget, batch_name, store_path, llm,
-                   base_url, local_port, model, timeout, concurrency, response_format, rpm, tpm, **settings) -> None:
-    """Resolve ISSUE_FILE (a SWE-bench instance record) with the MAGIS team, or, for a .jsonl
-    dataset, every instance in it as a batch (resumable: run the same command again)."""
-    llm = resolve_llm(llm, base_url)
-    limits = dict(timeout=timeout, concurrency=concurrency, response_format=response_format, rpm=rpm, tpm=tpm)
-    run_config = msgspec.structs.replace(
-        run_settings(default_model(llm, model), **settings), llm=model_settings(llm, base_url, limits),
-    )
-    if issue_file.suffix == ".jsonl":
-        return submit_batch(issue_file, repos_dir, out, workers, instances, batch_budget, batch_name or out.stem,
-                            store_path, llm, base_url, local_port, limits, run_config)
+@click.pass_context
+def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instances, batch_name, store_path, local_port,
+                   no_qa, no_hints, no_memory, memory_any_model, **_options) -> None:
+    """Resolve ISSUE with the MAGIS team: a Markdown or text file (`-`: standard input), the JSON of
+    `gh issue view N --json number,title,body,url`, or a SWE-bench record; or, for a .jsonl
+    dataset, every instance in it as a batch (resumable: run the same command again). Settings
+    come from flags, the environment, magis.toml (or pyproject.toml's [tool.magis-ray]) and
+    ~/.config/magis-ray/config.toml, in that order (`magis-ray config` shows them)."""
+    from .config import effective_settings, project_root
+    from .issue_input import prepare_issue
+
+    batch = issue.endswith(".jsonl")
+    prepared = None if batch else prepare_issue(issue, repo, repos_dir, base)
+    resolved = effective_settings(ctx, Path(prepared.issue.repo_path) if prepared else project_root(repo))
+    llm, base_url, limits, run_config = configured_run(resolved, no_qa, no_hints, no_memory, memory_any_model)
+    if batch:
+        return submit_batch(Path(issue), repos_dir, out, workers, instances, resolved["batch-budget"].value,
+                            batch_name or out.stem, store_path, llm, base_url, local_port, limits, run_config)
     from magis_ray.actors.runtime.deployment import new_run_id, run_issue
     from magis_ray.actors.runtime.liveness import Liveness
 
-    issue = load_issue(issue_file)
-    repo_path = locate_repo(issue, repo, repos_dir)
+    issue_record = prepared.issue
+    if prepared.notice:
+        click.echo(f"magis-ray: notice: {prepared.notice}", err=True)
     with model_endpoint(llm, base_url, store_path, local_port) as endpoint:
         _ensure_store(store_path)
         run_id = new_run_id()
         with Liveness(store_path) as liveness:
             liveness.take(run_id)  # before the id is shown: resume can tell a run that never started
-            click.echo(f"run {run_id}: {issue.instance_id} ({issue.repo} @ {issue.base_commit[:10]})", err=True)
+            click.echo(f"run {run_id}: {issue_record.instance_id} ({issue_record.repo} @ {issue_record.base_commit[:10]})", err=True)
             end = run_issue(
-                store_path=store_path, issue=msgspec.structs.replace(issue, repo_path=repo_path), settings=run_config,
-                repo_path=repo_path, gateway_config=gateway_config(endpoint, run_config.model, limits),
+                store_path=store_path, issue=issue_record, settings=run_config, repo_path=issue_record.repo_path,
+                gateway_config=gateway_config(endpoint, run_config.model, limits, run_config.roles),
                 run_id=run_id, liveness=liveness,
             )
     conclude(store_path, run_id, end)
@@ -204,7 +217,7 @@ def resume_command(ctx, run, repo, store_path, llm, base_url, local_port, model,
             click.echo(f"resuming run {run_id} from event {point.kept_version} ({point.superseded} superseded)", err=True)
             end = resume_issue(
                 store_path=store_path, run_id=run_id, point=point, repo_path=repo_path,
-                gateway_config=gateway_config(endpoint, model, limits), liveness=liveness,
+                gateway_config=gateway_config(endpoint, model, limits, point.started.settings.roles), liveness=liveness,
             )
     conclude(store_path, run_id, end)
 
@@ -321,6 +334,10 @@ def _ensure_store(store_path: str) -> None:
     from magis_ray.store import open_store
 
     open_store(store_path, create=True).close()
+    folder = Path(store_path)
+    if folder.is_dir() and not (folder / ".gitignore").exists():
+        # the store often sits in the user's repository (`cd repo && magis-ray submit issue.md`): keep it out of git
+        (folder / ".gitignore").write_text("# made by magis-ray: the store is no part of the repository\n*\n")
 
 
 from .evaluate import eval_command  # noqa: E402 - a click command; its heavy imports are inside it
@@ -333,6 +350,12 @@ from .inspector.commands import serve_command, watch_command  # noqa: E402 - cli
 
 cli.add_command(serve_command)
 cli.add_command(watch_command)
+from .apply import apply_command  # noqa: E402 - a click command; its heavy imports are inside it
+
+cli.add_command(apply_command)
+from .config import config_command  # noqa: E402 - a click command; its heavy imports are inside it
+
+cli.add_command(config_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,30 +12,6 @@ import click
 from .source import BadInput
 
 
-def load_issue(path: Path):
-    from magis_ray.actors.runtime.issue import BadIssue, parse_issue
-
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        return parse_issue(data, where=str(path))
-    except BadIssue as exc:
-        raise BadInput(str(exc)) from None
-
-
-def locate_repo(issue, repo: str | None, repos_dir: str | None) -> str:
-    from magis_ray.actors.code.repository import RepoError, RepoSnapshot, find_repo
-
-    try:
-        path = find_repo(issue.repo, repo_path=repo or issue.repo_path, repos_dir=repos_dir)
-        RepoSnapshot.open(path, issue.base_commit)  # fail now, before a run starts, on a bad repo or commit
-    except RepoError as exc:
-        raise BadInput(str(exc)) from None
-    return str(path)
-
-
 def write_outputs(store_path: str, run_id: str) -> tuple[Path, Path, dict]:
     from magis_ray.events.projections import audit_html, audit_markdown, final_diff, fold, metrics
     from magis_ray.store import open_store
@@ -95,8 +71,9 @@ def resolve_llm(llm: str, base_url: str | None) -> str:
     return "openai" if base_url or os.environ.get("OPENAI_API_KEY") else "local"
 
 
-def gateway_config(endpoint: Endpoint, model: str, limits: dict):
-    """`limits`: the model options' timeout, concurrency, response_format, rpm and tpm."""
+def gateway_config(endpoint: Endpoint, model: str, limits: dict, roles: tuple = ()):
+    """`limits`: the model options' timeout, concurrency, response_format, rpm and tpm; `roles`: the
+    run's RunSettings.roles (a model per role), which the gateway routes by."""
     from magis_ray.actors.model.gateway import GatewayConfig
 
     extra = {"max_tokens": endpoint.max_tokens} if endpoint.max_tokens else {}
@@ -104,7 +81,7 @@ def gateway_config(endpoint: Endpoint, model: str, limits: dict):
         base_url=endpoint.base_url or None, model=model or endpoint.model, timeout_s=limits["timeout"],
         concurrency=endpoint.concurrency or limits["concurrency"],
         response_format=endpoint.response_format or limits["response_format"], context_tokens=endpoint.context_tokens,
-        requests_per_minute=limits["rpm"], tokens_per_minute=limits["tpm"], **extra,
+        requests_per_minute=limits["rpm"], tokens_per_minute=limits["tpm"], routes=tuple(roles), **extra,
     )
 
 
@@ -243,6 +220,25 @@ def settings_options(f):
     ]):
         f = option(f)
     return f
+
+
+def configured_run(resolved: dict, no_qa: bool, no_hints: bool, no_memory: bool, memory_any_model: bool):
+    """(llm, base_url, limits, RunSettings) of a run from its effective settings (cli.settings): what
+    the run records, so that resume and replay need no flag and no settings file again."""
+    import msgspec
+
+    from .settings import role_models
+
+    v = {key: r.value for key, r in resolved.items()}
+    base_url = v["base-url"] or None
+    llm = resolve_llm(v["llm"], base_url)
+    limits = dict(timeout=v["timeout"], concurrency=v["concurrency"], response_format=v["response-format"], rpm=v["rpm"],
+                  tpm=v["tpm"])
+    settings = run_settings(default_model(llm, v["model"]), v["top-k"], v["max-files"], v["max-review-rounds"], no_qa, no_hints,
+                            no_memory, v["token-budget"], memory_any_model, v["tests"], v["env-setup"], v["sandbox"],
+                            v["candidates"])
+    return llm, base_url, limits, msgspec.structs.replace(settings, llm=model_settings(llm, base_url, limits),
+                                                          roles=role_models(resolved))
 
 
 def run_settings(model: str, top_k, max_files, max_review_rounds, no_qa, no_hints, no_memory, token_budget,

@@ -61,6 +61,15 @@ class ModelSettings(msgspec.Struct, frozen=True):
     tokens_per_minute: int = 0
 
 
+class RoleModel(msgspec.Struct, frozen=True):
+    """A role's own model (a settings file's [models] table): the gateway sends that role's
+    requests to it, at `base_url` when it has one, else at the run's endpoint."""
+
+    role: str  # custodian, manager, developer or qa
+    model: str
+    base_url: str = ""
+
+
 class RunSettings(msgspec.Struct, frozen=True):
     top_k: int = 10
     max_review_rounds: int = 3
@@ -83,6 +92,11 @@ class RunSettings(msgspec.Struct, frozen=True):
     # The Custodian's file ranking (actors.code.ranking.RANKINGS): "previous" is what every log
     # written before this field ranked with, so they replay unchanged; "symbols" is issue 15's.
     ranking: str = "previous"
+    roles: tuple[RoleModel, ...] = ()  # a model per role; a role not listed asks `model`
+
+    def model_of(self, role: str) -> str:
+        """The model that answers `role`'s requests."""
+        return next((r.model for r in self.roles if r.role == role), self.model)
 
 
 # --- the run's life -------------------------------------------------------------------------
@@ -99,6 +113,7 @@ class RunStarted(Event, frozen=True, tag="RunStarted"):
     repo_path: str = ""  # where the checkout was, so resume and replay find it again
     version: str = ""  # the SWE-bench version, which names the test environment's spec
     environment_setup_commit: str = ""
+    issue_url: str = ""  # where the issue lives (a GitHub issue's url), when the input said
 
 
 class RunFinished(Event, frozen=True, tag="RunFinished"):

@@ -13,6 +13,8 @@ sys.path.insert(0, str(Path(__file__).parent))  # the helpers beside the tests (
 # The suite's runs are the paper's MAGIS unless a test asks for tests (`--tests on`): most tests check
 # the team's collaboration, and would otherwise each build an environment. Children inherit this.
 os.environ.setdefault("MAGIS_TESTS", "off")
+# Nor does a settings file of the user running the suite (~/.config/magis-ray/config.toml) count.
+os.environ.setdefault("MAGIS_USER_CONFIG", os.devnull)
 
 
 @pytest.fixture(scope="module")

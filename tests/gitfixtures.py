@@ -115,3 +115,17 @@ def read_tree_files(root: str | os.PathLike) -> dict[str, bytes]:
         for p in sorted(root.rglob("*"))
         if p.is_file() and ".git" not in p.relative_to(root).parts
     }
+
+
+def user_clone(path: str | os.PathLike, files: dict[str, str], message: str = "first") -> tuple[Path, str]:
+    """A repository as a user has one: `git init`, the files written to its working tree and
+    committed with the git command line on branch `main`. Returns its path and HEAD's id."""
+    path = Path(path)
+    path.mkdir(parents=True)
+    git("init", "-q", "-b", "main", ".", cwd=path)
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    git("add", ".", cwd=path)
+    git("-c", "user.name=A User", "-c", "user.email=user@example.com", "commit", "-qm", message, cwd=path)
+    return path, git("rev-parse", "HEAD", cwd=path).strip()

@@ -77,10 +77,11 @@ def test_client_errors_are_not_retried():
     assert event.error == "http 400: context too long"
 
 
-def test_missing_script_entry_is_a_loud_500():
+def test_a_missing_script_entry_is_the_scripts_gap_named_at_once_never_retried():
     with ScriptedServer([Rule(purpose="summarize_file", reply="s")]) as server:
-        event = exchange(gateway_for(server, max_retries=0), purpose="plan_tasks")
-    assert event.error.startswith("http 500: scripted server: no rule answers purpose='plan_tasks'")
+        event = exchange(gateway_for(server, max_retries=4), purpose="plan_tasks")
+        assert server.count("plan_tasks") == 1
+    assert event.error.startswith("script: no rule answers purpose='plan_tasks'")
 
 
 def test_429_honors_retry_after():

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import interruptible
 
-from magis_ray.actors.model.scripted_server import Rule, Script, ScriptedRequest, ScriptedServer
+from magis_ray.actors.model.scripted_server import NO_ANSWER_TYPE, Rule, Script, ScriptedRequest, ScriptedServer
 
 
 def client_for(server: ScriptedServer) -> openai.OpenAI:
@@ -69,14 +69,16 @@ def test_a_rule_takes_reply_or_json_not_both():
         Rule(reply="x", json={"a": 1})
 
 
-def test_no_matching_rule_answers_500_naming_the_purpose():
+def test_no_matching_rule_answers_501_naming_the_purpose():
+    """A gap in the script is no server fault (500 would be retried, and read as an unreachable
+    model): 501 with an error type of its own."""
     with ScriptedServer([Rule(purpose="summarize_file", reply="s", times=1)]) as server:
         client = client_for(server)
         ask(client, purpose="summarize_file")
         for purpose in ("plan_tasks", "summarize_file"):  # unknown, then used up
-            with pytest.raises(openai.InternalServerError) as caught:
+            with pytest.raises(openai.APIStatusError) as caught:
                 ask(client, purpose=purpose)
-            assert caught.value.status_code == 500
+            assert caught.value.status_code == 501 and caught.value.type == NO_ANSWER_TYPE
             assert f"purpose={purpose!r}" in caught.value.message
 
 

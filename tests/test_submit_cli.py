@@ -64,8 +64,11 @@ def test_submit_fixes_the_bug_and_the_failing_test_passes(calc_repo, tmp_path):
 def test_malformed_issue(tmp_path):
     (tmp_path / "bad.json").write_text('{"instance_id": "x", "repo": "a/b"')
     assert_one_line_error(magis("submit", "bad.json", cwd=tmp_path), "bad.json", "not valid JSON")
+    # a record without base_commit starts from the repository's HEAD: here there is no repository
     (tmp_path / "partial.json").write_text('{"instance_id": "x", "repo": "a/b", "problem_statement": "p"}')
-    assert_one_line_error(magis("submit", "partial.json", cwd=tmp_path), "base_commit")
+    assert_one_line_error(magis("submit", "partial.json", cwd=tmp_path), "not in a git repository", "--repo")
+    (tmp_path / "typed.json").write_text('{"instance_id": "x", "problem_statement": 5}')
+    assert_one_line_error(magis("submit", "typed.json", cwd=tmp_path), "typed.json", "problem_statement")
     assert_one_line_error(magis("submit", "missing.json", cwd=tmp_path), "missing.json")
 
 

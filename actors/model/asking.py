@@ -22,14 +22,27 @@ class ModelUnavailable(Exception):
     every retry, ...), not because of what it said; the run stops, resumably, naming the cause."""
 
 
+class NoScriptedAnswer(ModelUnavailable):
+    """The scripted model (tests, demos) has no rule for this step: the script's gap, not an
+    unreachable model. The run stops resumably, naming the step, so that a rule can be added."""
+
+    def __init__(self, purpose: str, detail: str):
+        super().__init__(f"the script has no answer for {purpose}: add a rule for purpose {purpose!r} ({detail})")
+        self.purpose = purpose
+
+
+SCRIPT_GAP = "script: "  # the gateway's error category for a request the scripted model has no rule for
+
 # The gateway's error categories that say nothing about the answer's content: the request never
 # got an answer (see gateway._describe_failure). An answer that stays invalid after corrections,
 # and a request the server refused for its content (http 400), stay content failures of the step.
-_TRANSPORT = re.compile(r"^(connection|timeout|api):|^http (401|403|404|408|409|429|5\d\d):")
+_TRANSPORT = re.compile(r"^(connection|timeout|api|script):|^http (401|403|404|408|409|429|5\d\d):")
 EMPTY = "empty:"
 
 
 def is_transport_failure(error: str) -> bool:
+    """The request got no answer at all (a script's gap counts: the step was never answered), so a
+    resume asks it again."""
     return bool(_TRANSPORT.match(error))
 
 
@@ -81,6 +94,8 @@ class Asker:
         for attempt in range(1, self._max_corrections + 2):
             exchange = self._exchange(template, messages, answer_type, task_id, attempt)
             if exchange.error and not exchange.error.startswith(EMPTY):
+                if exchange.error.startswith(SCRIPT_GAP):
+                    raise NoScriptedAnswer(template, exchange.error.removeprefix(SCRIPT_GAP))
                 if is_transport_failure(exchange.error):
                     raise ModelUnavailable(f"{template}: {exchange.error}")
                 raise StepFailed(f"{template}: {exchange.error}")

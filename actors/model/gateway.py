@@ -3,12 +3,16 @@
 Transport retries (429, 5xx, connection errors, timeouts) happen here, with our own backoff,
 so every outcome is observable; the openai client's own retries are off. Model and transport
 failures never raise: they end as an event whose `error` starts with a category
-("timeout:", "http 500:", "http 429:", "connection:", "empty:", ...). Only a token budget
+("timeout:", "http 500:", "http 429:", "connection:", "empty:", ...; "script:" when the scripted
+model has no rule for the request). Only a token budget
 that cannot allow a request raises (`BudgetExceeded`).
 
 With `context_tokens` known (a small local model), prompts are fitted to the context before
 they are sent: the middle of the longest user message gives way, and the event records the
 messages actually sent and how many characters were cut.
+
+With `routes` (a model per role), each request goes to its role's model, at that route's base
+URL when it has one; the budgets, the concurrency limit and the rate limits hold across them all.
 
 A plain class, usable in-process; the lead wraps it in a Ray async actor.
 """
@@ -29,7 +33,7 @@ import msgspec
 import openai
 import structlog
 
-from magis_ray.events.schema import LLMExchanged, Message
+from magis_ray.events.schema import LLMExchanged, Message, RoleModel
 
 log = structlog.get_logger()
 
@@ -44,8 +48,9 @@ _CONTEXT_LIMIT = re.compile(r"(?:maximum context length is|context window of|con
 _PROMPT_TOKENS = re.compile(r"(\d+) (?:tokens )?in the messages|requested tokens \((\d+)\)|\((\d+) tokens\) exceeds", re.I)
 
 
-from magis_ray.actors.model.asking import BudgetExceeded  # noqa: E402 - defined beside the roles that catch it
+from magis_ray.actors.model.asking import SCRIPT_GAP, BudgetExceeded  # noqa: E402 - defined beside the roles that catch it
 from magis_ray.actors.model.ratelimit import RateLimiter  # noqa: E402
+from magis_ray.actors.model.scripted_server import NO_ANSWER_TYPE  # noqa: E402
 from magis_ray.actors.model.fitting import FIT_CHARS_PER_TOKEN, Fitted, estimate_tokens, fit_to_context  # noqa: E402
 
 
@@ -68,12 +73,24 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     tokens_per_minute: int = 0  # prompt estimate + max_tokens of each request; 0: no limit
     rate_window_s: float = 60.0  # the "minute" of the rate limits (shorter in tests)
     prices_path: str | None = None  # None: actors/model/prices.json
+    routes: tuple[RoleModel, ...] = ()  # a model (and endpoint) per role; other roles ask `model`
 
     def __repr__(self) -> str:  # the key must not leak through a logged config
         key = "None" if self.api_key is None else "'***'"
-        return f"GatewayConfig(base_url={self.base_url!r}, model={self.model!r}, api_key={key})"
+        routes = "".join(f", {r.role}={r.model!r}" + (f"@{r.base_url}" if r.base_url else "") for r in self.routes)
+        return f"GatewayConfig(base_url={self.base_url!r}, model={self.model!r}{routes}, api_key={key})"
 
     __str__ = __repr__
+
+
+ROLES = ("custodian", "manager", "developer", "qa")  # the roles a route can name
+# Lanes whose requests another role's model answers: the QA Engineer breaks the candidates' ties.
+_ANSWERED_BY = {"selection": "qa"}
+
+
+def routed_role(role: str) -> str:
+    """The role whose model answers the requests of a lane's role ("developer" for "developer:T1")."""
+    return _ANSWERED_BY.get(role, role)
 
 
 @dataclass
@@ -91,7 +108,8 @@ class Gateway:
         self._prices = load_prices(self.config.prices_path or PRICES_PATH)
         self._budgets: dict[str, _Budget] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: openai.AsyncOpenAI | None = None
+        self._clients: dict[str | None, openai.AsyncOpenAI] = {}  # per base URL, on the current loop
+        self._routes = {r.role: (r.model, r.base_url or self._base_url) for r in self.config.routes}
         self._slots: asyncio.Semaphore | None = None
         self._rate: RateLimiter | None = None
         self._settled: asyncio.Condition | None = None  # notified when a reservation turns into usage
@@ -162,9 +180,13 @@ class Gateway:
         max_tokens: int | None = None,
         budget_keys: tuple[str, ...] | None = None,
         temperature: float | None = None,
+        role: str = "",
     ) -> LLMExchanged:
-        """Send one logical request (transport retries inside) and describe how it ended."""
+        """Send one logical request (transport retries inside) and describe how it ended. `role`:
+        the asking lane's role, which picks the route."""
         self._bind_to_loop()
+        model, base_url = self._routes.get(routed_role(role), (self.model, self._base_url))
+        client = self._client_for(base_url)
         assert self._slots is not None
         keys = tuple(dict.fromkeys(budget_keys if budget_keys is not None else (run_id,)))  # a key counts once
         fit = fit_to_context(messages, max_tokens or self.config.max_tokens, self.config.context_tokens)
@@ -174,12 +196,13 @@ class Gateway:
             await self._rate.acquire(prompt_estimate + allowed)
             outcome = _Outcome()
             try:
-                outcome = await self._send_with_retries(run_id, purpose, task_id, fit.messages, schema, allowed, temperature)
+                outcome = await self._send_with_retries(client, model, run_id, purpose, task_id, fit.messages, schema, allowed,
+                                                        temperature)
                 refit = self._refit_after_overflow(messages, fit, outcome)
                 if refit is not None:  # the estimate was too kind: cut further, once
                     fit, first = refit, outcome
                     outcome = await self._send_with_retries(
-                        run_id, purpose, task_id, fit.messages, schema, min(allowed, fit.max_tokens), temperature
+                        client, model, run_id, purpose, task_id, fit.messages, schema, min(allowed, fit.max_tokens), temperature
                     )
                     outcome.tries += first.tries
                     if outcome.error:
@@ -188,14 +211,14 @@ class Gateway:
                 await self._settle(keys, prompt_estimate + allowed, outcome.prompt_tokens + outcome.completion_tokens)
         event = LLMExchanged(
             purpose=purpose,
-            model=self.model,
+            model=model,
             messages=fit.messages,
             answer=outcome.answer,
             error=outcome.error,
             prompt_tokens=outcome.prompt_tokens,
             completion_tokens=outcome.completion_tokens,
             latency_s=round(outcome.latency_s, 4),
-            cost_usd=self.cost_of(outcome.prompt_tokens, outcome.completion_tokens),
+            cost_usd=self.cost_of(outcome.prompt_tokens, outcome.completion_tokens, model),
             attempt=attempt,
             task_id=task_id,
             truncated_chars=fit.cut_chars,
@@ -216,6 +239,8 @@ class Gateway:
 
     async def _send_with_retries(
         self,
+        client: openai.AsyncOpenAI,
+        model: str,
         run_id: str,
         purpose: str,
         task_id: str,
@@ -224,9 +249,8 @@ class Gateway:
         max_tokens: int,
         temperature: float | None = None,
     ) -> _Outcome:
-        assert self._client is not None
         request = {
-            "model": self.model,
+            "model": model,
             "messages": [{"role": m.role, "content": m.content} for m in messages],
             "temperature": self.config.temperature if temperature is None else temperature,
             self.config.max_tokens_field: max_tokens,
@@ -241,7 +265,7 @@ class Gateway:
             tries += 1
             sent = time.monotonic()
             try:
-                completion = await self._client.chat.completions.create(**request)
+                completion = await client.chat.completions.create(**request)
             except openai.OpenAIError as exc:
                 error, retry_after = _describe_failure(exc, self.config.timeout_s)
                 if retry_after is None or tries > self.config.max_retries:
@@ -306,8 +330,8 @@ class Gateway:
         delay = min(cap, self.config.backoff_base_s * 2 ** (tries - 1))
         return delay * (0.5 + random.random() / 2)  # jitter spreads retries of concurrent requests
 
-    def cost_of(self, prompt_tokens: int, completion_tokens: int) -> float:
-        price = price_for(self._prices, self.model)
+    def cost_of(self, prompt_tokens: int, completion_tokens: int, model: str | None = None) -> float:
+        price = price_for(self._prices, model or self.model)
         if price is None:
             return 0.0
         return round((prompt_tokens * price[0] + completion_tokens * price[1]) / 1_000_000, 8)
@@ -324,22 +348,30 @@ class Gateway:
         if loop is self._loop:
             return
         self._loop = loop
-        self._client = openai.AsyncOpenAI(
-            base_url=self._base_url,
-            api_key=self.config.api_key or os.environ.get("OPENAI_API_KEY") or LOCAL_API_KEY,
-            max_retries=0,
-            timeout=self.config.timeout_s,
-        )
+        self._clients = {}  # a client belongs to the loop that made it
         self._slots = asyncio.Semaphore(self.config.concurrency)
         self._settled = asyncio.Condition()
         self._rate = RateLimiter(self.config.requests_per_minute, self.config.tokens_per_minute, self.config.rate_window_s)
         for b in self._budgets.values():
             b.reserved = 0  # requests of a finished loop are gone
 
+    def _client_for(self, base_url: str | None) -> openai.AsyncOpenAI:
+        """The client of one endpoint (one per route's base URL), made on first use. One key for
+        all of them: OPENAI_API_KEY (local servers ignore it)."""
+        client = self._clients.get(base_url)
+        if client is None:
+            client = self._clients[base_url] = openai.AsyncOpenAI(
+                base_url=base_url,
+                api_key=self.config.api_key or os.environ.get("OPENAI_API_KEY") or LOCAL_API_KEY,
+                max_retries=0,
+                timeout=self.config.timeout_s,
+            )
+        return client
+
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client, self._loop = None, None
+        for client in self._clients.values():
+            await client.close()
+        self._clients, self._loop = {}, None
 
 
 class _Outcome(msgspec.Struct):
@@ -360,6 +392,9 @@ def _describe_failure(exc: openai.OpenAIError, timeout_s: float) -> tuple[str, f
         cause = exc.__cause__ or exc.__context__
         reason = f"{type(cause).__name__}: {cause}" if cause else exc.message
         return _one_line(f"connection: {reason}"), 0.0
+    if isinstance(exc, openai.APIStatusError) and getattr(exc, "type", None) == NO_ANSWER_TYPE:
+        # the scripted model has no rule for this request: the script's gap, never worth a retry
+        return _one_line(f"{SCRIPT_GAP}{_full_message(exc).removeprefix('scripted server: ')}"), None
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         body = exc.body

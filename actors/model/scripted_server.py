@@ -27,6 +27,7 @@ import msgspec
 from magis_ray.events.schema import Message
 
 HANG_S = 30.0  # a hang outlasts any client timeout a test would set
+NO_ANSWER_TYPE = "no_scripted_answer"  # the error type of a request no rule answers
 
 
 class Rule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -330,11 +331,13 @@ def _make_handler(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
                 self._send(500, _error_body(500, f"scripted responder failed: {type(exc).__name__}: {exc}"))
                 return
             if rule is None:
+                # A gap in the script, not a fault of the server: 501 and an error type of its own, so
+                # that the gateway says so (naming the purpose) instead of retrying a "server error".
                 message = (
                     f"scripted server: no rule answers purpose={request.purpose!r} task={request.task!r} "
                     f"({len(server.script.rules)} rules, or all used up)"
                 )
-                self._send(500, _error_body(500, message))
+                self._send(501, {"error": {"message": message, "type": NO_ANSWER_TYPE, "param": None, "code": None}})
                 return
             delay = server.script.latency_s if rule.delay_s is None else rule.delay_s
             if rule.hang:

@@ -87,7 +87,7 @@ class Custodian:
         text = self._snapshot.read_text(path)
         use_memory = self._settings.use_memory
         # a summary is only as good as the model that wrote it: reuse this run's model's, unless told otherwise
-        by = None if self._settings.memory_any_model else self._settings.model
+        by = None if self._settings.memory_any_model else self._settings.model_of("custodian")
         if use_memory:
             same = self._memory.get_summary(self._repo, path, blob_id, self._memory_before, by)
             if same is not None:
@@ -103,12 +103,12 @@ class Custodian:
                         path=path, blob_id=blob_id, summary=summary, source="diff",
                         earlier_blob_id=earlier.blob_id, commit_message=message,
                     ))
-                    self._memory.put_summary(self._repo, path, blob_id, summary, self._settings.model)
+                    self._memory.put_summary(self._repo, path, blob_id, summary, self._settings.model_of("custodian"))
                     return summary
         summary = asker.ask(
             "summarize_file", SummaryAnswer, path=path, repo=self._repo, content=clip(text, SUMMARY_CHARS)
         ).summary
         asker.journal.emit(FileSummarized(path=path, blob_id=blob_id, summary=summary, source="fresh"))
         if use_memory:
-            self._memory.put_summary(self._repo, path, blob_id, summary, self._settings.model)
+            self._memory.put_summary(self._repo, path, blob_id, summary, self._settings.model_of("custodian"))
         return summary

@@ -9,6 +9,18 @@ from magis_ray.actors.model.asking import Asker, LLMPort
 from magis_ray.actors.runtime.journal import EventSink, Journal
 
 
+class RoleLLM:
+    """The model port as one lane sees it: each request says which role asks ("developer" for the
+    lanes "developer:T1" and "developer:T1:meeting"), so the gateway can route it to that role's
+    model."""
+
+    def __init__(self, llm: LLMPort, role: str):
+        self._llm, self.role = llm, role
+
+    def exchange(self, **request):
+        return self._llm.exchange(**request, role=self.role)
+
+
 class Lanes:
     def __init__(self, run_id: str, sink: EventSink | None, llm: LLMPort, recorded: dict[str, list[Recorded]] | None = None,
                  node: str = ""):
@@ -26,7 +38,8 @@ class Lanes:
             asker = self._askers.get(lane)
             if asker is None:
                 journal = Journal(lane, self._sink, self._recorded.get(lane, ()), self._node)
-                asker = self._askers[lane] = Asker(journal, self._llm, self.run_id, temperature=temperature)
+                asker = self._askers[lane] = Asker(journal, RoleLLM(self._llm, lane.split(":", 1)[0]), self.run_id,
+                                                   temperature=temperature)
             return asker
 
     def unmatched(self) -> list[Recorded]:

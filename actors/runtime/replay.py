@@ -54,7 +54,7 @@ def issue_of(started: RunStarted) -> IssueRecord:
     return IssueRecord(
         instance_id=started.instance_id, repo=started.repo, base_commit=started.base_commit,
         problem_statement=started.problem_statement, hints_text=started.hints_text, repo_path=started.repo_path or None,
-        version=started.version, environment_setup_commit=started.environment_setup_commit,
+        version=started.version, environment_setup_commit=started.environment_setup_commit, issue_url=started.issue_url,
     )
 
 

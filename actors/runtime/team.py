@@ -12,7 +12,7 @@ from magis_ray.store import Fenced
 
 from magis_ray.actors.code.applying import diff_applies
 
-from magis_ray.actors.model.asking import Asker, BudgetExceeded, ModelUnavailable
+from magis_ray.actors.model.asking import Asker, BudgetExceeded, ModelUnavailable, NoScriptedAnswer
 from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.journal import Divergence
 from magis_ray.actors.code.repository import RepoSnapshot
@@ -87,6 +87,7 @@ class Team:
             instance_id=i.instance_id, repo=i.repo, base_commit=self._snapshot.commit_id,
             problem_statement=i.problem_statement, hints_text=i.hints_text, settings=self.settings,
             repo_path=i.repo_path or "", version=i.version, environment_setup_commit=i.environment_setup_commit,
+            issue_url=i.issue_url,
         )
 
     def run(self) -> RunFinished | RunFailed:
@@ -100,7 +101,9 @@ class Team:
             exc = root_cause(raised)
             if isinstance(exc, (Divergence, Fenced)):  # the log is another's now: nothing may be written
                 raise exc from None
-            if isinstance(exc, ModelUnavailable):
+            if isinstance(exc, NoScriptedAnswer):
+                end = RunFailed(reason=one_line(exc), error_type="ModelUnavailable")  # resumed like one, once the rule is there
+            elif isinstance(exc, ModelUnavailable):
                 end = RunFailed(reason=f"no reachable model ({one_line(exc)})", error_type="ModelUnavailable")
             elif isinstance(exc, BudgetExceeded):
                 end = RunFailed(reason=one_line(exc), error_type="BudgetExceeded", resumable=False)

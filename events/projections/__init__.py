@@ -4,6 +4,10 @@ from .diff import final_diff
 from .html import audit_html
 from .metrics import metrics
 from .prediction import prediction
+from .pull_request import commit_message, pr_description
 from .state import RunView, fold
 
-__all__ = ["RunView", "audit_html", "audit_json", "audit_markdown", "final_diff", "fold", "metrics", "prediction"]
+__all__ = [
+    "RunView", "audit_html", "audit_json", "audit_markdown", "commit_message", "final_diff", "fold", "metrics", "pr_description",
+    "prediction",
+]

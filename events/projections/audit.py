@@ -136,6 +136,17 @@ def audit_json(view: RunView) -> dict:
     }
 
 
+def cost_table(m: dict) -> list[str]:
+    """Markdown rows of tokens, cost and time per role and the model that answered it."""
+    rows = ["| role | model | calls | prompt tokens | completion tokens | cost (USD) | LLM seconds |",
+            "|---|---|---:|---:|---:|---:|---:|"]
+    lines = [(role, model, b) for role, models in m["by_role_model"].items() for model, b in models.items()]
+    for role, model, b in [*lines, ("total", "", m["total"])]:
+        rows.append(f"| {role} | {model} | {b['calls']} | {b['prompt_tokens']} | {b['completion_tokens']} | "
+                    f"{b['cost_usd']:.4f} | {b['llm_seconds']:.2f} |")
+    return rows
+
+
 def _fence(text: str, lang: str = "") -> str:
     fence = "````" if "```" in text else "```"
     return f"{fence}{lang}\n{text.rstrip()}\n{fence}\n"
@@ -149,6 +160,8 @@ def audit_markdown(view: RunView) -> str:
     if started:
         out.append(f"- repository: {started.repo} @ `{started.base_commit}`")
         out.append(f"- model: {started.settings.model or '-'}; QA: {started.settings.use_qa}; hints: {started.settings.use_hints}; memory: {started.settings.use_memory}")
+        if started.settings.roles:
+            out.append("- models per role: " + ", ".join(f"{r.role}: {r.model}" for r in started.settings.roles))
     out.append(f"- status: {view.status}" + (f" ({view.finished.outcome})" if view.finished else ""))
     if view.failed:
         out.append(f"- failure: {view.failed.reason}")
@@ -209,9 +222,7 @@ def audit_markdown(view: RunView) -> str:
         out.append("")
     out += ["## Final diff", "", _fence(final_diff(view) or "(empty)", "diff")]
     m = metrics(view)
-    out += ["## Cost", "", "| role | calls | prompt tokens | completion tokens | cost (USD) | LLM seconds |", "|---|---:|---:|---:|---:|---:|"]
-    for role, b in [*m["by_role"].items(), ("total", m["total"])]:
-        out.append(f"| {role} | {b['calls']} | {b['prompt_tokens']} | {b['completion_tokens']} | {b['cost_usd']:.4f} | {b['llm_seconds']:.2f} |")
+    out += ["## Cost", "", *cost_table(m)]
     if m["total"].get("test_runs"):
         out.append(f"\nTests: {m['total']['test_runs']} runs, {m['total']['test_seconds']:.1f} s in the sandbox.")
     out.append(f"\nWall time: {m['total']['wall_seconds']:.1f} s over {m['total']['events']} events.\n")

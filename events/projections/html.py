@@ -374,11 +374,20 @@ def _cost_table(title: str, buckets: dict, total: dict | None) -> str:
     )
 
 
+def _by_role_model(m: dict) -> str:
+    """Per role and model, when the roles asked more than one model (a settings file's [models])."""
+    pairs = {f"{role} · {model}": b for role, models in m.get("by_role_model", {}).items() for model, b in models.items()}
+    if len({key.split(" · ", 1)[1] for key in pairs}) < 2:
+        return ""
+    return f"<h4>By role and model</h4>{_cost_table('role · model', pairs, None)}"
+
+
 def _costs(m: dict) -> str:
     t = m["total"]
     return (
         '<section id="cost"><h2>Tokens, cost and time</h2>'
         f"<h4>By role</h4>{_cost_table('role', m['by_role'], t)}"
+        f"{_by_role_model(m)}"
         f"<h4>By step</h4>{_cost_table('step', m['by_step'], None)}"
         f'<p class="small muted">Wall time {t["wall_seconds"]:.1f} s over {t["events"]} events.</p></section>'
     )

@@ -1,0 +1,305 @@
+"""The README's "Your own repository", through the CLI as a user runs it: a fresh git repository,
+an issue.md, `submit` from inside the repository, `apply` to a branch, the pull request's text,
+and the repository's own tests passing on the branch; the README's scripted command as printed;
+each bad input one line and exit 2; and a model per role, two scripted servers, per-role costs.
+
+Real throughout: git repositories made with the git command line, the installed `magis-ray`
+command, Ray, SQLite, the scripted model over HTTP, and (tests on) the bubblewrap sandbox."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pygit2
+import pytest
+from gitfixtures import checkout, git, read_tree_files, user_clone
+from runs import fixed_new_events
+from scenarios import FILES, MEAN_FIX
+
+from magis_ray.actors.execution.sandbox import bwrap_path
+from magis_ray.actors.model.scripted_server import ScriptedServer
+from magis_ray.actors.model.scripted_team import ScriptedTeam
+from magis_ray.actors.runtime.liveness import Liveness
+from magis_ray.events import schema as ev
+from magis_ray.events.codec import decode_recorded
+from magis_ray.store import open_store
+
+ROOT = Path(__file__).parents[1]
+EXAMPLE = ROOT / "examples" / "calc"
+SCRIPT = EXAMPLE / "script.json"
+# The installed command, as the README runs it (beside this interpreter in the environment).
+MAGIS_COMMAND = str(Path(sys.executable).with_name("magis-ray"))
+KEY = "sk-own-repository-never-logged-77"
+
+needs_sandbox = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed (apt-get install bubblewrap)")
+
+
+def environment(env_cache: Path | None = None, **extra: str) -> dict[str, str]:
+    """The user's environment: no model configured, tests at their default (on), no settings file
+    of the machine's user; a test's own environment cache."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "MAGIS_"))}
+    env.update(MAGIS_LOG_LEVEL="warning", MAGIS_USER_CONFIG=os.devnull)
+    if env_cache is not None:
+        env["MAGIS_ENV_CACHE"] = str(env_cache)
+    return {**env, **extra}
+
+
+def magis(args: list[str], cwd: Path, env: dict[str, str], stdin: str | None = None, timeout: float = 600):
+    result = subprocess.run([MAGIS_COMMAND, *args], cwd=cwd, env=env, input=stdin, capture_output=True, text=True,
+                            timeout=timeout)
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr
+    return result
+
+
+def one_line_error(result, *fragments: str) -> str:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("magis-ray: error: "), line
+    for fragment in fragments:
+        assert fragment in line, line
+    return line
+
+
+def summary(stdout: str) -> dict[str, str]:
+    return {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in stdout.splitlines() if ":" in line)}
+
+
+@pytest.fixture(scope="module")
+def env_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("envs")
+
+
+# --- the README, as printed ----------------------------------------------------------------------
+
+
+def readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end > 0 else None]
+
+
+def first_bash_block(section: str) -> str:
+    return re.search(r"```bash\n(.*?)\n```", section, re.S).group(1)
+
+
+def project_files() -> dict[str, str]:
+    root = EXAMPLE / "project"
+    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+def snapshot(path: Path):
+    """What `apply` must leave alone: HEAD, its branch, the index and the working tree (the store
+    in .magis/ aside: reading it is SQLite's business)."""
+    files = {name: data for name, data in read_tree_files(path).items() if not name.startswith(".magis/")}
+    return (git("rev-parse", "HEAD", cwd=path), git("symbolic-ref", "HEAD", cwd=path), git("status", "--porcelain", cwd=path),
+            git("diff", cwd=path), git("diff", "--cached", cwd=path), files)
+
+
+def tree_files(repo_path: Path, rev: str) -> dict[str, bytes]:
+    repo = pygit2.Repository(str(repo_path))
+    out: dict[str, bytes] = {}
+
+    def walk(tree, prefix):
+        for entry in tree:
+            if entry.type_str == "tree":
+                walk(repo.get(entry.id), prefix + entry.name + "/")
+            else:
+                out[prefix + entry.name] = repo.get(entry.id).data
+    walk(repo.revparse_single(rev).peel(pygit2.Tree), "")
+    return out
+
+
+def pytest_in(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=path,
+                          capture_output=True, text=True, timeout=120)
+
+
+@needs_sandbox
+def test_your_own_repository_as_the_readme_says(tmp_path, env_cache):
+    block = first_bash_block(readme_section("Your own repository"))
+    name, issue_text = re.search(r"cat > (\S+) <<'EOF'\n(.*?)\nEOF", block, re.S).groups()
+    commands = [shlex.split(line, comments=True) for line in block.splitlines() if line.startswith("magis-ray ")]
+    assert [c[:2] for c in commands] == [["magis-ray", "submit"], ["magis-ray", "apply"], ["magis-ray", "audit"]]
+
+    repo, base = user_clone(tmp_path / "calc", project_files())  # a fresh repository, as `git init` and `git commit` make it
+    assert pytest_in(repo).returncode == 1  # its test of mean() fails: the bug is real
+    (repo / name).write_text(issue_text + "\n")
+    (repo / "README.md").write_text("# calc\n\nWork in progress.\n")  # an uncommitted change the run does not see
+    env = environment(env_cache)
+
+    submit = magis([*commands[0][1:], "--llm", f"scripted:{SCRIPT}"], repo, env)
+    assert submit.returncode == 0, submit.stderr
+    out = summary(submit.stdout)
+    assert out["outcome"] == "patched"
+    run_id = out["run"]
+    notices = [line for line in submit.stderr.splitlines() if line.startswith("magis-ray: notice:")]
+    assert notices == [f"magis-ray: notice: 1 file(s) with uncommitted changes in {repo.resolve()} are not seen: "
+                       f"the run reads HEAD ({base[:10]})"]
+    assert f"run {run_id}: calc-mean-returns-the-wrong-value (calc @ {base[:10]})" in submit.stderr
+
+    before = snapshot(repo)
+    test_cmd = f"{shlex.quote(sys.executable)} -m pytest -q -p no:cacheprovider tests"  # the project's own (test-cmd)
+    apply = magis([a.replace("RUN", run_id) for a in commands[1][1:]], repo, {**env, "MAGIS_TEST_CMD": test_cmd})
+    assert apply.returncode == 0, apply.stderr
+    assert snapshot(repo) == before  # HEAD, its branch, the index and the working tree: unchanged
+    assert apply.stdout.startswith("branch fix/mean: 1 commit (")
+    assert "  git push -u origin fix/mean\n" in apply.stdout and "  gh pr create --head fix/mean --fill\n" in apply.stdout
+    # one commit on the base, whose tree is the base plus the run's diff (as `git apply` applies it)
+    assert git("rev-list", f"{base}..fix/mean", cwd=repo).split() == [git("rev-parse", "fix/mean", cwd=repo).strip()]
+    assert git("rev-parse", "fix/mean^", cwd=repo).strip() == base
+    work = checkout(pygit2.Repository(str(repo)), base, tmp_path / "expected")
+    git("apply", str(repo / ".magis" / "runs" / run_id / "diff.patch"), cwd=work)
+    assert tree_files(repo, "fix/mean") == read_tree_files(work) != tree_files(repo, base)
+    message = git("log", "-1", "--format=%B", "fix/mean", cwd=repo)
+    assert message.startswith("mean() returns the wrong value\n\n") and f"run {run_id}" in message and "calc/stats.py" in message
+
+    # the repository's own tests pass on the branch: the command apply printed for them, run as printed
+    [run_tests] = [line.strip() for line in apply.stdout.splitlines() if line.strip().endswith(test_cmd + ")")]
+    assert run_tests.startswith(f"git -C {repo} worktree add {repo}-fix-mean fix/mean && (cd {repo}-fix-mean && ")
+    tests = subprocess.run(["bash", "-c", run_tests], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert tests.returncode == 0 and "2 passed" in tests.stdout, tests.stdout + tests.stderr
+    assert git("rev-parse", "HEAD", cwd=tmp_path / "calc-fix-mean") == git("rev-parse", "fix/mean", cwd=repo)
+
+    audit_args = commands[2][1:commands[2].index(">")]
+    pr = magis([a.replace("RUN", run_id) for a in audit_args], repo, env)
+    assert pr.returncode == 0, pr.stderr
+    assert pr.stdout.startswith("## mean() returns the wrong value\n\nResolves `calc-mean-returns-the-wrong-value`.")
+    assert [line for line in pr.stdout.splitlines() if line.startswith("### ")] == [
+        "### The issue", "### The plan", "### Changes", "### Tests", "### Cost"]
+    assert "#### `calc/stats.py`" in pr.stdout and "+    return total / len(values)" in pr.stdout
+    assert "| before the change | reproduction test (must fail) | failed | 0 | 1 |" in pr.stdout
+    assert re.search(r"\| with the change \| tests of the patch: `[^`]*` \| passed \| 3 \| 0 \|", pr.stdout), pr.stdout
+    assert f"audit {run_id}` (.magis/runs/{run_id}/audit.html)" in pr.stdout
+
+    # the same branch again, or a working tree where a folder is: refused, and nothing changes
+    again = magis(["apply", run_id, "--branch", "fix/mean"], repo, env)
+    one_line_error(again, "branch fix/mean exists already")
+    taken = magis(["apply", run_id, "--branch", "fix/other", "--worktree", str(tmp_path / "calc-fix-mean")], repo, env)
+    one_line_error(taken, f"--worktree {tmp_path / 'calc-fix-mean'} exists already")
+    assert snapshot(repo) == before and "fix/other" not in pygit2.Repository(str(repo)).branches.local
+
+
+@needs_sandbox
+def test_the_readme_s_scripted_command_works_as_printed(tmp_path, env_cache):
+    quick_start = readme_section("Quick start")
+    [command] = [c for c in re.findall(r"`(magis-ray submit [^`]+)`", quick_start) if "--llm scripted:" in c]
+    (tmp_path / "examples").symlink_to(ROOT / "examples")  # the project's folder, as the README's commands see it
+    subprocess.run([sys.executable, str(EXAMPLE / "make_repo.py"), ".magis/example/calc"], cwd=tmp_path, check=True,
+                   capture_output=True)
+    result = magis(shlex.split(command)[1:], tmp_path, environment(env_cache))
+    assert result.returncode == 0, result.stderr
+    assert summary(result.stdout)["outcome"] == "patched"
+    assert "tests off" not in result.stderr  # the tests ran: the script answers the steps they add
+    with open_store(str(tmp_path / ".magis")) as store:
+        [info] = store.list_runs()
+        kinds = {type(r.event).__name__ for r in store.read(info.run_id)}
+    assert {"ReproductionWritten", "TestsRan"} <= kinds
+
+
+# --- bad input: one line, exit 2 -------------------------------------------------------------------
+
+
+def test_an_empty_issue_file_and_a_repository_without_commits(tmp_path):
+    repo, _ = user_clone(tmp_path / "calc", FILES)
+    (repo / "issue.md").write_text("\n  \n")
+    one_line_error(magis(["submit", "issue.md"], repo, environment()), "issue.md: the issue is empty")
+    one_line_error(magis(["submit", "-"], repo, environment(), stdin=""), "standard input: the issue is empty")
+    empty = tmp_path / "new"
+    empty.mkdir()
+    git("init", "-q", ".", cwd=empty)
+    (empty / "issue.md").write_text("# mean is wrong\n")
+    one_line_error(magis(["submit", "issue.md"], empty, environment()), "has no commits yet")
+    one_line_error(magis(["submit", str(empty / "issue.md")], tmp_path, environment()), "not in a git repository")
+    one_line_error(magis(["submit", "issue.md", "--repo", str(repo), "--base", "nope"], empty, environment()),
+                   "--base nope: no such commit")
+
+
+def stored_run(store_path: Path, run_id: str, *events: ev.AnyEvent) -> None:
+    with open_store(str(store_path), create=True) as store:
+        store.append(run_id, 0, fixed_new_events([("supervisor", e) for e in events]))
+
+
+def test_a_run_without_a_patch_a_failed_one_and_one_still_running_are_refused(tmp_path):
+    repo, base = user_clone(tmp_path / "calc", FILES)
+    started = ev.RunStarted(instance_id="calc-x", repo="calc", base_commit=base, problem_statement="mean is wrong",
+                            repo_path=str(repo))
+    store = tmp_path / "store"
+    stored_run(store, "nopatch00001", started, ev.RunFinished(outcome="no_patch", summary="no file needs a change"))
+    stored_run(store, "failed000001", started, ev.RunFailed(reason="token budget exhausted", resumable=False))
+    stored_run(store, "running00001", started, ev.FilesRanked(candidates=[]))
+    env = environment()
+    before = snapshot(repo)
+    apply = ["apply", "--store", str(store), "--branch", "fix/x"]
+    one_line_error(magis([*apply, "nopatch00001"], repo, env), "run nopatch00001 has no patch (no file needs a change)")
+    one_line_error(magis([*apply, "failed000001"], repo, env), "run failed000001 failed (token budget exhausted)")
+    with Liveness(str(store)) as liveness:  # a driver holds the run: it is still running
+        liveness.take("running00001")
+        one_line_error(magis([*apply, "running00001"], repo, env), "run running00001 is still running on", f"pid {os.getpid()}")
+    # its driver gone (the lease given up), the run is cut off: resume it first
+    one_line_error(magis([*apply, "running00001"], repo, env), "was cut off", "magis-ray resume running00001")
+    assert snapshot(repo) == before and "fix/x" not in pygit2.Repository(str(repo)).branches.local
+
+
+# --- a model per role ----------------------------------------------------------------------------
+
+DEVELOPER_STEPS = {"design_qa", "meeting_speak", "locate_lines", "write_code"}  # asked in the Developers' lanes
+
+
+def test_a_model_per_role_routes_each_role_to_its_own_server_and_the_audit_costs_them(tmp_path):
+    """Project settings name the run's model and a Developer's own, on a second server; the
+    environment, a flag and the user's file set the rest. Each role's requests reach its own
+    server under its own model name, the audit shows each role's tokens and cost under its model,
+    and the run records all it used: replay needs no settings file."""
+    with ScriptedServer(ScriptedTeam({"calc/stats.py": [MEAN_FIX]})) as main, \
+            ScriptedServer(ScriptedTeam({"calc/stats.py": [MEAN_FIX]})) as developers:
+        files = {**FILES, "magis.toml": (
+            f'llm = "openai"\nbase-url = "{main.base_url}"\nmodel = "gpt-4o-mini"\ntop-k = 3\nmax-files = 3\n'
+            f'[models]\ndeveloper = {{ model = "gpt-4o", base-url = "{developers.base_url}" }}\n')}
+        repo, base = user_clone(tmp_path / "calc", files)
+        (repo / "issue.md").write_text("# mean() returns the wrong value\n\n`mean([1, 2, 3, 4])` is 3.33, not 2.5.\n")
+        user = tmp_path / "user.toml"
+        user.write_text("timeout = 30\ntop-k = 9\n")
+        env = environment(MAGIS_USER_CONFIG=str(user), MAGIS_MAX_FILES="2", MAGIS_TESTS="off", OPENAI_API_KEY=KEY)
+        result = magis(["submit", "issue.md", "--store", "store", "--max-review-rounds", "2"], repo, env)
+        assert result.returncode == 0, result.stderr
+        run_id = summary(result.stdout)["run"]
+        to_main, to_developers = main.requests, developers.requests
+
+    assert {r.purpose for r in to_developers} == DEVELOPER_STEPS
+    assert {r.body["model"] for r in to_developers} == {"gpt-4o"}
+    assert not {r.purpose for r in to_main} & DEVELOPER_STEPS and {r.body["model"] for r in to_main} == {"gpt-4o-mini"}
+    assert {"summarize_file", "judge_relevance", "define_task", "make_plan", "review_patch"} <= {r.purpose for r in to_main}
+
+    events = [decode_recorded(line) for line in magis(["events", run_id, "--store", "store"], repo, env).stdout.splitlines()]
+    exchanges = [(r.actor.split(":")[0], r.event.model) for r in events if isinstance(r.event, ev.LLMExchanged)]
+    assert {model for role, model in exchanges if role == "developer"} == {"gpt-4o"}
+    assert {model for role, model in exchanges if role != "developer"} == {"gpt-4o-mini"}
+    started = events[0].event
+    s = started.settings
+    assert (s.model, s.top_k, s.max_files, s.max_review_rounds, s.llm.timeout_s) == ("gpt-4o-mini", 3, 2, 2, 30)  # project, env, flag, user
+    assert (s.llm.kind, s.llm.base_url) == ("openai", main.base_url)
+    assert [(r.role, r.model, r.base_url) for r in s.roles] == [("developer", "gpt-4o", developers.base_url)]
+    assert KEY.encode() not in (repo / "store" / "events.sqlite3").read_bytes()
+
+    audit = json.loads(magis(["audit", run_id, "--store", "store", "--format", "json"], repo, env).stdout)
+    by_role_model = audit["metrics"]["by_role_model"]
+    assert list(by_role_model["developer"]) == ["gpt-4o"] and list(by_role_model["custodian"]) == ["gpt-4o-mini"]
+    for role, models in by_role_model.items():
+        for model, bucket in models.items():
+            assert bucket["cost_usd"] > 0 and bucket["prompt_tokens"] > 0, (role, model)
+    dev = by_role_model["developer"]["gpt-4o"]
+    assert dev["calls"] == len(to_developers)
+    markdown = magis(["audit", run_id, "--store", "store"], repo, env).stdout
+    assert f"| developer | gpt-4o | {dev['calls']} | {dev['prompt_tokens']} | {dev['completion_tokens']} | {dev['cost_usd']:.4f} |" in markdown
+
+    # the log holds all the run used: replay needs neither the settings file nor the environment
+    (repo / "magis.toml").unlink()
+    replay = magis(["replay", run_id, "--store", "store"], repo, environment())
+    assert replay.returncode == 0 and "no divergence" in replay.stdout, replay.stdout + replay.stderr

@@ -1,0 +1,120 @@
+"""Settings in a file: magis.toml or pyproject.toml's [tool.magis-ray] in the project, and the
+user's config.toml; flags, then the environment, then the project, then the user, then the
+defaults; `magis-ray config` shows each setting's source and never the key."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from magis_ray.cli.settings import Layer, project_layer, resolve, role_flags, role_models, user_layer
+from magis_ray.cli.source import BadInput
+
+MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
+KEY = "sk-never-shown-0042"
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_each_layer_gives_way_to_the_one_before_it(tmp_path):
+    project = Layer("project p", values={"top-k": 4, "max-files": 4, "model": "m-project", "tests": "off"})
+    user = Layer("user u", values={"top-k": 5, "max-files": 5, "max-review-rounds": 5, "candidates": 5})
+    defaults = {"top-k": 10, "max-files": 3, "max-review-rounds": 3, "candidates": 1, "model": "", "tests": "on", "timeout": 120.0}
+    env = {"MAGIS_MAX_FILES": "7", "MAGIS_MODEL": "m-env", "MAGIS_TIMEOUT": "30"}
+    got = resolve({"model": "m-flag"}, env, [project, user], defaults)
+    assert {k: (r.value, r.source) for k, r in got.items()} == {
+        "model": ("m-flag", "flag --model"),
+        "top-k": (4, "project p"),
+        "max-files": (7, "env MAGIS_MAX_FILES"),
+        "max-review-rounds": (5, "user u"),
+        "candidates": (5, "user u"),
+        "tests": ("off", "project p"),
+        "timeout": (30.0, "env MAGIS_TIMEOUT"),
+    }
+
+
+def test_magis_toml_comes_before_pyproject_and_a_script_is_found_beside_the_file(tmp_path):
+    write(tmp_path / "pyproject.toml", '[project]\nname = "x"\n[tool.magis-ray]\ntop-k = 6\n')
+    layer = project_layer(tmp_path)
+    assert layer.values == {"top-k": 6} and layer.name == f"project {tmp_path / 'pyproject.toml'} [tool.magis-ray]"
+    write(tmp_path / "magis.toml", 'top_k = 2\nllm = "scripted:model/script.json"\ntests = false\n'
+                                   '[models]\ncustodian = "small"\ndeveloper = { model = "big", base-url = "http://h:1/v1" }\n')
+    layer = project_layer(tmp_path)
+    assert layer.values == {"top-k": 2, "llm": f"scripted:{tmp_path / 'model' / 'script.json'}", "tests": "off",
+                            "models.custodian": "small", "models.developer": "big", "models.developer.base-url": "http://h:1/v1"}
+    assert project_layer(tmp_path / "nowhere").values == {} and project_layer(None).values == {}
+
+
+@pytest.mark.parametrize("text, says", [
+    ('api_key = "sk-x"', "api_key does not belong in a settings file; set OPENAI_API_KEY"),
+    ('openai-api-key = "sk-x"', "does not belong in a settings file"),
+    ("top-k = 'ten'", "top-k must be an integer, not 'ten'"),
+    ("tests = 'sometimes'", "tests must be one of on, off"),
+    ("topk = 3", "unknown setting 'topk'"),
+    ("[models]\ntester = 'm'", "[models] has no role 'tester'"),
+    ("[models]\ndeveloper = { model = 'm', temperature = 1 }", "takes model and base-url, not 'temperature'"),
+    ("top-k = ", "not valid TOML"),
+])
+def test_a_bad_file_is_one_line_naming_the_file(tmp_path, text, says):
+    path = write(tmp_path / "magis.toml", text + "\n")
+    with pytest.raises(BadInput) as caught:
+        project_layer(tmp_path)
+    assert str(path) in str(caught.value) and says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_role_models_from_flags_and_files():
+    flags = {**role_flags(("developer=big",), "--role-model"), **role_flags(("developer=http://h/v1",), "--role-base-url")}
+    got = resolve(flags, {"MAGIS_MODEL_QA": "reviewer"}, [Layer("p", values={"models.custodian": "small"})], {})
+    assert [(r.role, r.model, r.base_url) for r in role_models(got)] == [
+        ("custodian", "small", ""), ("developer", "big", "http://h/v1"), ("qa", "reviewer", "")]
+    with pytest.raises(BadInput, match="ROLE=VALUE"):
+        role_flags(("tester=m",), "--role-model")
+    with pytest.raises(BadInput, match="give the role a model"):
+        role_models(resolve({}, {"MAGIS_BASE_URL_QA": "http://h/v1"}, [], {}))
+
+
+def config(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("MAGIS_", "OPENAI_"))}
+    return subprocess.run([*MAGIS, "config", *args], cwd=cwd, env={**environ, **(env or {})}, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_magis_ray_config_prints_each_setting_with_its_source_and_never_the_key(tmp_path):
+    project = tmp_path / "proj"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    write(project / "magis.toml", 'model = "gpt-4o"\ntop-k = 4\n[models]\ncustodian = "gpt-4o-mini"\n')
+    user = write(tmp_path / "home" / "magis-ray" / "config.toml", 'top-k = 5\nmax-files = 5\nenv-setup = "pip install -e .[test]"\n')
+    (project / "sub").mkdir()
+    result = config(project / "sub",  # from a subfolder: the repository's root holds the project's file
+                    env={"XDG_CONFIG_HOME": str(tmp_path / "home"), "MAGIS_MAX_FILES": "2", "OPENAI_API_KEY": KEY})
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line.split(None, 2)[1:] for line in result.stdout.splitlines() if line and not line.endswith(":")}
+    assert rows["model"] == ["gpt-4o", f"project {project.resolve() / 'magis.toml'}"]
+    assert rows["top-k"] == ["4", f"project {project.resolve() / 'magis.toml'}"]
+    assert rows["max-files"] == ["2", "env MAGIS_MAX_FILES"]
+    assert rows["env-setup"][1].endswith(f"user {user}") and rows["env-setup"][0] == "pip"
+    assert rows["max-review-rounds"] == ["3", "default"] and rows["tests"] == ["on", "default"]
+    assert rows["models.custodian"] == ["gpt-4o-mini", f"project {project.resolve() / 'magis.toml'}"]
+    assert "api key:  set in OPENAI_API_KEY (never shown)" in result.stdout
+    assert KEY not in result.stdout + result.stderr
+
+
+def test_a_key_in_a_settings_file_is_refused_and_not_echoed(tmp_path):
+    write(tmp_path / "home" / "magis-ray" / "config.toml", f'api-key = "{KEY}"\n')
+    result = config(tmp_path, env={"XDG_CONFIG_HOME": str(tmp_path / "home")})
+    assert result.returncode == 2 and result.stderr.startswith("magis-ray: error: ") and len(result.stderr.splitlines()) == 1
+    assert "set OPENAI_API_KEY" in result.stderr and KEY not in result.stderr + result.stdout
+
+
+def test_a_file_on_the_user_s_machine_is_read_from_xdg_or_home(tmp_path):
+    write(tmp_path / "h" / ".config" / "magis-ray" / "config.toml", "rpm = 60\n")
+    assert user_layer({"HOME": str(tmp_path / "h")}).values == {"rpm": 60}
+    assert user_layer({"HOME": str(tmp_path / "h"), "XDG_CONFIG_HOME": str(tmp_path / "x")}).values == {}
