@@ -67,7 +67,7 @@ class TestbedRecipe:
 
     def key(self, env_key: str) -> str:
         data = json.dumps({"env": env_key, "commit": self.commit, "pre_install": self.pre_install,
-                           "install": self.install, "layout": 3}, sort_keys=True).encode()
+                           "install": self.install, "layout": 4}, sort_keys=True).encode()
         return hashlib.sha256(data).hexdigest()[:20]
 
 
@@ -205,22 +205,29 @@ class TestbedCache:
         if not (when and env.resolver and env.constraints and match):
             return {}
         report = folder / f"install-{number}-report.json"
-        # Not held to the environment's pins: the install may ask for other versions of what the
-        # environment has (sphinx 3's setup.py wants Jinja2<3.0 where the spec pins 3.0.3), and
-        # pip then replaces them, as in the harness's image.
-        dry_run = (f"{shlex.quote(env.resolver)} -m pip install --dry-run --ignore-installed --quiet --report {report} "
-                   f"--uploaded-prior-to {when} --find-links {shlex.quote(env.exact_pins)} {match.group(1)}")
-        outcome = steps.run(f"install-{number}-era", dry_run, required=False)
-        if not outcome.ok or not report.is_file():
-            notes.append(f"install step {number}: no resolution as of {when}; the environment's pins alone")
-            return {}
-        # Pinned: what the environment does not have; what it has stays as it is unless the
-        # install needs another version.
-        installed = installed_names(env.venv)
-        pins = [pin for pin in constraints_from_report(report) if requirement_name(pin) not in installed]
+        base = (f"{shlex.quote(env.resolver)} -m pip install --dry-run --ignore-installed --quiet --report {report} "
+                f"--uploaded-prior-to {when} --find-links {shlex.quote(env.exact_pins)} ")
+        # First held to the environment as it is: what the install adds comes in versions that
+        # agree with it (seaborn's dev extras would otherwise pull NumPy 2 beside its pandas).
+        held = steps.run(f"install-{number}-era", base + f"-c {shlex.quote(env.constraints)} {match.group(1)}", required=False)
+        if held.ok and report.is_file():
+            pins = constraints_from_report(report)
+            how = "with the environment as it is"
+        else:
+            # The install asks for other versions of what the environment has (sphinx 3's setup.py
+            # wants Jinja2<3.0 where the spec pins 3.0.3): pip replaces those, as in the harness's
+            # image, and only what the environment lacks keeps to the date.
+            report.unlink(missing_ok=True)
+            free = steps.run(f"install-{number}-era-free", base + match.group(1), required=False)
+            if not free.ok or not report.is_file():
+                notes.append(f"install step {number}: no resolution as of {when}; the environment's pins alone")
+                return {}
+            installed = installed_names(env.venv)
+            pins = [pin for pin in constraints_from_report(report) if requirement_name(pin) not in installed]
+            how = "replacing what the environment has where it asks for other versions"
         path = folder / f"install-{number}-constraints.txt"
         path.write_text("\n".join(pins) + "\n")
-        notes.append(f"install step {number}: what it adds resolved as of {when} (constraints: {path.name})")
+        notes.append(f"install step {number}: resolved as of {when}, {how} (constraints: {path.name})")
         return {"PIP_CONSTRAINT": str(path)}
 
 
