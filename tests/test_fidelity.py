@@ -120,6 +120,24 @@ def test_b_a_test_that_needs_the_internet_is_recognized_and_network_lets_it_run(
     assert online.resolved and not online.needs_internet
 
 
+def test_b_a_patch_that_adds_a_dependency_needs_the_internet_to_install_again(caches):
+    """pylint-4661's gold patch adds appdirs to setup.cfg: the eval script's install step needs the
+    index, which a sandboxed test run does not reach."""
+    _, root = caches
+    repo = root / "repos" / "dep__dep"
+    _, base = make_repo(repo, {"pyproject.toml": PYPROJECT.format(deps=""), "pkg/__init__.py": ""})
+    patch = (f"diff --git a/pyproject.toml b/pyproject.toml\n--- a/pyproject.toml\n+++ b/pyproject.toml\n"
+             f"@@ -7 +7 @@ version = \"0.1\"\n-dependencies = []\n+dependencies = [\"six\"]\n")
+    test = new_file_patch("tests/test_six.py", "def test_six():\n    import six\n    assert six.PY3\n")
+    rec = record("dep/dep", base, {"f2p": ["tests/test_six.py::test_six"]}, test_patch=test)
+    offline = grade_custom(caches, rec, patch)
+    assert offline.completed and not offline.resolved and offline.needs_internet, offline.output_tail
+    if not pypi_resolves():
+        pytest.skip("this machine cannot reach pypi.org itself")
+    online = grade_custom(caches, rec, patch, network=True)
+    assert online.resolved and not online.needs_internet
+
+
 # --- C: what the install writes -------------------------------------------------------------
 
 SCM_PYPROJECT = """[build-system]

@@ -116,8 +116,10 @@ class TestRunner:
             if self.sandbox.mode == "none" and seed:
                 variables["PYTHONPATH"] = _source_of(seed)
             return mounts, [Scratch(TESTBED, seed, host=workspace)], variables
-        variables = {**testbed.variables(), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": testbed.wheelhouse,
-                     "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1", "PIP_CONFIG_FILE": os.devnull}
+        variables = {**testbed.variables(), "PIP_FIND_LINKS": testbed.wheelhouse, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                     "PIP_NO_INPUT": "1", "PIP_CONFIG_FILE": os.devnull}
+        if not self.network:
+            variables["PIP_NO_INDEX"] = "1"  # fail at once, not after pip's retries
         if self.sandbox.mode == "none":
             # No /testbed without the sandbox: the copy goes first on sys.path, ahead of the
             # editable install (which points at /testbed), and the prefix is used where it is.

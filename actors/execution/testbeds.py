@@ -164,17 +164,13 @@ class TestbedCache:
         for number, command in enumerate(recipe.pre_install, 1):
             steps.run(f"pre_install-{number}", command, network=False)
         for number, command in enumerate(recipe.install, 1):
-            dated = self._resolve_install(recipe, env, steps, folder, number, command, notes)
-            outcome = steps.run(f"install-{number}", command, extra=dated or constraints, required=False)
-            if not outcome.ok and constraints and any(sign in outcome.output + _log_text(steps) for sign in CONFLICT_SIGNS):
-                # The date's pins against what this commit asks for (a newer build backend, say):
-                # the harness pinned nothing here, so neither do we on a second try.
-                notes.append(f"install step {number} conflicts with the environment's date pins; installed without them")
+            dated = self._resolve_install(recipe, env, steps, folder, number, command, notes) or constraints
+            outcome = steps.run(f"install-{number}", pinned(command, dated), extra=unpinned_env(command, dated), required=False)
+            if not outcome.ok and dated and any(sign in outcome.output + _log_text(steps) for sign in CONFLICT_SIGNS):
+                # The date's pins against what this commit asks for: the harness pinned nothing
+                # here, so neither do we on a second try.
+                notes.append(f"install step {number} conflicts with the date's pins; installed without them")
                 outcome = steps.run(f"install-{number}-unpinned", command, required=False)
-            if not outcome.ok and "build_editable" in outcome.output + _log_text(steps):
-                # A pinned build backend older than PEP 660 (setuptools~=62.6): the pips of the
-                # specs' time fell back to `setup.py develop`; build with the environment's own.
-                outcome = steps.run(f"install-{number}-no-build-isolation", f"{command} --no-build-isolation", required=False)
             if not outcome.ok:
                 unmirrored = [note for note in notes if "no local mirror" in note]
                 if unmirrored:
@@ -186,8 +182,12 @@ class TestbedCache:
                 raise EnvironmentBuildError(f"install-{number}", f"{command!r} exit {outcome.exit_code}: {tail[-400:]} "
                                             f"(log: {steps.logs})", outcome.output)
         requires = build_requirements(tree)
-        fetched = steps.run("wheelhouse", "python -m pip download --quiet -d " + shlex.quote(str(folder / "wheelhouse")) + " "
-                            + " ".join(shlex.quote(r) for r in requires), extra=constraints, required=False)
+        # The build requirements as of the date (the resolver knows dates; the install's pip
+        # may not), free of the environment's pins, as a build's own environment is.
+        fetch = f"{shlex.quote(env.resolver)} -m pip download --uploaded-prior-to {env.uploaded_before}" \
+            if env.resolver and env.uploaded_before else "python -m pip download"
+        fetched = steps.run("wheelhouse", f"{fetch} --quiet -d " + shlex.quote(str(folder / "wheelhouse")) + " "
+                            + " ".join(shlex.quote(r) for r in requires), required=False)
         if not fetched.ok:
             notes.append("the build requirements could not be fetched: a test run cannot install the project again offline")
         (folder / "logs" / "testbed.log").write_text("\n".join(notes) + "\n")
@@ -229,6 +229,20 @@ class TestbedCache:
         path.write_text("\n".join(pins) + "\n")
         notes.append(f"install step {number}: resolved as of {when}, {how} (constraints: {path.name})")
         return {"PIP_CONSTRAINT": str(path)}
+
+
+def pinned(command: str, constraints: dict[str, str]) -> str:
+    """A pip install step with the constraints on its command line: there they bind what it
+    installs and not the build dependencies pip gets for it in an environment of their own (the
+    harness's builds were free; pylint 2.15 asks for setuptools~=62.6 to build)."""
+    if constraints and PIP_INSTALL.match(command):
+        return f"{command} -c {shlex.quote(constraints['PIP_CONSTRAINT'])}"
+    return command
+
+
+def unpinned_env(command: str, constraints: dict[str, str]) -> dict[str, str]:
+    """Another step (a user's own setup command) gets the constraints from the environment."""
+    return {} if PIP_INSTALL.match(command) else constraints
 
 
 def readable_by_all(root: Path) -> None:

@@ -176,7 +176,7 @@ def _run(result: GradeResult, record: dict, patch: str | None, spec: InstanceSpe
     result.tests_status = entry.get("tests_status", {})
     result.tests_parsed = len(spec.parse(_between_markers(after, constants)))
     if not result.resolved:
-        result.needs_internet = needs_internet(after, result.tests_status)
+        result.needs_internet = needs_internet(after, result.tests_status) or install_needs_the_index(after)
     if result.limits and not result.resolved:
         result.warnings.append("limits: " + "; ".join(result.limits))
     return result
@@ -261,6 +261,13 @@ def needs_internet(test_output: str, tests_status: dict) -> bool:
         if (header.strip() in names or named in names) and any(sign in body for sign in NETWORK_SIGNS):
             return True
     return False
+
+
+def install_needs_the_index(eval_output: str) -> bool:
+    """Whether the eval script's install step failed for a package the testbed lacks (the patch
+    adds a dependency; the harness's container would download it, a test run has no network)."""
+    before_tests = eval_output.split(">>>>> Start Test Output", 1)[0]
+    return "No matching distribution found for" in before_tests
 
 
 def _between_markers(text: str, constants) -> str:
