@@ -438,9 +438,13 @@ class Sandbox:
         text = capture.text()
         reports = [line[len(MARK):].split() for line in status.text().splitlines() if line.startswith(MARK)]
         exit_code = None if timed_out else process.returncode
+        leftover = next((int(r[1]) for r in reports if r[0] == "leftover" and len(r) > 1), 0)
+        # A sample every SAMPLE_S can miss a short peak on a busy machine; what was still running
+        # when the command ended was there at once too (plus the init and bubblewrap's reaper).
+        peak = max(peak, leftover + 2 if leftover else 0)
         return Outcome(
             exit_code=exit_code, timed_out=timed_out, duration_s=duration, output=text, output_bytes=capture.total,
-            leftover_processes=next((int(r[1]) for r in reports if r[0] == "leftover" and len(r) > 1), 0),
+            leftover_processes=leftover,
             memory_exhausted=any(sign in text for sign in _SIGNS["memory"]),
             limits=_limits_hit(limits, processes, text, reports, timed_out, capture, peak, exit_code),
             peak_processes=peak, log_path=str(log_path or ""),

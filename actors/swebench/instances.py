@@ -294,9 +294,10 @@ def run_tests(
     tests = " ".join(shlex.quote(t) for t in (*instance.fail_to_pass, *instance.pass_to_pass))
     runner = TestRunner(Sandbox(sandbox), Limits(wall_seconds=timeout_s, memory_bytes=0))
     inputs = {"diff": diff if diff.endswith("\n") else diff + "\n", "test_patch": instance.test_patch}
-    script = "\n".join([f"git apply -v {INPUTS}/diff || {{ echo 'magis-ray: the diff does not apply'; exit 97; }}",
-                        f"git apply -v {INPUTS}/test_patch || {{ echo 'magis-ray: the test patch does not apply'; exit 97; }}",
-                        test_cmd.replace("{tests}", tests)])
+    steps = [f"git apply -v {INPUTS}/diff || {{ echo 'magis-ray: the diff does not apply'; exit 97; }}"]
+    if instance.test_patch.strip():  # a record of the user's own repository may bring its tests in the diff
+        steps.append(f"git apply -v {INPUTS}/test_patch || {{ echo 'magis-ray: the test patch does not apply'; exit 97; }}")
+    script = "\n".join([*steps, test_cmd.replace("{tests}", tests)])
     try:
         with Workspace(repo_path, instance.base_commit) as workspace:
             run = runner.run(None, script, inputs=inputs, tree=workspace.path)
