@@ -67,7 +67,7 @@ class TestbedRecipe:
 
     def key(self, env_key: str) -> str:
         data = json.dumps({"env": env_key, "commit": self.commit, "pre_install": self.pre_install,
-                           "install": self.install, "layout": 4}, sort_keys=True).encode()
+                           "install": self.install, "layout": 5}, sort_keys=True).encode()
         return hashlib.sha256(data).hexdigest()[:20]
 
 
