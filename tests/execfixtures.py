@@ -101,16 +101,10 @@ def tree_fingerprint(root: Path) -> dict[str, tuple[int, int]]:
 
 
 def host_processes_with(marker: str) -> list[int]:
-    """Host processes whose command line holds `marker`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
+    """Host processes whose command line holds `marker`, a uuid the test gave what it started."""
+    from processes import carrying
+
+    return carrying(marker)
 
 
 def git_status(path: Path) -> str:

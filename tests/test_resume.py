@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from checks import assert_consistent_log
 from conftest import interruptible
+from processes import cmdline_of, tree_of
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, write_issue
 
 from magis_ray.actors.code.diffs import file_diff
@@ -183,17 +184,10 @@ def test_replay_finds_no_divergence_and_a_changed_prompt_is_reported(issue_file,
     assert "Review this change" in proc.stdout.split("first difference:")[1]
 
 
-def dev_actor_pids() -> list[int]:
-    """Processes Ray runs a DeveloperService actor in (its process title names the class)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if b"DeveloperService" in (entry / "cmdline").read_bytes():
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
+def developer_actor_pids() -> list[int]:
+    """The DeveloperService actors' processes of this test process's own Ray (ray_session starts it
+    below this process): found in this process's tree, never among another Ray's on the machine."""
+    return [pid for pid in tree_of(os.getpid()) if "DeveloperService" in cmdline_of(pid)]
 
 
 @pytest.mark.usefixtures("ray_session")
@@ -212,13 +206,17 @@ def test_a_developer_actor_killed_mid_task_is_recreated_from_the_log(calc_repo, 
             gateway_config=GatewayConfig(base_url=server.base_url, api_key="k", model="m"), run_id="victim",
         )))
         worker.start()
-        deadline = time.monotonic() + 60
-        while not any(r.purpose == "locate_lines" for r in server.requests):  # design_qa is recorded by then
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        [pid] = dev_actor_pids()
-        os.kill(pid, signal.SIGKILL)
-        worker.join(timeout=120)
+        try:
+            deadline = time.monotonic() + 60
+            while not any(r.purpose == "locate_lines" for r in server.requests):  # design_qa is recorded by then
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            [pid] = developer_actor_pids()
+            os.kill(pid, signal.SIGKILL)
+        finally:
+            # never leave the run going past the test: the module's Ray ends under it after the last test
+            worker.join(timeout=300)
+        assert not worker.is_alive(), "the run did not end"
         assert server.count("design_qa") == 1  # recorded before the kill: reused, not asked again
         assert server.count("locate_lines") == 2  # in flight at the kill: asked again
     assert isinstance(result["end"], RunFinished) and result["end"].outcome == "patched"
