@@ -262,19 +262,21 @@ def stop_command(force: bool, store_path: str) -> None:
     import os
     import time
 
+    from magis_ray.actors.runtime.liveness import describe_holder, holder_state
     from magis_ray.store import NotAStore, open_store
 
     from .source import BadInput
 
     try:
         with open_store(store_path) as store:
-            live = [lease for lease in store.leases() if ":" not in lease.key and lease.live(time.time())]
+            live = [lease for lease in store.leases()
+                    if ":" not in lease.key and lease.live(time.time()) and holder_state(lease) != "dead"]
     except NotAStore:
         live = []
     if live and not force:
         first = live[0]
-        raise BadInput(f"{len(live)} run(s) of this store are still running (run {first.key} on {first.host}, pid "
-                       f"{first.pid}); let them end, or give --force")
+        raise BadInput(f"{len(live)} run(s) of this store have a live driver ({describe_holder(first, f'run {first.key}')}); "
+                       "let them end, or give --force")
     if not os.environ.get("RAY_ADDRESS"):
         click.echo("nothing to stop: RAY_ADDRESS names no cluster, and a Ray of magis-ray's own ends with its command")
         return

@@ -32,11 +32,19 @@ def cmdline_of(pid: int) -> str:
         return ""
 
 
+def describe(pid: int) -> str:
+    """State, parent, session and command line: for a message about a process that should be gone."""
+    fields = _stat(pid) or ["gone", "?", "?", "?"]
+    return f"(state {fields[0]}, parent {fields[1]}, session {fields[3]}) {cmdline_of(pid)[:200]}"
+
+
 def _table() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, session id) of every process: only ever filtered below."""
+    """pid -> (parent pid, session id) of every living process: only ever filtered below. A zombie
+    is left out: it has ended, and only waits for its parent (init, once orphaned, which here may
+    take its time) to collect its exit status."""
     table = {}
     for entry in PROC.iterdir():
-        if entry.name.isdigit() and (fields := _stat(int(entry.name))):
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))) and fields[0] not in ("Z", "X"):
             try:
                 table[int(entry.name)] = (int(fields[1]), int(fields[3]))
             except (IndexError, ValueError):

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from processes import in_session, under
+from processes import describe, in_session, under
 
 BIN = Path(sys.executable).parent  # the venv's: `ray` and `magis-ray`
 
@@ -94,4 +94,5 @@ def stop_head(head: subprocess.Popen, root: str) -> None:
             except ProcessLookupError:
                 pass
         time.sleep(0.2)
-    assert not under(root) and not in_session(head.pid), "processes of the Ray head are still running"
+    left = sorted(set(under(root)) | set(in_session(head.pid)))
+    assert not left, "processes of the Ray head are still running: " + "; ".join(f"{pid} {describe(pid)}" for pid in left)

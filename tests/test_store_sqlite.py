@@ -263,3 +263,23 @@ def test_a_store_being_created_by_another_process_is_never_half_there(tmp_path):
         creator.wait(timeout=60)
     assert creator.returncode == 0
     assert not [p for f in folders for p in f.iterdir() if p.name.startswith(".")]  # no scratch file left behind
+
+
+def test_a_store_from_before_lease_holders_keeps_its_leases_and_older_drivers_keep_taking_them(tmp_path):
+    """A store whose leases predate the holders' start times opens with them read as unknown
+    (started 0, no pid space: such a holder is only known dead when its lease runs out); a
+    magis-ray from before, which writes a lease as seven values, still can after a new one opened it."""
+    SQLiteStore.open(tmp_path, create=True).close()
+    db = tmp_path / "events.sqlite3"
+    with sqlite3.connect(db) as conn:  # the store as a magis-ray before lease_holders left it
+        conn.execute("DROP TABLE lease_holders")
+        conn.execute("INSERT INTO leases VALUES ('r1', 'old-driver', 'h', 42, 3, 100.0, 130.0)")
+    with open_store(tmp_path) as store:
+        [old] = store.leases("r1")
+        assert (old.owner, old.pid, old.epoch, old.started, old.pid_space) == ("old-driver", 42, 3, 0, "")
+        taken = store.take_lease("r1", "new-driver", "h", 43, ttl_s=30, now=200.0, started=9, pid_space="p")
+        assert (taken.epoch, taken.started) == (4, 9) and store.leases("r1") == [taken]
+    with sqlite3.connect(db) as conn:  # the older magis-ray again, after the new one added its table
+        conn.execute("INSERT OR REPLACE INTO leases VALUES ('r2', 'old-driver', 'h', 42, 1, 300.0, 330.0)")
+    with open_store(tmp_path) as store:
+        assert [(lease.key, lease.owner, lease.started) for lease in store.leases("r")] == [("r1", "new-driver", 9), ("r2", "old-driver", 0)]
