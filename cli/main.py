@@ -258,7 +258,8 @@ def replay_command(run, repo, store_path) -> None:
 @store_option
 def stop_command(force: bool, store_path: str) -> None:
     """End the shared actors on the Ray cluster RAY_ADDRESS names: the store's, and the model
-    gateways. They outlive the drivers that made them, so that drivers share them."""
+    gateways its drivers used (not one another store's drivers use too). They outlive the
+    drivers that made them, so that drivers share them."""
     import os
     import time
 
@@ -284,8 +285,9 @@ def stop_command(force: bool, store_path: str) -> None:
     from magis_ray.actors.runtime.remote import stop_shared
 
     ensure_ray()
-    ended = stop_shared(os.path.abspath(store_path))
-    click.echo(f"stopped {len(ended)} shared actor(s)" + (": " + ", ".join(ended) if ended else ""))
+    ended, shared = stop_shared(os.path.abspath(store_path))
+    click.echo(f"stopped {len(ended)} shared actor(s)" + (": " + ", ".join(ended) if ended else "")
+               + (f"; left {', '.join(shared)}: other stores' drivers use it too" if shared else ""))
 
 
 def repo_of(started, repo: str | None) -> str:

@@ -85,14 +85,14 @@ def stop_head(head: subprocess.Popen, root: str) -> None:
             pass
     head.wait(timeout=10)
     # a job runs in a session of its own (Ray's job supervisor starts it so); its processes and
-    # the workers still name the head's temp dir
-    deadline = time.monotonic() + 10
-    while (left := under(root)) and time.monotonic() < deadline:
+    # the workers still name the head's temp dir. A process killed a moment ago may still be
+    # exiting (running, no command line), and a worker may have been forking: wait them out.
+    deadline = time.monotonic() + 30
+    while (left := sorted(set(under(root)) | set(in_session(head.pid)))) and time.monotonic() < deadline:
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         time.sleep(0.2)
-    left = sorted(set(under(root)) | set(in_session(head.pid)))
     assert not left, "processes of the Ray head are still running: " + "; ".join(f"{pid} {describe(pid)}" for pid in left)
