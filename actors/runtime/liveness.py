@@ -76,8 +76,16 @@ def holder_state(lease: Lease) -> str:
     the lease running out tells then."""
     if not lease.pid_space or not lease.started or lease.pid_space != pid_space() or lease.host != socket.gethostname():
         return "unknown"
+    try:
+        os.kill(lease.pid, 0)  # no signal: only whether the pid exists (even where /proc hides other users' processes)
+    except ProcessLookupError:
+        return "dead"
+    except PermissionError:
+        pass  # another user's process
     fields = _stat(lease.pid)
-    if fields is None or fields[0] in ("Z", "X"):
+    if fields is None:
+        return "unknown"  # it exists, but its start time cannot be read here (or it just ended: asked again later)
+    if fields[0] in ("Z", "X"):
         return "dead"
     try:
         return "alive" if int(fields[19]) == lease.started else "dead"
