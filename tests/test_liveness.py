@@ -74,8 +74,9 @@ def test_a_lease_held_from_another_host_is_refused_until_it_runs_out(issue_file,
         driver.wait(timeout=30)
         with open_store(str(store)) as s:
             [ours] = s.leases(run_id)
-            # a driver elsewhere takes the run over (as if it had resumed it there), with a short lease
-            theirs = s.take_lease(run_id, "driver-elsewhere", "elsewhere", driver.pid, ttl_s=15, now=time.time(),
+            # a driver elsewhere takes the run over (as if it had resumed it there); the pid is
+            # gone here, which says nothing about a process on another host
+            theirs = s.take_lease(run_id, "driver-elsewhere", "elsewhere", driver.pid, ttl_s=600, now=time.time(),
                                   started=ours.started, pid_space="another-boot/pid:[4026531836]", replacing=ours.owner)
         assert theirs.owner == "driver-elsewhere"
         code, out, err = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path)
@@ -83,6 +84,8 @@ def test_a_lease_held_from_another_host_is_refused_until_it_runs_out(issue_file,
         [line] = err.strip().splitlines()
         assert line.startswith(f"magis-ray: error: run {run_id} is held by a driver on elsewhere, pid {driver.pid}, last seen ")
         assert "if that driver is gone, its lease runs out in " in line and "running" not in line
+        with open_store(str(store)) as s:  # its last heartbeat: it renews no more, and its lease runs out
+            assert s.renew_leases("driver-elsewhere", ttl_s=2, now=time.time()) == [run_id]
         wait_for_lease_expiry(store, run_id, timeout=60)
         code, out, err = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path)
         assert code == 0, err

@@ -51,12 +51,14 @@ def magis(args, env, cwd):
     return subprocess.Popen([*MAGIS, *args], env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def joined(env, cwd, timeout=120):
-    """Wait until a driver can join the head (it is up), by asking `magis-ray stop` with no store."""
+def joined(env, cwd, timeout=600):
+    """Wait until a driver can join the head (it is up), by asking `magis-ray stop` with no store.
+    `timeout` bounds a hang, not a start: on a loaded machine one attempt alone can take minutes
+    (a driver gives up on a GCS that is not up yet only after a minute of trying)."""
     deadline = time.monotonic() + timeout
     while True:
         proc = subprocess.run([*MAGIS, "stop", "--store", str(cwd / "no-store")], env=env, cwd=cwd, capture_output=True,
-                              text=True, timeout=timeout)
+                              text=True, timeout=max(deadline - time.monotonic(), 1))
         if proc.returncode == 0:
             return proc.stdout
         assert time.monotonic() < deadline, proc.stderr
@@ -64,7 +66,7 @@ def joined(env, cwd, timeout=120):
 
 
 def stop(store: str, env, cwd) -> str:
-    stopped = subprocess.run([*MAGIS, "stop", "--store", store], env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+    stopped = subprocess.run([*MAGIS, "stop", "--store", store], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
     assert stopped.returncode == 0, stopped.stderr
     return stopped.stdout.strip()
 
