@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # overhead.py's critical path
 
 import ray  # noqa: E402
 from overhead import critical_path  # noqa: E402
+from processes import cmdline_of, tree_of  # noqa: E402
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, calc_issue, make_calc_repo  # noqa: E402
 
 from magis_ray.actors.runtime.batch import BatchItem, BatchRunner, batch_settings  # noqa: E402
@@ -57,33 +58,10 @@ PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 # --- measuring the Ray session's processes -------------------------------------------------------
 
 
-def process_table() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, command line) of every process."""
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except (OSError, IndexError, ValueError):
-                continue
-            table[int(entry.name)] = (ppid, cmdline)
-    return table
-
-
 def session_processes(root: int) -> dict[int, str]:
     """This driver and every process below it (its Ray session's GCS, raylet, agents, workers):
     pid -> kind. Other Ray sessions on the machine are left out."""
-    table = process_table()
-    below: dict[int, list[int]] = defaultdict(list)
-    for pid, (ppid, _) in table.items():
-        below[ppid].append(pid)
-    found, todo = {}, [root]
-    while todo:
-        pid = todo.pop()
-        found[pid] = "driver" if pid == root else kind_of(table.get(pid, (0, ""))[1])
-        todo.extend(below.get(pid, []))
-    return found
+    return {pid: "driver" if pid == root else kind_of(cmdline_of(pid)) for pid in tree_of(root)}
 
 
 def kind_of(cmdline: str) -> str:
@@ -101,7 +79,7 @@ def kind_of(cmdline: str) -> str:
 
 def sample(pid: int) -> tuple[int, int, float] | None:
     """(RSS kB, PSS kB, CPU seconds) of a process, or None once it is gone."""
-    proc = Path("/proc") / str(pid)
+    proc = Path(f"/proc/{pid}")
     try:
         rss = pss = 0
         for line in (proc / "smaps_rollup").read_text().splitlines():

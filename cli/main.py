@@ -271,23 +271,26 @@ def replay_command(run, repo, store_path) -> None:
 @store_option
 def stop_command(force: bool, store_path: str) -> None:
     """End the shared actors on the Ray cluster RAY_ADDRESS names: the store's, and the model
-    gateways. They outlive the drivers that made them, so that drivers share them."""
+    gateways its drivers used (not one another store's drivers use too). They outlive the
+    drivers that made them, so that drivers share them."""
     import os
     import time
 
+    from magis_ray.actors.runtime.liveness import describe_holder, holder_state
     from magis_ray.store import NotAStore, open_store
 
     from .source import BadInput
 
     try:
         with open_store(store_path) as store:
-            live = [lease for lease in store.leases() if ":" not in lease.key and lease.live(time.time())]
+            live = [lease for lease in store.leases()
+                    if ":" not in lease.key and lease.live(time.time()) and holder_state(lease) != "dead"]
     except NotAStore:
         live = []
     if live and not force:
         first = live[0]
-        raise BadInput(f"{len(live)} run(s) of this store are still running (run {first.key} on {first.host}, pid "
-                       f"{first.pid}); let them end, or give --force")
+        raise BadInput(f"{len(live)} run(s) of this store have a live driver ({describe_holder(first, f'run {first.key}')}); "
+                       "let them end, or give --force")
     if not os.environ.get("RAY_ADDRESS"):
         click.echo("nothing to stop: RAY_ADDRESS names no cluster, and a Ray of magis-ray's own ends with its command")
         return
@@ -295,8 +298,9 @@ def stop_command(force: bool, store_path: str) -> None:
     from magis_ray.actors.runtime.remote import stop_shared
 
     ensure_ray()
-    ended = stop_shared(os.path.abspath(store_path))
-    click.echo(f"stopped {len(ended)} shared actor(s)" + (": " + ", ".join(ended) if ended else ""))
+    ended, shared = stop_shared(os.path.abspath(store_path))
+    click.echo(f"stopped {len(ended)} shared actor(s)" + (": " + ", ".join(ended) if ended else "")
+               + (f"; left {', '.join(shared)}: other stores' drivers use it too" if shared else ""))
 
 
 def repo_of(started, repo: str | None) -> str:

@@ -26,9 +26,13 @@ def resolve_run_id(store: EventStore, run: str) -> str:
     # that was cut off before its first event
     unstarted = [lease for lease in store.leases(run) if ":" not in lease.key]
     if len(unstarted) == 1:
+        from magis_ray.actors.runtime.liveness import describe_holder, holder_state
+
         lease = unstarted[0]
-        if lease.live(time.time()):
-            raise BadInput(f"run {lease.key} is starting on {lease.host}, pid {lease.pid}; it has no events yet")
+        if lease.live(time.time()) and holder_state(lease) != "dead":
+            if holder_state(lease) == "alive":
+                raise BadInput(f"run {lease.key} is starting on {lease.host}, pid {lease.pid}; it has no events yet")
+            raise BadInput(f"{describe_holder(lease, f'run {lease.key}')}; it has no events yet")
         raise BadInput(f"run {lease.key} never started (it was stopped before its first event); submit the issue again")
     raise UnknownRun(f"unknown run: {run}")
 

@@ -45,6 +45,12 @@ class Lease(msgspec.Struct, frozen=True):
     epoch: int
     renewed: float  # unix seconds of the last heartbeat
     expires: float  # 0 once released
+    # Who the holder is on its host, so that a driver on the same host can tell a dead holder
+    # from a live one: its process's start time (clock ticks since boot, /proc/PID/stat field 22)
+    # and the pid space its pid is a number in (boot id and pid namespace). Empty in a lease
+    # taken before these were recorded: such a holder is only known dead when its lease runs out.
+    started: int = 0
+    pid_space: str = ""
 
     def live(self, now: float) -> bool:
         return self.expires > now
@@ -109,9 +115,12 @@ class EventStore(Protocol):
         position, so a replay sees the memory as it was when the run started.
         """
 
-    def take_lease(self, key: str, owner: str, host: str, pid: int, ttl_s: float, now: float) -> Lease:
+    def take_lease(self, key: str, owner: str, host: str, pid: int, ttl_s: float, now: float, *,
+                   started: int = 0, pid_space: str = "", replacing: str = "") -> Lease:
         """Take (or renew) the lease on `key` if it is free, expired or already `owner`'s; the lease
-        as it stands afterwards (someone else's when it was live)."""
+        as it stands afterwards (someone else's when it was live). `replacing`: the owner of a
+        live lease whose holder the caller knows to be dead; taken over as if it had run out, if
+        that owner still holds it. `started` and `pid_space` say who the new holder is (see Lease)."""
 
     def renew_leases(self, owner: str, ttl_s: float, now: float) -> list[str]:
         """Extend every lease `owner` still holds; their keys."""

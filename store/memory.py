@@ -121,13 +121,14 @@ class InMemoryStore:
                        model: str | None = None) -> MemoryEntry | None:
         return self._latest(repo, path, None, before_position, model)
 
-    def take_lease(self, key: str, owner: str, host: str, pid: int, ttl_s: float, now: float) -> Lease:
+    def take_lease(self, key: str, owner: str, host: str, pid: int, ttl_s: float, now: float, *,
+                   started: int = 0, pid_space: str = "", replacing: str = "") -> Lease:
         with self._lock:
             current = self._leases.get(key)
-            if current is not None and current.owner != owner and current.live(now):
+            if current is not None and current.owner not in (owner, replacing) and current.live(now):
                 return current
             epoch = current.epoch if current is not None and current.owner == owner else (current.epoch + 1 if current else 1)
-            taken = self._leases[key] = Lease(key, owner, host, pid, epoch, now, now + ttl_s)
+            taken = self._leases[key] = Lease(key, owner, host, pid, epoch, now, now + ttl_s, started, pid_space)
             return taken
 
     def renew_leases(self, owner: str, ttl_s: float, now: float) -> list[str]:

@@ -96,6 +96,16 @@ CREATE TABLE IF NOT EXISTS leases (
     expires REAL NOT NULL
 )"""
 
+# Who each lease's holder is on its host (see Lease.started): a table of its own, added after
+# leases were in use, so that a store keeps working with a magis-ray that predates it (which
+# writes leases as seven values). Keyed by owner, one row per driver that holds a lease.
+LEASE_HOLDERS = """
+CREATE TABLE IF NOT EXISTS lease_holders (
+    owner TEXT PRIMARY KEY,
+    started INTEGER NOT NULL,
+    pid_space TEXT NOT NULL
+)"""
+
 _decode_one = msgspec.json.Decoder(Recorded).decode
 _tags: dict[type, str] = {}
 
@@ -327,17 +337,23 @@ class SQLiteStore:
 
     # --- leases: one live driver per run --------------------------------------------------
 
-    def take_lease(self, key: str, owner: str, host: str, pid: int, ttl_s: float, now: float) -> Lease:
+    def take_lease(self, key: str, owner: str, host: str, pid: int, ttl_s: float, now: float, *,
+                   started: int = 0, pid_space: str = "", replacing: str = "") -> Lease:
         with self._locked() as conn:
             conn.execute("BEGIN IMMEDIATE")
-            row = conn.execute(f"SELECT {_LEASE_COLUMNS} FROM leases WHERE key = ?", (key,)).fetchone()
+            row = conn.execute(f"SELECT {_LEASE_COLUMNS} FROM {_LEASES_WITH_HOLDERS} WHERE key = ?", (key,)).fetchone()
             current = Lease(*row) if row else None
-            if current is not None and current.owner != owner and current.live(now):
+            if current is not None and current.owner not in (owner, replacing) and current.live(now):
                 conn.execute("ROLLBACK")
                 return current
             epoch = current.epoch if current is not None and current.owner == owner else (current.epoch + 1 if current else 1)
-            taken = Lease(key, owner, host, pid, epoch, now, now + ttl_s)
-            conn.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?, ?, ?)", msgspec.structs.astuple(taken))
+            taken = Lease(key, owner, host, pid, epoch, now, now + ttl_s, started, pid_space)
+            conn.execute("INSERT OR REPLACE INTO leases (key, owner, host, pid, epoch, renewed, expires)"
+                         " VALUES (?, ?, ?, ?, ?, ?, ?)", msgspec.structs.astuple(taken)[:7])
+            conn.execute("INSERT OR REPLACE INTO lease_holders VALUES (?, ?, ?)", (owner, started, pid_space))
+            if current is not None and current.owner != owner:  # the last lease of a dead driver may have gone
+                conn.execute("DELETE FROM lease_holders WHERE owner = ?1 AND NOT EXISTS"
+                             " (SELECT 1 FROM leases WHERE owner = ?1)", (current.owner,))
             conn.execute("COMMIT")
             return taken
 
@@ -356,7 +372,8 @@ class SQLiteStore:
     def leases(self, prefix: str = "") -> list[Lease]:
         with self._locked() as conn:
             rows = conn.execute(
-                f"SELECT {_LEASE_COLUMNS} FROM leases WHERE substr(key, 1, ?) = ? ORDER BY key", (len(prefix), prefix)
+                f"SELECT {_LEASE_COLUMNS} FROM {_LEASES_WITH_HOLDERS} WHERE substr(key, 1, ?) = ? ORDER BY key",
+                (len(prefix), prefix),
             ).fetchall()
         return [Lease(*row) for row in rows]
 
@@ -366,7 +383,8 @@ class SQLiteStore:
             self._conn.close()
 
 
-_LEASE_COLUMNS = "key, owner, host, pid, epoch, renewed, expires"
+_LEASE_COLUMNS = "key, owner, host, pid, epoch, renewed, expires, coalesce(started, 0), coalesce(pid_space, '')"
+_LEASES_WITH_HOLDERS = "leases LEFT JOIN lease_holders USING (owner)"
 _SUMMARY_COLUMNS = "repo, path, blob_id, summary, position, model"
 
 
@@ -423,6 +441,8 @@ def _setup(conn: sqlite3.Connection, db: Path, create: bool) -> None:
             marker = row[0] if row else None
         if marker == str(STORE_FORMAT) and "leases" not in tables:
             conn.execute(LEASES)
+        if marker == str(STORE_FORMAT) and "lease_holders" not in tables:
+            conn.execute(LEASE_HOLDERS)
         if marker == str(STORE_FORMAT) and not _has_column(conn, "summaries", "model"):
             conn.execute("BEGIN IMMEDIATE")
             if not _has_column(conn, "summaries", "model"):  # a racing opener did it meanwhile

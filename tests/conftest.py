@@ -15,12 +15,21 @@ sys.path.insert(0, str(Path(__file__).parent))  # the helpers beside the tests (
 os.environ.setdefault("MAGIS_TESTS", "off")
 # Nor does a settings file of the user running the suite (~/.config/magis-ray/config.toml) count.
 os.environ.setdefault("MAGIS_USER_CONFIG", os.devnull)
+# No implicit ray.init() in the tests or their children: a Ray call made after a Ray was shut down
+# (a test's thread outliving its module's Ray) would otherwise start one, or join whatever cluster
+# RAY_ADDRESS or /tmp/ray/ray_current_cluster names: another session's on a shared machine. When
+# that cluster ended, Ray ended this whole pytest process (exit code 1, no summary line). Every
+# Ray the tests use is started explicitly (ray.init here, ensure_ray in magis-ray); read by Ray
+# when it is first imported, which is after this file.
+os.environ["RAY_ENABLE_AUTO_CONNECT"] = "0"
 
 
 @pytest.fixture(scope="module")
 def ray_session():
     import ray
+    from ray._private import auto_init_hook
 
+    assert not auto_init_hook.enable_auto_connect, "ray was imported before conftest.py turned its auto-connect off"
     # "local": a Ray of this test module's own, even if a cluster runs on the machine
     ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="magis", log_to_driver=False)
     yield

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from processes import describe, in_session, under
+
 BIN = Path(sys.executable).parent  # the venv's: `ray` and `magis-ray`
 
 
@@ -29,34 +31,6 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
-
-
-def processes_under(root: str) -> list[int]:
-    """Processes whose command line or working directory lies in `root` (this head's temp dir)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            cwd = os.readlink(entry / "cwd")
-        except OSError:
-            continue
-        if root in cmdline or cwd.startswith(root):
-            found.append(int(entry.name))
-    return found
-
-
-def processes_in_session(sid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[4]) == sid:
-                    found.append(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue
-    return found
 
 
 @dataclass
@@ -104,20 +78,21 @@ def stop_head(head: subprocess.Popen, root: str) -> None:
             head.wait(timeout=20)
         except subprocess.TimeoutExpired:
             pass
-    for pid in [head.pid, *processes_in_session(head.pid)]:
+    for pid in [head.pid, *in_session(head.pid)]:
         try:
             os.killpg(pid, signal.SIGKILL) if pid == head.pid else os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
     head.wait(timeout=10)
     # a job runs in a session of its own (Ray's job supervisor starts it so); its processes and
-    # the workers still name the head's temp dir
-    deadline = time.monotonic() + 10
-    while (left := processes_under(root)) and time.monotonic() < deadline:
+    # the workers still name the head's temp dir. A process killed a moment ago may still be
+    # exiting (running, no command line), and a worker may have been forking: wait them out.
+    deadline = time.monotonic() + 30
+    while (left := sorted(set(under(root)) | set(in_session(head.pid)))) and time.monotonic() < deadline:
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         time.sleep(0.2)
-    assert not processes_under(root) and not processes_in_session(head.pid), "processes of the Ray head are still running"
+    assert not left, "processes of the Ray head are still running: " + "; ".join(f"{pid} {describe(pid)}" for pid in left)

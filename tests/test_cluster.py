@@ -247,17 +247,10 @@ def wait_for_task_lane_on_a_worker(store_path, workers: dict, batch: threading.T
 
 def role_processes_on(node) -> int:
     """How many Developer and QA actor processes the node's raylet runs (each has at most one model call in flight)."""
-    from pathlib import Path
+    from processes import children_of, cmdline_of
 
-    raylet = str(node.all_processes["raylet"][0].process.pid)
-    count = 0
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == raylet:
-                count += any(name in (entry / "cmdline").read_bytes() for name in (b"DeveloperService", b"QAService"))
-        except OSError:
-            continue
-    return count
+    raylet = node.all_processes["raylet"][0].process.pid
+    return sum(any(name in cmdline_of(pid) for name in ("DeveloperService", "QAService")) for pid in children_of(raylet))
 
 
 def explain(keys, logs, victim, removed_at, sent=()) -> str:

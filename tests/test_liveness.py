@@ -1,12 +1,20 @@
 """One live driver per run: a resume of a live run is refused in one line; after SIGKILL of the
-driver and its lease's expiry it works; a driver that lost its run ends with one line; two batches
-of the same name on one store run every instance once."""
+driver it works at once on the same host (the driver's pid is gone), while a lease held from
+another host is waited for until it runs out; a driver that lost its run ends with one line; two
+batches of the same name on one store run every instance once."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import msgspec
 import pytest
 from checks import assert_consistent_log
 from test_batch import batch_args, dataset, team as batch_team  # noqa: F401 - the dataset fixture
@@ -14,7 +22,7 @@ from test_resume import EXPECTED_DIFF, issue_file, run, start, team, wait_for_ev
 
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.events.projections import final_diff, fold
-from magis_ray.events.schema import RunFinished, RunStarted
+from magis_ray.events.schema import LLMExchanged, RunFinished, RunStarted
 from magis_ray.store import open_store
 
 
@@ -23,10 +31,12 @@ def submit(issue_file, store, server, tmp_path, lease_s: str):
                  tmp_path, start_new_session=True, env_extra={"MAGIS_LEASE_S": lease_s})
 
 
-def test_a_live_run_is_refused_then_resumes_after_sigkill_and_the_lease_running_out(issue_file, tmp_path):
+def test_a_live_run_is_refused_then_resumes_at_once_after_sigkill(issue_file, tmp_path):
+    """The driver's lease would last ten minutes: only knowing that its holder is dead (its pid is
+    gone, on this host) lets the resume through at once."""
     store = tmp_path / "store"
     with ScriptedServer(team()) as server:
-        driver = submit(issue_file, store, server, tmp_path, lease_s="8")  # renewed every 2.7 s: live under load
+        driver = submit(issue_file, store, server, tmp_path, lease_s="600")
         try:
             run_id = wait_for_events(store, 6)
             code, out, err = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path)
@@ -37,6 +47,45 @@ def test_a_live_run_is_refused_then_resumes_after_sigkill_and_the_lease_running_
         finally:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(timeout=30)
+        with open_store(str(store)) as s:
+            [lease] = s.leases(run_id)
+        assert lease.live(time.time()) and lease.pid == driver.pid  # the dead driver's lease has not run out
+        code, out, err = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path)
+        assert code == 0, err
+        assert err.startswith(f"resuming run {run_id} from event ") and "running" not in err and "lease" not in err
+    with open_store(str(store)) as s:
+        events = s.read(run_id)
+        [lease] = s.leases(run_id)
+    assert lease.epoch == 2 and not lease.live(time.time())  # taken over, then released at the end
+    assert_consistent_log(events)
+    assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF
+    exchanges = [(r.event.purpose, r.event.task_id, tuple(r.event.messages)) for r in events if isinstance(r.event, LLMExchanged)]
+    assert len(exchanges) == len(set(exchanges))
+
+
+def test_a_lease_held_from_another_host_is_refused_until_it_runs_out(issue_file, tmp_path):
+    """This host cannot see a driver on another: its lease is waited for, and the refusal never
+    says that driver is running."""
+    store = tmp_path / "store"
+    with ScriptedServer(team()) as server:
+        driver = submit(issue_file, store, server, tmp_path, lease_s="600")
+        run_id = wait_for_events(store, 6)
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+        with open_store(str(store)) as s:
+            [ours] = s.leases(run_id)
+            # a driver elsewhere takes the run over (as if it had resumed it there); the pid is
+            # gone here, which says nothing about a process on another host
+            theirs = s.take_lease(run_id, "driver-elsewhere", "elsewhere", driver.pid, ttl_s=600, now=time.time(),
+                                  started=ours.started, pid_space="another-boot/pid:[4026531836]", replacing=ours.owner)
+        assert theirs.owner == "driver-elsewhere"
+        code, out, err = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path)
+        assert code == 2 and out == "", err
+        [line] = err.strip().splitlines()
+        assert line.startswith(f"magis-ray: error: run {run_id} is held by a driver on elsewhere, pid {driver.pid}, last seen ")
+        assert "if that driver is gone, its lease runs out in " in line and "running" not in line
+        with open_store(str(store)) as s:  # its last heartbeat: it renews no more, and its lease runs out
+            assert s.renew_leases("driver-elsewhere", ttl_s=2, now=time.time()) == [run_id]
         wait_for_lease_expiry(store, run_id, timeout=60)
         code, out, err = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path)
         assert code == 0, err
@@ -134,3 +183,59 @@ def test_a_heartbeat_keeps_a_lease_and_a_stalled_driver_learns_it_lost_it(tmp_pa
     finally:
         first.close()
         second.close()
+
+
+def lease_of(pid: int, **fields):
+    """A lease as a driver of this host with that pid would hold it now."""
+    from magis_ray.actors.runtime.liveness import pid_space, start_ticks
+    from magis_ray.store import Lease
+
+    now = time.time()
+    return msgspec.structs.replace(Lease("r1", "holder", socket.gethostname(), pid, 1, now, now + 30, start_ticks(pid), pid_space()),
+                                   **fields)
+
+
+def test_a_holder_on_this_host_is_alive_until_its_pid_is_gone_or_another_process():
+    from magis_ray.actors.runtime.liveness import holder_state
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        lease = lease_of(child.pid)
+        assert lease.started > 0 and lease.pid_space
+        assert holder_state(lease) == "alive"
+        assert holder_state(msgspec.structs.replace(lease, started=lease.started + 1)) == "dead"  # its pid is another process now
+        assert holder_state(msgspec.structs.replace(lease, host="elsewhere")) == "unknown"
+        assert holder_state(msgspec.structs.replace(lease, pid_space="another-boot/pid:[1]")) == "unknown"  # a container, a reboot
+        assert holder_state(msgspec.structs.replace(lease, started=0, pid_space="")) == "unknown"  # a lease from before start times
+        child.kill()
+        deadline = time.monotonic() + 60
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert holder_state(lease) == "dead"  # killed, not yet reaped
+    finally:
+        child.kill()
+        child.wait()
+    assert holder_state(lease) == "dead"  # reaped: the pid is gone
+
+
+def test_a_dead_holder_on_this_host_loses_its_lease_at_once_and_one_elsewhere_keeps_it(tmp_path):
+    from magis_ray.actors.runtime.liveness import Liveness, RunIsLive
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead = lease_of(child.pid)
+    child.wait()
+    store = str(tmp_path / "store")
+    with open_store(store, create=True) as s:
+        s.take_lease("r1", "dead-driver", dead.host, dead.pid, ttl_s=600, now=time.time(), started=dead.started,
+                     pid_space=dead.pid_space)
+        s.take_lease("r2", "far-driver", "elsewhere", dead.pid, ttl_s=600, now=time.time(), started=dead.started,
+                     pid_space="another-boot/pid:[1]")
+    with Liveness(store) as liveness:
+        assert liveness.take("r1") == 2
+        with pytest.raises(RunIsLive) as refused:
+            liveness.take("r2")
+    message = str(refused.value)
+    assert re.fullmatch(rf"run r2 is held by a driver on elsewhere, pid {dead.pid}, last seen \d+s ago; "
+                        r"if that driver is gone, its lease runs out in (\d+)s", message), message
+    assert int(message.rsplit(" ", 1)[1][:-1]) > 500

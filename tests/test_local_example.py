@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from checks import assert_consistent_log, assert_diff_applies
+from processes import cmdline_of, tree_of
 
 from magis_ray.events.schema import LLMExchanged, RunFailed, RunFinished
 from magis_ray.store import NotAStore, open_store
@@ -110,16 +111,10 @@ def test_a_taken_port_is_a_clear_error(example, tmp_path):
     assert code == 2 and err.strip() == f"magis-ray: error: port {port} is in use: give another port, or 0 for any free one"
 
 
-def model_server_pids() -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if b"magis_ray.actors.model.local_model" in (entry / "cmdline").read_bytes():  # the server's wrapper
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
+def model_server_pids(driver: subprocess.Popen) -> list[int]:
+    """The model server this test's driver started (its wrapper module names it), found below the
+    driver: never another run's server on the machine."""
+    return [pid for pid in tree_of(driver.pid) if "magis_ray.actors.model.local_model" in cmdline_of(pid)]
 
 
 def test_a_model_server_killed_mid_run_fails_the_run_and_resume_finishes_it(example, tmp_path):
@@ -137,8 +132,8 @@ def test_a_model_server_killed_mid_run_fails_the_run_and_resume_finishes_it(exam
                     break
         assert time.monotonic() - last_change < STALL_S, f"no new event for {STALL_S} s"
         time.sleep(0.2)
-    for pid in model_server_pids():
-        os.kill(pid, signal.SIGKILL)
+    [server] = model_server_pids(driver)
+    os.kill(server, signal.SIGKILL)
     code, out, err = finish(driver, tmp_path / "store")
     run_id, events = only_run(tmp_path / "store")
     assert code == 2 and "no reachable model" in err and f"magis-ray resume {run_id}" in err

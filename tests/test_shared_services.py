@@ -1,9 +1,10 @@
 """Two drivers on one Ray cluster share the store's actor and the gateway (named from the store's
 path and the gateway's settings, detached): the gateway's concurrency limit holds between them,
-and `magis-ray stop` ends the shared actors. A driver that joins a cluster brings its MAGIS_*
+and `magis-ray stop` ends the shared actors of its own store, never another store's. A driver that joins a cluster brings its MAGIS_*
 settings to its actors, and never its API key."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -50,40 +51,54 @@ def magis(args, env, cwd):
     return subprocess.Popen([*MAGIS, *args], env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def joined(env, cwd, timeout=120):
-    """Wait until a driver can join the head (it is up), by asking `magis-ray stop` with no store."""
+def joined(env, cwd, timeout=600):
+    """Wait until a driver can join the head (it is up), by asking `magis-ray stop` with no store.
+    `timeout` bounds a hang, not a start: on a loaded machine one attempt alone can take minutes
+    (a driver gives up on a GCS that is not up yet only after a minute of trying)."""
     deadline = time.monotonic() + timeout
     while True:
         proc = subprocess.run([*MAGIS, "stop", "--store", str(cwd / "no-store")], env=env, cwd=cwd, capture_output=True,
-                              text=True, timeout=timeout)
+                              text=True, timeout=max(deadline - time.monotonic(), 1))
         if proc.returncode == 0:
             return proc.stdout
         assert time.monotonic() < deadline, proc.stderr
         time.sleep(0.5)
 
 
-def test_two_drivers_on_one_cluster_share_one_gateway_limit(ray_cluster, calc_repo, tmp_path):
+def stop(store: str, env, cwd) -> str:
+    stopped = subprocess.run([*MAGIS, "stop", "--store", store], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert stopped.returncode == 0, stopped.stderr
+    return stopped.stdout.strip()
+
+
+def test_drivers_on_one_cluster_share_one_gateway_limit_and_stop_ends_only_their_stores_actors(ray_cluster, calc_repo, tmp_path):
+    """Two drivers of one store and a third of another share the gateway (the same settings). `stop`
+    of the first store ends its store's actor and leaves the gateway to the other store; `stop` of
+    the other ends both."""
     repo_path, base = calc_repo
     issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base, BOTH_ISSUE))
     joined(ray_cluster, tmp_path)
     with ScriptedServer(team(delay_s=0.05)) as server:
-        args = ["submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "m", "--concurrency", "1"]
-        drivers = [magis(args, ray_cluster, tmp_path) for _ in range(2)]
+        config = ["--base-url", server.base_url, "--model", "m", "--concurrency", "1"]
+        drivers = [magis(["submit", str(issue), "--store", store, *config], ray_cluster, tmp_path) for store in ("store", "store", "other")]
         outs = [d.communicate(timeout=300) for d in drivers]
         for driver, (out, err) in zip(drivers, outs):
             assert driver.returncode == 0 and "Traceback" not in err, err
-        assert server.max_in_flight == 1  # one gateway for both drivers, and its limit held
-        assert server.count() > 40  # both runs asked the model, through that one gateway
-        stopped = subprocess.run([*MAGIS, "stop", "--store", "store"], env=ray_cluster, cwd=tmp_path, capture_output=True,
-                                 text=True, timeout=120)
-    assert stopped.returncode == 0, stopped.stderr
-    assert "stopped 2 shared actor(s)" in stopped.stdout and "store:" in stopped.stdout and "gateway:" in stopped.stdout
-    with open_store(str(tmp_path / "store")) as s:
-        runs = [s.read(r.run_id) for r in s.list_runs()]
-    assert len(runs) == 2
-    for events in runs:
-        assert_consistent_log(events)
-        assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF
+        assert server.max_in_flight == 1  # one gateway for all three drivers, and its limit held
+        assert server.count() > 60  # every run asked the model, through that one gateway
+    first = re.fullmatch(rf"stopped 1 shared actor\(s\): store:{re.escape(str(tmp_path / 'store'))}; "
+                         r"left (gateway:[0-9a-f]+): other stores' drivers use it too", stop("store", ray_cluster, tmp_path))
+    assert first, "the first store's stop ended more, or less, than its own store's actor"
+    gateway = first[1]
+    assert stop("other", ray_cluster, tmp_path) == f"stopped 2 shared actor(s): store:{tmp_path / 'other'}, {gateway}"
+    assert stop("store", ray_cluster, tmp_path) == "stopped 0 shared actor(s)"
+    for store, count in (("store", 2), ("other", 1)):
+        with open_store(str(tmp_path / store)) as s:
+            runs = [s.read(r.run_id) for r in s.list_runs()]
+        assert len(runs) == count
+        for events in runs:
+            assert_consistent_log(events)
+            assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF
 
 
 def test_only_a_driver_that_joins_a_cluster_outside_a_job_sends_its_settings():

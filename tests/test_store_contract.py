@@ -293,3 +293,16 @@ def test_search_takes_any_text_and_finds_what_was_appended_since(store):
     assert store.search("turn") == []
     store.append("r1", 1, talk(2))
     assert [r.version for r in store.search("turn")] == [3, 2]
+
+
+def test_a_lease_says_who_holds_it_and_a_dead_holders_lease_is_taken_over_while_live(store):
+    """`replacing` takes over a live lease whose holder the caller knows to be dead, but only from
+    that holder: a lease another driver took meanwhile stays its own."""
+    dead = store.take_lease("r1", "a", "h", 11, ttl_s=30, now=100.0, started=555, pid_space="boot/pid:[1]")
+    assert (dead.started, dead.pid_space) == (555, "boot/pid:[1]") and store.leases("r1") == [dead]
+    assert store.take_lease("r1", "c", "h", 33, ttl_s=30, now=101.0, replacing="b").owner == "a"  # not b's
+    taken = store.take_lease("r1", "b", "h", 22, ttl_s=30, now=101.0, started=777, pid_space="boot/pid:[1]", replacing="a")
+    assert (taken.owner, taken.epoch, taken.started, taken.expires) == ("b", 2, 777, 131.0)
+    assert store.leases("r1") == [taken]
+    assert store.take_lease("r1", "c", "h", 33, ttl_s=30, now=102.0, replacing="a").owner == "b"  # too late: b holds it
+    assert store.renew_leases("a", ttl_s=30, now=103.0) == []  # the dead holder, were it to wake, learns it lost it

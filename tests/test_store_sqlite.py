@@ -285,3 +285,23 @@ def test_search_indexes_a_store_from_before_search_and_what_other_processes_appe
         other = writer(path, "late", 1, 3)  # another process appends "late/0/i" texts
         assert other.wait(timeout=60) == 0, other.stderr.read()
         assert sorted(r.event.text for r in s.search("late")) == ["late/0/0", "late/0/1", "late/0/2"]
+
+
+def test_a_store_from_before_lease_holders_keeps_its_leases_and_older_drivers_keep_taking_them(tmp_path):
+    """A store whose leases predate the holders' start times opens with them read as unknown
+    (started 0, no pid space: such a holder is only known dead when its lease runs out); a
+    magis-ray from before, which writes a lease as seven values, still can after a new one opened it."""
+    SQLiteStore.open(tmp_path, create=True).close()
+    db = tmp_path / "events.sqlite3"
+    with sqlite3.connect(db) as conn:  # the store as a magis-ray before lease_holders left it
+        conn.execute("DROP TABLE lease_holders")
+        conn.execute("INSERT INTO leases VALUES ('r1', 'old-driver', 'h', 42, 3, 100.0, 130.0)")
+    with open_store(tmp_path) as store:
+        [old] = store.leases("r1")
+        assert (old.owner, old.pid, old.epoch, old.started, old.pid_space) == ("old-driver", 42, 3, 0, "")
+        taken = store.take_lease("r1", "new-driver", "h", 43, ttl_s=30, now=200.0, started=9, pid_space="p")
+        assert (taken.epoch, taken.started) == (4, 9) and store.leases("r1") == [taken]
+    with sqlite3.connect(db) as conn:  # the older magis-ray again, after the new one added its table
+        conn.execute("INSERT OR REPLACE INTO leases VALUES ('r2', 'old-driver', 'h', 42, 1, 300.0, 330.0)")
+    with open_store(tmp_path) as store:
+        assert [(lease.key, lease.owner, lease.started) for lease in store.leases("r")] == [("r1", "new-driver", 9), ("r2", "old-driver", 0)]

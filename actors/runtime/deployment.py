@@ -14,7 +14,7 @@ from magis_ray.events.schema import LLMExchanged, Recorded, RunFailed, RunFinish
 from magis_ray.actors.runtime.continuation import ResumePoint
 from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.liveness import Liveness
-from magis_ray.actors.runtime.remote import NAMESPACE, gateway_actor, store_actor, supervisor_actor
+from magis_ray.actors.runtime.remote import NAMESPACE, gateway_actor, gateway_name, store_actor, supervisor_actor
 from magis_ray.actors.runtime.replay import issue_of
 from magis_ray.actors.runtime.team import root_cause
 from magis_ray.store import Fenced
@@ -91,6 +91,7 @@ class Deployment:
         ensure_ray()
         self.store = store_actor(os.path.abspath(store_path))
         self.gateway = gateway_actor(gateway_config)
+        ray.get(self.store.uses_gateway.remote(gateway_name(gateway_config)))
 
     def start(self, *, issue: IssueRecord, settings: RunSettings, repo_path: str, run_id: str,
               recorded: list[Recorded] | None = None, resume: ResumePoint | None = None) -> RunningRun:

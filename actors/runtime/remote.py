@@ -79,21 +79,39 @@ def gateway_actor(config):
     return _shared_actor("gateway", gateway_name(config), config)
 
 
-def stop_shared(store_path: str) -> list[str]:
-    """End the store's actor and every gateway on the cluster; the names of those ended."""
+def stop_shared(store_path: str) -> tuple[list[str], list[str]]:
+    """End the store's actor and the gateways its drivers used that no other store's drivers use:
+    (the names of those ended, the names of this store's gateways left to other stores). Another
+    store's actors, and a gateway it shares, are never touched."""
     from ray.util import list_named_actors
 
+    ours = store_name(store_path)
+    named = {e["name"] for e in list_named_actors(all_namespaces=True) if e["namespace"] == NAMESPACE}
+    if ours not in named:
+        return [], []
+    mine = set(_gateways_of(ours) or ())
+    in_use_elsewhere: set[str] = set()
+    for other in sorted(n for n in named if n.startswith(STORE_PREFIX) and n != ours):
+        used = _gateways_of(other)
+        in_use_elsewhere |= mine if used is None else set(used)  # a store that cannot say keeps them all
     ended = []
-    for entry in list_named_actors(all_namespaces=True):
-        name = entry["name"]
-        if entry["namespace"] == NAMESPACE and (name == store_name(store_path) or name.startswith(GATEWAY_PREFIX)):
-            try:
-                ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
-            except ValueError:  # ended meanwhile
-                continue
-            _shared.pop(name, None)
-            ended.append(name)
-    return ended
+    for name in [ours, *sorted((mine - in_use_elsewhere) & named)]:
+        try:
+            ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+        except ValueError:  # ended meanwhile
+            continue
+        _shared.pop(name, None)
+        ended.append(name)
+    return ended, sorted(mine & in_use_elsewhere & named)
+
+
+def _gateways_of(store: str) -> list[str] | None:
+    """The gateways a store actor's drivers use; None when it cannot say (ended meanwhile, or
+    an actor of a magis-ray from before it kept them)."""
+    try:
+        return ray.get(ray.get_actor(store, namespace=NAMESPACE).gateways.remote(), timeout=60)
+    except (ValueError, AttributeError, ray.exceptions.RayError):
+        return None
 
 
 def supervisor_actor(*args, **kwargs):

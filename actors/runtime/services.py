@@ -24,6 +24,13 @@ class StoreService:
 
         self._store = open_store(path, create=True)
         self._writers: dict[tuple[str, int], RunWriter] = {}
+        self._gateways: set[str] = set()  # the gateways this store's drivers use (`magis-ray stop` ends only those)
+
+    def uses_gateway(self, name: str) -> None:
+        self._gateways.add(name)
+
+    def gateways(self) -> list[str]:
+        return sorted(self._gateways)
 
     def append_next(self, run_id: str, events: Sequence[NewEvent], fence: int = 0) -> list[int]:
         """Append after whatever the run holds now; the events' global positions. `fence`: the
