@@ -2,7 +2,12 @@
 
 Placement: the store, the gateway, each run's supervisor and its Custodian live on the driver's
 node (the store's file and the repositories are there); Developers and QA Engineers need only
-their task's data, so they spread over the cluster."""
+their task's data, so they spread over the cluster. A run's builds and test runs are tasks on its
+supervisor's node (BenchTasks), as grading's are (RayExecutor).
+
+This module travels: a run's BenchTasks is unpickled in its Developers' processes, which then
+import it. So it imports only what every role imports anyway (the services), and the supervisor's
+module, which imports the whole team, only where a supervisor is made."""
 from __future__ import annotations
 
 import hashlib
@@ -12,8 +17,8 @@ import msgspec
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from magis_ray.actors.runtime.services import BenchService, CustodianService, DeveloperService, GatewayService, QAService, StoreService
-from magis_ray.actors.runtime.supervisor import RoleActors, SupervisorService
+from magis_ray.actors.runtime.services import (CustodianService, DeveloperService, GatewayService, QAService, StoreService,
+                                               prepare_bench, run_bench)
 
 NAMESPACE = "magis"
 # Role actors wait on the model, not the CPU: they take no CPU slot, so a 2-core machine runs
@@ -23,6 +28,8 @@ ROLE_OPTIONS = dict(num_cpus=0, max_restarts=0)
 
 @cache
 def actor_classes():
+    from magis_ray.actors.runtime.supervisor import SupervisorService
+
     return {
         "store": ray.remote(num_cpus=0, max_concurrency=1)(StoreService),
         "gateway": ray.remote(num_cpus=0, max_concurrency=256)(GatewayService),
@@ -30,8 +37,6 @@ def actor_classes():
         "custodian": ray.remote(**ROLE_OPTIONS)(CustodianService),
         "developer": ray.remote(**ROLE_OPTIONS)(DeveloperService),
         "qa": ray.remote(**ROLE_OPTIONS)(QAService),
-        # Test runs use the CPU: the bench takes a slot, so runs with tests queue for cores.
-        "bench": ray.remote(num_cpus=1, max_restarts=0, max_concurrency=2)(BenchService),
     }
 
 
@@ -97,7 +102,9 @@ def stop_shared(store_path: str) -> list[str]:
 
 
 def supervisor_actor(*args, **kwargs):
-    roles = RoleActors(custodian=custodian_actor, developer=developer_actor, qa=qa_actor, bench=bench_actor)
+    from magis_ray.actors.runtime.supervisor import RoleActors
+
+    roles = RoleActors(custodian=custodian_actor, developer=developer_actor, qa=qa_actor, bench=bench_tasks)
     return actor_classes()["supervisor"].options(scheduling_strategy=here()).remote(*args, roles=roles, **kwargs)
 
 
@@ -114,12 +121,14 @@ def qa_actor(*args):
     return actor_classes()["qa"].options(scheduling_strategy="SPREAD").remote(*args)
 
 
-# --- grading: environment builds and test runs as Ray tasks ----------------------------------
+# --- environment builds and test runs as Ray tasks, for grading and for the team's bench -------
 # A build runs pip and the project's setup (a core, up to a few GiB); a test run one test process.
 # Each node keeps the environments it built in its own cache, so a test run builds on its own node
-# when the build happened elsewhere.
-BUILD_TASK_OPTIONS = dict(num_cpus=1, memory=4 * 1024 ** 3, max_retries=0)
-TEST_TASK_OPTIONS = dict(num_cpus=1, memory=2 * 1024 ** 3, max_retries=0)
+# when the build happened elsewhere. Both kinds run in the node's pool of task workers, which Ray
+# keeps and reuses: no process is started per build or per test run.
+GiB = 1024 ** 3
+BUILD_TASK_OPTIONS = dict(num_cpus=1, memory=4 * GiB, max_retries=0)
+TEST_TASK_OPTIONS = dict(num_cpus=1, memory=2 * GiB, max_retries=0)
 
 
 def _on_node(work, *args):
@@ -128,8 +137,51 @@ def _on_node(work, *args):
 
 
 @cache
-def grading_tasks():
+def node_tasks():
     return ray.remote(**BUILD_TASK_OPTIONS)(_on_node), ray.remote(**TEST_TASK_OPTIONS)(_on_node)
+
+
+def node_memory(node_id: str) -> float:
+    """The memory Ray may schedule on the node (its `memory` resource), in bytes."""
+    return next((node["Resources"].get("memory", 0.0) for node in ray.nodes() if node["NodeID"] == node_id), 0.0)
+
+
+class BenchTasks:
+    """A run's test bench (roles.testing.Bench) as Ray tasks on the node of its supervisor, where
+    its repository and that node's environments are. A build or a test run takes a core and
+    declares its memory only while it runs: a run that waits on the model holds neither, so a
+    batch runs the bench phases of more runs than the cluster has cores, its test runs queueing
+    for the cores only while they run.
+
+    Made by the supervisor and handed to the run's Developers, on any node. The setup travels as
+    an object reference, resolved in the task: a Developer's process never imports the execution
+    layer."""
+
+    def __init__(self, setup, node_id: str):
+        self._setup = ray.put(setup)
+        self._node = node_id
+        # A node smaller than the declaration could never run the task: declare what it has.
+        memory = node_memory(node_id)
+        self._build_memory = int(min(BUILD_TASK_OPTIONS["memory"], memory or BUILD_TASK_OPTIONS["memory"]))
+        self._test_memory = int(min(TEST_TASK_OPTIONS["memory"], memory or TEST_TASK_OPTIONS["memory"]))
+
+    def _placed(self, task, memory: int):
+        return task.options(memory=memory, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self._node, soft=False))
+
+    def prepare(self):
+        """The testbed built (or found in the node's cache) in a build task."""
+        build, _ = node_tasks()
+        return ray.get(self._placed(build, self._build_memory).remote(prepare_bench, self._setup))
+
+    def run(self, request):
+        """One test run, in a test task."""
+        _, test = node_tasks()
+        return ray.get(self._placed(test, self._test_memory).remote(run_bench, self._setup, request))
+
+
+def bench_tasks(setup) -> BenchTasks:
+    """The run's bench on this process's node (the supervisor's)."""
+    return BenchTasks(setup, ray.get_runtime_context().get_node_id())
 
 
 class RayExecutor:
@@ -142,7 +194,7 @@ class RayExecutor:
         self._build, self._run = build, run
 
     def start(self, job):
-        build_task, run_task = grading_tasks()
+        build_task, run_task = node_tasks()
         built = build_task.remote(self._build, job, self._options)
         return run_task.remote(self._run, job, self._options, built)
 
@@ -152,8 +204,3 @@ class RayExecutor:
 
     def close(self) -> None:
         """Nothing to release: Ray owns the tasks (the thread executor's close stops its pool)."""
-
-
-def bench_actor(*args):
-    """Beside the supervisor, where the repository and this node's environments are."""
-    return actor_classes()["bench"].options(scheduling_strategy=here()).remote(*args)

@@ -2,6 +2,7 @@
 Each talks to the shared store and gateway through handles, and rebuilds its lanes from the log."""
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Sequence
 
 import ray
@@ -160,32 +161,35 @@ class RemoteReviewer:
         return ray.get(self._qa.review.remote(qa, patch, self._issue, self._task, evidence))
 
 
-class BenchService:
-    """The run's test bench, beside the repository; its environment is built before the run starts."""
+# --- the test bench: each build and each test run a task on the run's node (remote.BenchTasks) ---
 
-    def __init__(self, setup):
-        from magis_ray.actors.runtime.bench import ExecutionBench
-
-        self._bench = ExecutionBench(setup)
-
-    def prepare(self) -> TestsRan:
-        return self._bench.prepare()
-
-    def run(self, request) -> TestsRan:
-        return self._bench.run(request)
+BENCHES_KEPT = 16  # the most runs' benches a worker process keeps
+_benches: OrderedDict[str, object] = OrderedDict()  # this process's benches by setup, the most recent last
 
 
-class RemoteBench:
-    """The bench as a role sees it (roles.testing.Bench), backed by the bench actor."""
+def _bench_for(setup):
+    """This worker process's bench for `setup`. Ray gives a run's tasks whichever worker of the
+    node's pool is free, and keeps those workers: one that ran an earlier build or test of the
+    same run (or of another run at the same commit) has its spec, its testbed and the harness's
+    imports ready."""
+    from magis_ray.actors.runtime.bench import ExecutionBench
 
-    def __init__(self, bench_actor):
-        self._bench = bench_actor
+    key = repr(setup)
+    bench = _benches.pop(key, None) or ExecutionBench(setup)
+    _benches[key] = bench
+    while len(_benches) > BENCHES_KEPT:
+        _benches.popitem(last=False)
+    return bench
 
-    def prepare(self) -> TestsRan:
-        return ray.get(self._bench.prepare.remote())
 
-    def run(self, request) -> TestsRan:
-        return ray.get(self._bench.run.remote(request))
+def prepare_bench(setup) -> TestsRan:
+    """The run's testbed, built here unless this node has it: Bench.prepare."""
+    return _bench_for(setup).prepare()
+
+
+def run_bench(setup, request) -> TestsRan:
+    """One test run on a fresh copy of the run's testbed: Bench.run."""
+    return _bench_for(setup).run(request)
 
 
 class DeveloperService:
@@ -194,11 +198,11 @@ class DeveloperService:
     def __init__(self, run_id, store, gateway, recorded, fence=0):
         self._lanes = lanes_for(run_id, store, gateway, recorded, fence)
 
-    def run(self, work, qa_actor, bench_actor=None, candidate: int = 0):
+    def run(self, work, qa_actor, bench=None, candidate: int = 0):
+        """`bench`: the run's (remote.BenchTasks), or None when its tests are off."""
         from magis_ray.actors.roles.developer import Developer, candidate_temperature, lane_suffix
         from magis_ray.actors.roles.testing import Tester
 
         reviewer = RemoteReviewer(qa_actor, work.issue_text, work.task.description)
         asker = self._lanes(f"developer:{work.task.task_id}{lane_suffix(candidate)}", candidate_temperature(candidate))
-        bench = RemoteBench(bench_actor) if bench_actor is not None else None
         return Developer(work, asker, reviewer, Tester(asker.journal, bench), candidate).run()

@@ -15,8 +15,7 @@ from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.journal import lanes_of
 from magis_ray.actors.code.repository import RepoSnapshot
 from magis_ray.actors.roles.developer import Assignment, TaskResult, candidate_numbers, lane_suffix
-from magis_ray.actors.runtime.bench import BenchSetup
-from magis_ray.actors.runtime.services import RemoteBench, lanes_for
+from magis_ray.actors.runtime.services import lanes_for
 from magis_ray.actors.runtime.team import Team
 
 log = structlog.get_logger()
@@ -32,8 +31,9 @@ def lanes_named(recorded: dict[str, list[Recorded]], *names: str) -> dict[str, l
 @dataclass(frozen=True)
 class RoleActors:
     """How a supervisor makes its children, handed in by remote.py (the one place Ray is applied),
-    so that the supervisor never imports it back: each takes the service's arguments and returns
-    an actor handle."""
+    so that the supervisor never imports it back. A role's takes the service's arguments and
+    returns an actor handle; `bench` takes the run's BenchSetup and returns its test bench (a
+    roles.testing.Bench whose builds and test runs are tasks on this node)."""
 
     custodian: Callable[..., object]
     developer: Callable[..., object]
@@ -91,21 +91,24 @@ class SupervisorService:
     def run(self):
         snapshot = RepoSnapshot.open(self.repo_path, self.issue.base_commit)
         custodian = RemoteLocator(self, snapshot.commit_id)
-        self.bench = self.roles.bench(BenchSetup.of(self.issue, self.settings, self.repo_path)) if self.settings.tests else None
+        self.bench = self._bench() if self.settings.tests else None
         workforce = RayWorkforce(self)
         try:
             team = Team(
                 issue=self.issue, settings=self.settings, snapshot=snapshot,
                 asker_for=lanes_for(self.run_id, self.store, self.gateway, self.recorded, self.fence),
-                custodian=custodian, workforce=workforce, projected_diff=self.projected_diff,
-                bench=RemoteBench(self.bench) if self.bench is not None else None,
+                custodian=custodian, workforce=workforce, projected_diff=self.projected_diff, bench=self.bench,
             )
             return team.run()
         finally:
             custodian.end()
             workforce.end()
-            if self.bench is not None:
-                ray.kill(self.bench)
+
+    def _bench(self):
+        """The run's test bench: no process of its own, its builds and test runs are tasks."""
+        from magis_ray.actors.runtime.bench import BenchSetup  # the execution layer: only for a run with tests
+
+        return self.roles.bench(BenchSetup.of(self.issue, self.settings, self.repo_path))
 
 
 class RemoteLocator:
