@@ -23,6 +23,8 @@ INTERRUPTED = "interrupted by the user"
 
 
 SETTINGS_PREFIX = "MAGIS_"
+# Imported first in each worker of a Ray we start: lean_workers.py says why.
+LEAN_WORKERS = "magis_ray.actors.runtime.lean_workers"
 # What Ray sets on the driver of a `ray job submit` job: the job's runtime env travels in it.
 JOB_CONFIG_VARIABLE = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
@@ -42,6 +44,12 @@ def settings_runtime_env(address: str, environ: dict[str, str]) -> dict | None:
     return {"env_vars": settings} if settings else None
 
 
+def own_ray_config(address: str) -> dict:
+    """What a Ray we start gets (a cluster's was set when its nodes started): its workers import
+    LEAN_WORKERS first."""
+    return {"_system_config": {"preload_python_modules": [LEAN_WORKERS]}} if address == "local" else {}
+
+
 def ensure_ray(address: str | None = None) -> None:
     """Join the cluster RAY_ADDRESS names (as `ray job submit` sets it), else start a Ray of our
     own: never a cluster that merely happens to run on this machine."""
@@ -51,7 +59,7 @@ def ensure_ray(address: str | None = None) -> None:
         address = address or os.environ.get("RAY_ADDRESS") or "local"
         ray.init(
             address=address, namespace=NAMESPACE, runtime_env=settings_runtime_env(address, dict(os.environ)),
-            include_dashboard=False, log_to_driver=False, configure_logging=False,
+            include_dashboard=False, log_to_driver=False, configure_logging=False, **own_ray_config(address),
         )
 
 

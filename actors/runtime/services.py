@@ -145,20 +145,20 @@ class QAService:
     def __init__(self, run_id, store, gateway, recorded, fence=0):
         self._lanes = lanes_for(run_id, store, gateway, recorded, fence)
 
-    def review(self, qa: QAAssigned, patch: PatchProposed, issue_text: str, task_description: str, evidence=None):
-        from magis_ray.actors.roles.developer import lane_suffix
+    def review(self, lane: str, qa: QAAssigned, patch: PatchProposed, issue_text: str, task_description: str, evidence=None):
+        """`lane`: the QA Engineer's, named by its Developer (so this process never imports the
+        Developer's module, and pygit2 with it)."""
         from magis_ray.actors.roles.qa import QAEngineer
 
-        asker = self._lanes(f"qa:{patch.task_id}{lane_suffix(patch.candidate)}")
-        return QAEngineer(asker, issue_text, task_description).review(qa, patch, evidence)
+        return QAEngineer(self._lanes(lane), issue_text, task_description).review(qa, patch, evidence)
 
 
 class RemoteReviewer:
-    def __init__(self, qa_actor, issue_text: str, task_description: str):
-        self._qa, self._issue, self._task = qa_actor, issue_text, task_description
+    def __init__(self, qa_actor, lane: str, issue_text: str, task_description: str):
+        self._qa, self._lane, self._issue, self._task = qa_actor, lane, issue_text, task_description
 
     def review(self, qa: QAAssigned, patch: PatchProposed, evidence=None):
-        return ray.get(self._qa.review.remote(qa, patch, self._issue, self._task, evidence))
+        return ray.get(self._qa.review.remote(self._lane, qa, patch, self._issue, self._task, evidence))
 
 
 # --- the test bench: each build and each test run a task on the run's node (remote.BenchTasks) ---
@@ -203,6 +203,7 @@ class DeveloperService:
         from magis_ray.actors.roles.developer import Developer, candidate_temperature, lane_suffix
         from magis_ray.actors.roles.testing import Tester
 
-        reviewer = RemoteReviewer(qa_actor, work.issue_text, work.task.description)
-        asker = self._lanes(f"developer:{work.task.task_id}{lane_suffix(candidate)}", candidate_temperature(candidate))
+        suffix = lane_suffix(candidate)
+        reviewer = RemoteReviewer(qa_actor, f"qa:{work.task.task_id}{suffix}", work.issue_text, work.task.description)
+        asker = self._lanes(f"developer:{work.task.task_id}{suffix}", candidate_temperature(candidate))
         return Developer(work, asker, reviewer, Tester(asker.journal, bench), candidate).run()
