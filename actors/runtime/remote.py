@@ -1,9 +1,10 @@
 """The one place where Ray is applied to the plain service classes: resources, options, placement.
 
-Placement: the store, the gateway, each run's supervisor and its Custodian live on the driver's
-node (the store's file and the repositories are there); Developers and QA Engineers need only
-their task's data, so they spread over the cluster. A run's builds and test runs are tasks on its
-supervisor's node (BenchTasks), as grading's are (RayExecutor).
+Placement: the store, the gateway, the supervisors and the Custodians live on the driver's node
+(the store's file and the repositories are there); Developers and QA Engineers need only their
+task's data, so they spread over the cluster. A run's builds and test runs are tasks on its
+supervisor's node (BenchTasks), as grading's are (RayExecutor). Role actors are kept between the
+agents they serve (RolePool).
 
 This module travels: a run's BenchTasks is unpickled in its Developers' processes, which then
 import it. So it imports only what every role imports anyway (the services), and the supervisor's
@@ -37,6 +38,8 @@ def actor_classes():
         "custodian": ray.remote(**ROLE_OPTIONS)(CustodianService),
         "developer": ray.remote(**ROLE_OPTIONS)(DeveloperService),
         "qa": ray.remote(**ROLE_OPTIONS)(QAService),
+        # lends actors to many supervisors at once; each call waits on an actor at most READY_S
+        "pool": ray.remote(num_cpus=0, max_concurrency=64)(RolePool),
     }
 
 
@@ -101,24 +104,111 @@ def stop_shared(store_path: str) -> list[str]:
     return ended
 
 
-def supervisor_actor(*args, **kwargs):
+# --- role actors, kept between the agents they serve ----------------------------------------
+# Starting a Ray worker costs about 0.4 CPU-seconds (Python, Ray, the role's modules): as much as
+# a run's supervisor and role calls together spend. So a driver keeps its role actors in a pool
+# once their agent is done and lends them to the next agents: a batch starts each of its
+# processes once, not six per run. An actor lent for one agent serves only it (services.Binding);
+# one whose call did not finish (it died, or failed) is never lent again.
+IDLE_KEPT = 64  # the most idle actors of one role a pool keeps (more are ended)
+READY_S = 5.0  # how long an idle actor may take to answer before it counts as lost (its node gone)
+
+
+class RolePool:
+    """A driver's role actors between agents: lends one (an idle one that still answers, or a new
+    one) for an agent of a run, takes it back when the agent is done, and ends what a run still
+    holds when that run is cut off. It creates them, so they end with it, and it with the driver."""
+
+    def __init__(self, idle_kept: int = IDLE_KEPT):
+        import threading
+        from collections import defaultdict
+
+        self._lock = threading.Lock()
+        self._idle: dict[str, list] = defaultdict(list)
+        self._lent: dict[str, list[tuple[str, object]]] = defaultdict(list)  # run id -> (kind, actor) it holds
+        self._idle_kept = idle_kept
+        self.started = 0  # actors made, for the benchmark's count
+
+    def take(self, kind: str, run_id: str, fresh: bool = False):
+        actor = None if fresh else self._answering(kind)
+        if actor is None:
+            actor = role_actor(kind)
+            self.started += 1
+        with self._lock:
+            self._lent[run_id].append((kind, actor))
+        return actor
+
+    def _answering(self, kind: str):
+        """An idle actor of `kind` that answers, or None; those that do not are ended."""
+        while True:
+            with self._lock:
+                if not self._idle[kind]:
+                    return None
+                actor = self._idle[kind].pop()
+            ready, _ = ray.wait([actor.ready.remote()], timeout=READY_S)
+            try:
+                if ready and ray.get(ready[0]):
+                    return actor
+            except ray.exceptions.RayActorError:
+                pass
+            ray.kill(actor)
+
+    def give_back(self, run_id: str, kind: str, actor) -> None:
+        with self._lock:
+            lent = self._lent.get(run_id, [])
+            if (kind, actor) in lent:
+                lent.remove((kind, actor))
+            if not lent:
+                self._lent.pop(run_id, None)
+            if len(self._idle[kind]) < self._idle_kept:
+                self._idle[kind].append(actor)
+                return
+        ray.kill(actor)
+
+    def end_run(self, run_id: str) -> int:
+        """End the actors a run still holds (it was cut off); how many."""
+        with self._lock:
+            lent = self._lent.pop(run_id, [])
+        for _, actor in lent:
+            ray.kill(actor)
+        return len(lent)
+
+    def counts(self) -> dict:
+        with self._lock:
+            return {"started": self.started, "idle": sum(map(len, self._idle.values())), "lent": sum(map(len, self._lent.values()))}
+
+
+class PooledRoles:
+    """A supervisor's way to the driver's pool (supervisor.RoleActors' take and give_back)."""
+
+    def __init__(self, pool):
+        self._pool = pool
+
+    def take(self, kind: str, run_id: str, fresh: bool = False):
+        return ray.get(self._pool.take.remote(kind, run_id, fresh))
+
+    def give_back(self, run_id: str, kind: str, actor) -> None:
+        self._pool.give_back.remote(run_id, kind, actor)
+
+
+def role_actor(kind: str):
+    """A Custodian beside the pool (the driver's node, where the repositories are); Developers and
+    QA Engineers need only their task's data, so they spread over the cluster."""
+    return actor_classes()[kind].options(scheduling_strategy=here() if kind == "custodian" else "SPREAD").remote()
+
+
+def pool_actor():
+    """A driver's pool of role actors, on its node; it ends with the driver."""
+    return actor_classes()["pool"].options(scheduling_strategy=here()).remote()
+
+
+def supervisor_actor(pool):
+    """A supervisor on the driver's node, whose role actors come from `pool`."""
     from magis_ray.actors.runtime.supervisor import RoleActors
 
-    roles = RoleActors(custodian=custodian_actor, developer=developer_actor, qa=qa_actor, bench=bench_tasks)
-    return actor_classes()["supervisor"].options(scheduling_strategy=here()).remote(*args, roles=roles, **kwargs)
-
-
-def custodian_actor(*args):
-    """Beside the supervisor, where the repository is."""
-    return actor_classes()["custodian"].options(scheduling_strategy=here()).remote(*args)
-
-
-def developer_actor(*args):
-    return actor_classes()["developer"].options(scheduling_strategy="SPREAD").remote(*args)
-
-
-def qa_actor(*args):
-    return actor_classes()["qa"].options(scheduling_strategy="SPREAD").remote(*args)
+    port = PooledRoles(pool)
+    roles = RoleActors(take=port.take, give_back=port.give_back, bench=bench_tasks)
+    return actor_classes()["supervisor"].options(scheduling_strategy=here()).remote(roles)
 
 
 # --- environment builds and test runs as Ray tasks, for grading and for the team's bench -------
