@@ -114,20 +114,28 @@ def kind_of(cmdline: str) -> str:
     return Path(cmdline.split(" ", 1)[0]).name or "?"
 
 
-def sample(pid: int) -> tuple[int, int, float] | None:
-    """(RSS kB, PSS kB, CPU seconds) of a process, or None once it is gone."""
-    proc = Path("/proc") / str(pid)
+def cpu_of(pid: int) -> float | None:
+    """CPU seconds of a process, or None once it is gone."""
     try:
-        rss = pss = 0
-        for line in (proc / "smaps_rollup").read_text().splitlines():
+        fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def memory_of(pid: int) -> tuple[int, int] | None:
+    """(RSS kB, PSS kB) of a process, or None once it is gone. Reading smaps_rollup walks the
+    process's page tables (about 2 ms of CPU for a Ray worker), so it is read less often."""
+    rss = pss = 0
+    try:
+        for line in (Path("/proc") / str(pid) / "smaps_rollup").read_text().splitlines():
             if line.startswith("Rss:"):
                 rss = int(line.split()[1])
             elif line.startswith("Pss:"):
                 pss = int(line.split()[1])
-        fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-        return rss, pss, (int(fields[11]) + int(fields[12])) / TICK
     except (OSError, IndexError, ValueError):
         return None
+    return rss, pss
 
 
 def is_worker(kind: str) -> bool:
@@ -148,13 +156,15 @@ def machine_busy() -> tuple[float, float]:
 
 
 class Sampler:
-    """Samples this Ray session's processes every `every_s` seconds on a thread: the peak memory
-    of its worker processes, and CPU time by kind of process, each increment counted under the
-    kind the process had when sampled (a new worker's imports count as "starting" or "IDLE" until
-    it takes an actor). The driver's share includes the scripted model and this sampler."""
+    """Samples this Ray session's processes on a thread: CPU time by kind of process every
+    `every_s` seconds, each increment counted under the kind the process had when sampled (a new
+    worker's imports count as "starting" or "IDLE" until it takes an actor), and the memory of
+    its worker processes every `memory_every_s` (their peak). The driver's share includes the
+    scripted model and this sampler (with 60 workers, about a tenth of a core)."""
 
-    def __init__(self, every_s: float = 0.25):
+    def __init__(self, every_s: float = 0.25, memory_every_s: float = 1.0):
         self._every = every_s
+        self._memory_every = max(1, round(memory_every_s / every_s))
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._last_cpu: dict[int, float] = {}
@@ -168,27 +178,32 @@ class Sampler:
             self.by_kind: dict[str, float] = defaultdict(float)
             self.started = 0  # Ray worker processes first seen since begin()
 
-    def _rows(self) -> dict[int, tuple[str, int, int, float]]:
-        return {pid: (kind, *s) for pid, kind in session_processes(os.getpid()).items() if (s := sample(pid))}
+    def _memory(self, kinds: dict[int, str]) -> list[tuple[str, int, int]]:
+        return [(kind, *m) for pid, kind in kinds.items() if is_worker(kind) and (m := memory_of(pid))]
 
     def snapshot(self) -> tuple[int, int, list[str]]:
         """(RSS kB, PSS kB, kinds) of the session's worker processes now."""
-        rows = [r for r in self._rows().values() if is_worker(r[0])]
+        rows = self._memory(session_processes(os.getpid()))
         return sum(r[1] for r in rows), sum(r[2] for r in rows), sorted(r[0] for r in rows)
 
     def _loop(self) -> None:
+        tick = 0
         while not self._stop.wait(self._every):
-            rows = self._rows()
-            workers = [r for r in rows.values() if is_worker(r[0])]
+            kinds = session_processes(os.getpid())
+            cpu = {pid: c for pid in kinds if (c := cpu_of(pid)) is not None}
+            workers = self._memory(kinds) if tick % self._memory_every == 0 else None
+            tick += 1
             with self._lock:
-                self.peak_rss = max(self.peak_rss, sum(r[1] for r in workers))
-                self.peak_pss = max(self.peak_pss, sum(r[2] for r in workers))
-                self.peak_processes = max(self.peak_processes, len(workers))
-                for pid, (kind, _, _, cpu) in rows.items():
+                if workers is not None:
+                    self.peak_rss = max(self.peak_rss, sum(r[1] for r in workers))
+                    self.peak_pss = max(self.peak_pss, sum(r[2] for r in workers))
+                    self.peak_processes = max(self.peak_processes, len(workers))
+                for pid, seconds in cpu.items():
+                    kind = kinds[pid]
                     if pid not in self._last_cpu and is_worker(kind):
                         self.started += 1
-                    self.by_kind[kind] += cpu - self._last_cpu.get(pid, 0.0)
-                    self._last_cpu[pid] = cpu
+                    self.by_kind[kind] += seconds - self._last_cpu.get(pid, 0.0)
+                    self._last_cpu[pid] = seconds
 
     def cpu_by_kind(self) -> dict[str, float]:
         """CPU seconds per kind of process since begin()."""
@@ -233,6 +248,7 @@ def run_level(workers: int, batch_items, tmp: Path, config, repos: Path, name: s
         start = time.monotonic()
         results = BatchRunner(deployment, store, settings, str(repos), workers).run(batch_items)
         wall = time.monotonic() - start
+        deployment.close()  # its kept processes end: the next level starts as this one did
         busy1, total1 = machine_busy()
         bad = [r for r in results if (r.status, r.outcome) != ("finished", "patched")]
         if bad:
