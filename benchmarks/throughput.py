@@ -4,7 +4,9 @@ The scripted model answers every call after a fixed latency; the gateway's concu
 set far above what 8 runs ask at once (and the most requests the model held at once is printed),
 so only magis-ray itself can keep 8 runs from being 8 times one. Every level runs the same
 --issues calc instances (one fixture repository, different instance ids, two tasks each) with
-BatchRunner in one Ray session, after a warm-up, each into a store of its own.
+BatchRunner in one Ray session, after a warm-up, each into a store of its own. Each level first
+runs as many issues as it runs at once, untimed, in the same deployment: a batch's first runs
+start the Ray processes its later runs reuse, so the timed ones show a long batch's steady state.
 
 With --tests on, the team runs the code in the sandbox, on an environment the warm-up builds
 (pytest from PyPI, into --env-cache) and every level finds cached: each run tests a reproduction
@@ -237,11 +239,17 @@ def items(repo: Path, base: str, count: int, prefix: str) -> list[BatchItem]:
     ]
 
 
-def run_level(workers: int, batch_items, tmp: Path, config, repos: Path, name: str, sampler: Sampler | None, tests: bool):
+def run_level(workers: int, batch_items, tmp: Path, config, repos: Path, name: str, sampler: Sampler | None, tests: bool,
+              warm_items=()):
+    """One batch of `batch_items` at `workers` runs at once, timed, after `warm_items` (untimed) in
+    the same deployment: a batch's first runs start the processes its later runs reuse, so the
+    timed issues show a long batch's steady state."""
     store_path = tmp / f"store-{name}"
     deployment = TimedDeployment(str(store_path), config)
     with open_store(str(store_path), create=True) as store:
         settings = batch_settings(RunSettings(top_k=4, model="scripted", tests=tests), name)
+        if warm_items:
+            BatchRunner(deployment, store, batch_settings(settings, f"{name}-warm-up"), str(repos), workers).run(warm_items)
         if sampler:
             sampler.begin()
         busy0, total0 = machine_busy()
@@ -253,8 +261,8 @@ def run_level(workers: int, batch_items, tmp: Path, config, repos: Path, name: s
         bad = [r for r in results if (r.status, r.outcome) != ("finished", "patched")]
         if bad:
             raise SystemExit(f"level {name}: {len(bad)} runs did not patch, e.g. {bad[0]}")
-        logs = {info.run_id: store.read(info.run_id) for info in store.list_runs()}
-        positions = max(r.position for events in logs.values() for r in events)
+        timed = {item.instance_id for item in batch_items}
+        logs = {info.run_id: events for info in store.list_runs() if (events := store.read(info.run_id))[0].event.instance_id in timed}
     test_runs = [r.event for events in logs.values() for r in events if isinstance(r.event, TestsRan) and r.event.purpose != "prepare"]
     if tests:
         expected = 5 * len(logs)  # a reproduction, and per task a baseline and a check
@@ -271,7 +279,7 @@ def run_level(workers: int, batch_items, tmp: Path, config, repos: Path, name: s
         path.append(critical)
         overhead.append((events[-1].time - started.time) - critical)
     return {
-        "wall": wall, "issues": len(results), "events": positions, "launch": launch, "overhead": overhead, "path": path,
+        "wall": wall, "issues": len(results), "events": sum(map(len, logs.values())), "launch": launch, "overhead": overhead, "path": path,
         "cpu_share": (busy1 - busy0) / (total1 - total0) if total1 > total0 else 0.0,
         "exchanges": sum(isinstance(r.event, LLMExchanged) for events in logs.values() for r in events),
         "test_s": sum(t.duration_s for t in test_runs) / len(logs),
@@ -335,7 +343,8 @@ def measure(args, tmp: Path) -> None:
         print(f"warm-up: {warm['issues']} issues in {warm['wall']:.1f} s; idle Ray workers: {', '.join(idle_kinds)}: "
               f"{mb(idle_rss).strip()} RSS, {mb(idle_pss).strip()} PSS")
         for level in args.levels:
-            row = run_level(level, items(repo, base, args.issues, f"c{level}"), tmp, config, repos, f"level-{level}", sampler, tests)
+            row = run_level(level, items(repo, base, args.issues, f"c{level}"), tmp, config, repos, f"level-{level}", sampler, tests,
+                            warm_items=items(repo, base, level, f"w{level}"))
             row.update(peak_rss=sampler.peak_rss, peak_pss=sampler.peak_pss, peak_processes=sampler.peak_processes,
                        cpu=sampler.cpu_by_kind(), processes_started=sampler.started, in_flight=server.max_in_flight)
             rows[level] = row
