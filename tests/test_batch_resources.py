@@ -1,12 +1,17 @@
-"""A batch with tests on uses the whole cluster: a run holds a core only while one of its builds or
-test runs runs, never while it waits on the model, so a batch of more runs than the cluster has
-cores has all of them in their bench phase at once, their test runs interleaved.
+"""A batch uses the cluster well. A run holds a core only while one of its builds or test runs
+runs, never while it waits on the model, so a batch of more runs than the cluster has cores has all
+of them in their bench phase at once, their test runs interleaved. A batch starts its processes
+once: its later runs' agents are served by the role actors its earlier ones used. A worker process
+loads none of Ray's serializer add-ons (pyarrow), which no role needs.
 
-Real throughout: Ray with two CPUs, the calc repository, an environment built from PyPI into a
-cache of this module's own, bubblewrap, the scripted model over HTTP."""
+Real throughout: Ray with two CPUs started as magis-ray starts its own, the calc repository, an
+environment built from PyPI into a cache of this module's own, bubblewrap, the scripted model over
+HTTP."""
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 
 import pytest
 from scenarios import MEAN_FIX, calc_issue, make_calc_repo
@@ -16,7 +21,7 @@ from magis_ray.actors.model.gateway import GatewayConfig
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.actors.runtime.batch import BatchItem, BatchRunner, batch_settings
-from magis_ray.actors.runtime.deployment import Deployment
+from magis_ray.actors.runtime.deployment import Deployment, own_ray_config
 from magis_ray.events.schema import RunSettings
 from magis_ray.events import schema
 from magis_ray.store import open_store
@@ -30,15 +35,17 @@ needs_sandbox = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is n
 
 @pytest.fixture(scope="module")
 def ray_with_env_cache(tmp_path_factory):
-    """A Ray of this module's own with CORES CPUs, whose workers find the environments in a cache
-    of this module's own (they inherit MAGIS_ENV_CACHE from this process at ray.init)."""
+    """A Ray of this module's own with CORES CPUs, configured as magis-ray configures the Ray it
+    starts, whose workers find the environments in a cache of this module's own (they inherit
+    MAGIS_ENV_CACHE from this process at ray.init)."""
     import ray
 
     from magis_ray.actors.runtime import remote
 
     before = os.environ.get("MAGIS_ENV_CACHE")
     os.environ["MAGIS_ENV_CACHE"] = str(tmp_path_factory.mktemp("envs"))
-    ray.init(address="local", num_cpus=CORES, include_dashboard=False, namespace="magis", log_to_driver=False)
+    ray.init(address="local", num_cpus=CORES, include_dashboard=False, namespace="magis", log_to_driver=False,
+             **own_ray_config("local"))
     try:
         yield ray
     finally:
@@ -99,3 +106,43 @@ def test_a_batch_of_more_runs_than_cores_runs_their_bench_phases_at_once(ray_wit
     for run_id, (start, end) in phases.items():
         others = {other for time, other in ordered if start < time < end and other != run_id}
         assert len(others) >= CORES, (run_id, others)
+
+
+def test_a_batch_reuses_its_role_actors_run_after_run(ray_with_env_cache, tmp_path):
+    repos = tmp_path / "repos"
+    _, base = make_calc_repo(repos / "calc__calc")
+    runs = 3
+    items = [BatchItem(f"calc__calc-{i}", calc_issue(repos / "calc__calc", base, instance_id=f"calc__calc-{i}")) for i in range(1, runs + 1)]
+    with ScriptedServer(ScriptedTeam({"calc/stats.py": [MEAN_FIX]})) as server:
+        deployment = Deployment(str(tmp_path / "store"), GatewayConfig(base_url=server.base_url, api_key="k", model="m"))
+        try:
+            with open_store(str(tmp_path / "store"), create=True) as store:
+                settings = batch_settings(RunSettings(top_k=4, model="m"), "reuse")
+                results = BatchRunner(deployment, store, settings, str(repos), workers=1).run(items)
+            counts = ray_with_env_cache.get(deployment.pool.counts.remote())
+        finally:
+            deployment.close()
+    assert [(r.status, r.outcome) for r in results] == [("finished", "patched")] * runs
+    # one Custodian, one Developer and one QA Engineer served all three runs, and wait for the next
+    assert counts == {"started": 3, "idle": 3, "lent": 0}
+
+
+def test_a_worker_process_loads_no_serializer_addon_and_can_still_import_one(ray_with_env_cache):
+    if importlib.util.find_spec("pyarrow") is None:
+        pytest.skip("pyarrow is not installed (the grade extra installs it): nothing for Ray to load")
+    ray = ray_with_env_cache
+
+    @ray.remote(num_cpus=0)
+    class Probe:
+        def __init__(self, argument: dict):  # an argument: the worker has deserialized something
+            self.argument = argument
+
+        def loaded(self) -> tuple[bool, bool]:
+            before = "pyarrow" in sys.modules
+            import pyarrow  # noqa: F401 - a grading task imports it through swebench
+
+            return before, "pyarrow" in sys.modules
+
+    # an environment of its own: a new worker process, never one an earlier test's tasks used
+    probe = Probe.options(runtime_env={"env_vars": {"MAGIS_PROBE": str(os.getpid())}}).remote({"a": [1, 2]})
+    assert ray.get(probe.loaded.remote()) == (False, True)
