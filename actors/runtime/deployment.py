@@ -14,7 +14,7 @@ from magis_ray.events.schema import LLMExchanged, Recorded, RunFailed, RunFinish
 from magis_ray.actors.runtime.continuation import ResumePoint
 from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.liveness import Liveness
-from magis_ray.actors.runtime.remote import NAMESPACE, gateway_actor, gateway_name, store_actor, supervisor_actor
+from magis_ray.actors.runtime.remote import NAMESPACE, READY_S, gateway_actor, gateway_name, pool_actor, store_actor, supervisor_actor
 from magis_ray.actors.runtime.replay import issue_of
 from magis_ray.actors.runtime.team import root_cause
 from magis_ray.store import Fenced
@@ -23,6 +23,8 @@ INTERRUPTED = "interrupted by the user"
 
 
 SETTINGS_PREFIX = "MAGIS_"
+# Imported first in each worker of a Ray we start: lean_workers.py says why.
+LEAN_WORKERS = "magis_ray.actors.runtime.lean_workers"
 # What Ray sets on the driver of a `ray job submit` job: the job's runtime env travels in it.
 JOB_CONFIG_VARIABLE = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
@@ -42,6 +44,12 @@ def settings_runtime_env(address: str, environ: dict[str, str]) -> dict | None:
     return {"env_vars": settings} if settings else None
 
 
+def own_ray_config(address: str) -> dict:
+    """What a Ray we start gets (a cluster's was set when its nodes started): its workers import
+    LEAN_WORKERS first."""
+    return {"_system_config": {"preload_python_modules": [LEAN_WORKERS]}} if address == "local" else {}
+
+
 def ensure_ray(address: str | None = None) -> None:
     """Join the cluster RAY_ADDRESS names (as `ray job submit` sets it), else start a Ray of our
     own: never a cluster that merely happens to run on this machine."""
@@ -51,7 +59,7 @@ def ensure_ray(address: str | None = None) -> None:
         address = address or os.environ.get("RAY_ADDRESS") or "local"
         ray.init(
             address=address, namespace=NAMESPACE, runtime_env=settings_runtime_env(address, dict(os.environ)),
-            include_dashboard=False, log_to_driver=False, configure_logging=False,
+            include_dashboard=False, log_to_driver=False, configure_logging=False, **own_ray_config(address),
         )
 
 
@@ -84,7 +92,11 @@ def taken_over(run_id: str) -> Fenced:
 
 class Deployment:
     """The shared actors of one store and one model endpoint, the runs started on them, and this
-    driver's leases on those runs (one live driver per run)."""
+    driver's leases on those runs (one live driver per run).
+
+    It keeps its supervisors, and its pool keeps the role actors, between runs: a batch starts
+    each process once, and its later runs reuse them (remote.RolePool says why). A run that did
+    not end normally (cut off, taken over, its supervisor lost) takes its actors with it."""
 
     def __init__(self, store_path: str, gateway_config, liveness: Liveness | None = None):
         self.liveness = liveness or Liveness(store_path)
@@ -92,6 +104,28 @@ class Deployment:
         self.store = store_actor(os.path.abspath(store_path))
         self.gateway = gateway_actor(gateway_config)
         ray.get(self.store.uses_gateway.remote(gateway_name(gateway_config)))
+        self._pool = None
+        self._idle: list = []  # supervisors whose run ended normally
+
+    @property
+    def pool(self):
+        """The pool of this driver's role actors (made with the first run)."""
+        if self._pool is None:
+            self._pool = pool_actor()
+        return self._pool
+
+    def _supervisor(self):
+        """An idle supervisor that still answers, or a new one."""
+        while self._idle:
+            supervisor = self._idle.pop()
+            ready, _ = ray.wait([supervisor.ready.remote()], timeout=READY_S)
+            try:
+                if ready and ray.get(ready[0]):
+                    return supervisor
+            except ray.exceptions.RayActorError:
+                pass
+            ray.kill(supervisor)
+        return supervisor_actor(self.pool)
 
     def start(self, *, issue: IssueRecord, settings: RunSettings, repo_path: str, run_id: str,
               recorded: list[Recorded] | None = None, resume: ResumePoint | None = None) -> RunningRun:
@@ -107,10 +141,9 @@ class Deployment:
             ray.get(self.gateway.set_budget.remote(run_id, max(settings.token_budget - spent, 1)))
         if settings.batch:
             ray.get(self.gateway.join_batch.remote(run_id, batch_budget_key(settings.batch)))
-        supervisor = supervisor_actor(
-            run_id, issue, settings, os.path.abspath(repo_path), self.store, self.gateway, recorded, fence=fence,
-        )
-        return RunningRun(run_id, supervisor, supervisor.run.remote(), fence)
+        supervisor = self._supervisor()
+        result = supervisor.run.remote(run_id, issue, settings, os.path.abspath(repo_path), self.store, self.gateway, recorded, fence)
+        return RunningRun(run_id, supervisor, result, fence)
 
     def lost(self, run: RunningRun) -> bool:
         """Another driver took the run over (this one stalled past its lease)."""
@@ -118,25 +151,36 @@ class Deployment:
 
     def finish(self, run: RunningRun) -> RunFinished | RunFailed:
         """The run's terminal event. Fenced (one line) when another driver took the run over."""
+        ended = False
         try:
             while not ray.wait([run.result], timeout=self.liveness.ttl_s / 3)[0]:
                 if self.lost(run):
                     raise taken_over(run.run_id)
             try:
-                return ray.get(run.result)
+                end = ray.get(run.result)
+                ended = True
+                return end
             except ray.exceptions.RayTaskError as exc:
                 cause = root_cause(exc)
                 if isinstance(cause, Fenced):
                     raise taken_over(run.run_id) from None
                 raise
         finally:
-            ray.kill(run.supervisor)
+            if ended:
+                self._idle.append(run.supervisor)
+            else:
+                self._end(run)
             self.liveness.release(run.run_id)
 
-    def interrupt(self, run: RunningRun) -> RunFailed:
-        """Stop a run's actors (the supervisor owns them all) and end its log resumably; the store
-        refuses any late append once the log has ended."""
+    def _end(self, run: RunningRun) -> None:
+        """A run cut off: its supervisor, and the role actors it still holds."""
         ray.kill(run.supervisor)
+        self.pool.end_run.remote(run.run_id)
+
+    def interrupt(self, run: RunningRun) -> RunFailed:
+        """Stop a run's actors and end its log resumably; the store refuses any late append once
+        the log has ended."""
+        self._end(run)
         end = RunFailed(reason=INTERRUPTED, error_type="Interrupted", resumable=True)
         try:
             ray.get(self.store.append_next.remote(run.run_id, [new_event(end, "driver")], run.fence))
@@ -145,6 +189,13 @@ class Deployment:
         return end
 
     def close(self) -> None:
+        """End the kept supervisors and role actors (the driver's exit ends them too), and the leases."""
+        for supervisor in self._idle:
+            ray.kill(supervisor)
+        self._idle.clear()
+        if self._pool is not None:
+            ray.kill(self._pool)
+            self._pool = None
         self.liveness.close()
 
 

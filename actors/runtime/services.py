@@ -2,6 +2,9 @@
 Each talks to the shared store and gateway through handles, and rebuilds its lanes from the log."""
 from __future__ import annotations
 
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import ray
@@ -130,82 +133,113 @@ def lanes_for(run_id: str, store, gateway, recorded: dict[str, list[Recorded]] |
 
 
 # --- the roles -------------------------------------------------------------------------------
+# A role's actor serves one agent at a time, and then another (of this run or another): the
+# driver's RolePool (remote.py) keeps it between agents, so a batch starts no process per agent
+# once its first runs have started theirs. Each call says which agent it is for (a Binding); an
+# actor rebuilds its lanes when that changes, and keeps them while it serves the same agent (its
+# journal's place among the agent's recorded events).
 
 
-class CustodianService:
+@dataclass(frozen=True)
+class Binding:
+    """The agent a role actor serves: its run, the shared store and gateway, its recorded lanes
+    (on resume), the driver's lease epoch, and an id no other agent has."""
+
+    run_id: str
+    store: object
+    gateway: object
+    recorded: dict
+    fence: int = 0
+    agent: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+class RoleService:
+    """What every role actor has: the lanes of the agent it serves now."""
+
+    _agent: str = ""
+    _lanes: Lanes | None = None
+
+    def lanes(self, binding: Binding) -> Lanes:
+        if binding.agent != self._agent or self._lanes is None:
+            self._lanes = lanes_for(binding.run_id, binding.store, binding.gateway, binding.recorded, binding.fence)
+            self._agent = binding.agent
+        return self._lanes
+
+    def ready(self) -> bool:
+        """Answers once the process is up (the pool asks an idle actor before lending it)."""
+        return True
+
+
+class CustodianService(RoleService):
     """Runs where the repository is: it reads every file at the base commit."""
 
-    def __init__(self, run_id, repo_path, commit, repo, settings: RunSettings, store, gateway, recorded, fence=0):
+    def locate(self, binding: Binding, repo_path: str, commit: str, repo: str, settings: RunSettings, issue_text: str,
+               memory_before: int | None = None):
         from magis_ray.actors.code.repository import RepoSnapshot
         from magis_ray.actors.roles.custodian import Custodian
 
-        self._custodian = Custodian(
-            RepoSnapshot.open(repo_path, commit), StoreMemory(store), lanes_for(run_id, store, gateway, recorded, fence), repo, settings,
-        )
-
-    def locate(self, issue_text: str, memory_before: int | None = None):
-        return self._custodian.locate(issue_text, memory_before)
+        custodian = Custodian(RepoSnapshot.open(repo_path, commit), StoreMemory(binding.store), self.lanes(binding), repo, settings)
+        return custodian.locate(issue_text, memory_before)
 
 
-class QAService:
-    def __init__(self, run_id, store, gateway, recorded, fence=0):
-        self._lanes = lanes_for(run_id, store, gateway, recorded, fence)
-
-    def review(self, qa: QAAssigned, patch: PatchProposed, issue_text: str, task_description: str, evidence=None):
-        from magis_ray.actors.roles.developer import lane_suffix
+class QAService(RoleService):
+    def review(self, binding: Binding, lane: str, qa: QAAssigned, patch: PatchProposed, issue_text: str, task_description: str,
+               evidence=None):
+        """`lane`: the QA Engineer's, named by its Developer (so this process never imports the
+        Developer's module, and pygit2 with it)."""
         from magis_ray.actors.roles.qa import QAEngineer
 
-        asker = self._lanes(f"qa:{patch.task_id}{lane_suffix(patch.candidate)}")
-        return QAEngineer(asker, issue_text, task_description).review(qa, patch, evidence)
+        return QAEngineer(self.lanes(binding)(lane), issue_text, task_description).review(qa, patch, evidence)
 
 
 class RemoteReviewer:
-    def __init__(self, qa_actor, issue_text: str, task_description: str):
-        self._qa, self._issue, self._task = qa_actor, issue_text, task_description
+    def __init__(self, qa_actor, binding: Binding, lane: str, issue_text: str, task_description: str):
+        self._qa, self._binding, self._lane, self._issue, self._task = qa_actor, binding, lane, issue_text, task_description
 
     def review(self, qa: QAAssigned, patch: PatchProposed, evidence=None):
-        return ray.get(self._qa.review.remote(qa, patch, self._issue, self._task, evidence))
+        return ray.get(self._qa.review.remote(self._binding, self._lane, qa, patch, self._issue, self._task, evidence))
 
 
-class BenchService:
-    """The run's test bench, beside the repository; its environment is built before the run starts."""
-
-    def __init__(self, setup):
-        from magis_ray.actors.runtime.bench import ExecutionBench
-
-        self._bench = ExecutionBench(setup)
-
-    def prepare(self) -> TestsRan:
-        return self._bench.prepare()
-
-    def run(self, request) -> TestsRan:
-        return self._bench.run(request)
-
-
-class RemoteBench:
-    """The bench as a role sees it (roles.testing.Bench), backed by the bench actor."""
-
-    def __init__(self, bench_actor):
-        self._bench = bench_actor
-
-    def prepare(self) -> TestsRan:
-        return ray.get(self._bench.prepare.remote())
-
-    def run(self, request) -> TestsRan:
-        return ray.get(self._bench.run.remote(request))
-
-
-class DeveloperService:
+class DeveloperService(RoleService):
     """Needs only its task: the file content travels in the Assignment, so it can run on any node."""
 
-    def __init__(self, run_id, store, gateway, recorded, fence=0):
-        self._lanes = lanes_for(run_id, store, gateway, recorded, fence)
-
-    def run(self, work, qa_actor, bench_actor=None, candidate: int = 0):
+    def run(self, binding: Binding, work, qa_actor, qa_binding: Binding, bench=None, candidate: int = 0):
+        """`bench`: the run's (remote.BenchTasks), or None when its tests are off."""
         from magis_ray.actors.roles.developer import Developer, candidate_temperature, lane_suffix
         from magis_ray.actors.roles.testing import Tester
 
-        reviewer = RemoteReviewer(qa_actor, work.issue_text, work.task.description)
-        asker = self._lanes(f"developer:{work.task.task_id}{lane_suffix(candidate)}", candidate_temperature(candidate))
-        bench = RemoteBench(bench_actor) if bench_actor is not None else None
+        suffix = lane_suffix(candidate)
+        reviewer = RemoteReviewer(qa_actor, qa_binding, f"qa:{work.task.task_id}{suffix}", work.issue_text, work.task.description)
+        asker = self.lanes(binding)(f"developer:{work.task.task_id}{suffix}", candidate_temperature(candidate))
         return Developer(work, asker, reviewer, Tester(asker.journal, bench), candidate).run()
+
+
+# --- the test bench: each build and each test run a task on the run's node (remote.BenchTasks) ---
+
+BENCHES_KEPT = 16  # the most runs' benches a worker process keeps
+_benches: OrderedDict[str, object] = OrderedDict()  # this process's benches by setup, the most recent last
+
+
+def _bench_for(setup):
+    """This worker process's bench for `setup`. Ray gives a run's tasks whichever worker of the
+    node's pool is free, and keeps those workers: one that ran an earlier build or test of the
+    same run (or of another run at the same commit) has its spec, its testbed and the harness's
+    imports ready."""
+    from magis_ray.actors.runtime.bench import ExecutionBench
+
+    key = repr(setup)
+    bench = _benches.pop(key, None) or ExecutionBench(setup)
+    _benches[key] = bench
+    while len(_benches) > BENCHES_KEPT:
+        _benches.popitem(last=False)
+    return bench
+
+
+def prepare_bench(setup) -> TestsRan:
+    """The run's testbed, built here unless this node has it: Bench.prepare."""
+    return _bench_for(setup).prepare()
+
+
+def run_bench(setup, request) -> TestsRan:
+    """One test run on a fresh copy of the run's testbed: Bench.run."""
+    return _bench_for(setup).run(request)
