@@ -127,7 +127,7 @@ def test_b_a_patch_that_adds_a_dependency_needs_the_internet_to_install_again(ca
     repo = root / "repos" / "dep__dep"
     _, base = make_repo(repo, {"pyproject.toml": PYPROJECT.format(deps=""), "pkg/__init__.py": ""})
     patch = ("diff --git a/pyproject.toml b/pyproject.toml\n--- a/pyproject.toml\n+++ b/pyproject.toml\n"
-             f"@@ -7 +7 @@ version = \"0.1\"\n-dependencies = []\n+dependencies = [\"six\"]\n")
+             "@@ -7 +7 @@ version = \"0.1\"\n-dependencies = []\n+dependencies = [\"six\"]\n")
     test = new_file_patch("tests/test_six.py", "def test_six():\n    import six\n    assert six.PY3\n")
     rec = record("dep/dep", base, {"f2p": ["tests/test_six.py::test_six"]}, test_patch=test)
     offline = grade_custom(caches, rec, patch)
