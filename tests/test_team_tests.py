@@ -298,3 +298,13 @@ def test_a_later_stage_is_tested_with_the_earlier_stages_patches_applied(calc_re
     finished = {e.task_id: e.status for e in events if type(e).__name__ == "TaskFinished"}
     assert finished == {tasks["calc/stats.py"]: "approved", second: "approved"}
     assert lines["outcome"].strip() == "patched"
+
+
+def test_the_bench_reads_test_ids_only_from_pytests_summary_of_its_own_run():
+    """pytest's own suite prints its inner runs' output ("PASSED [100%]"); those are no test ids."""
+    from magis_ray.actors.runtime.bench import pytest_parse
+
+    log = ("PASSED testing/test_a.py::test_one\nFAILED testing/test_a.py::test_two - assert 1 == 2\n"
+           "PASSED [100%]\nPASSED [100%]------------------------------\nERROR testing/test_b.py\n")
+    assert pytest_parse(log) == {"testing/test_a.py::test_one": "PASSED", "testing/test_a.py::test_two": "FAILED",
+                                 "testing/test_b.py": "ERROR"}
