@@ -301,10 +301,14 @@ def test_a_later_stage_is_tested_with_the_earlier_stages_patches_applied(calc_re
 
 
 def test_the_bench_reads_test_ids_only_from_pytests_summary_of_its_own_run():
-    """pytest's own suite prints its inner runs' output ("PASSED [100%]"); those are no test ids."""
+    """pytest's own suite prints its inner runs' summaries ("PASSED [100%]", "FAILED test_x.py::t");
+    those are not the run's tests."""
     from magis_ray.actors.runtime.bench import pytest_parse
 
     log = ("PASSED testing/test_a.py::test_one\nFAILED testing/test_a.py::test_two - assert 1 == 2\n"
-           "PASSED [100%]\nPASSED [100%]------------------------------\nERROR testing/test_b.py\n")
-    assert pytest_parse(log) == {"testing/test_a.py::test_one": "PASSED", "testing/test_a.py::test_two": "FAILED",
-                                 "testing/test_b.py": "ERROR"}
+           "PASSED [100%]\nPASSED [100%]------------------------------\nERROR testing/test_b.py\n"
+           "FAILED test_change_level_undo.py::test1 - assert 0\nERROR    catchlog:test_x.py:8 boom\n")
+    ours = {"testing/test_a.py::test_one": "PASSED", "testing/test_a.py::test_two": "FAILED", "testing/test_b.py": "ERROR"}
+    assert pytest_parse(log, ("testing/test_a.py", "testing/test_b.py")) == ours
+    assert pytest_parse(log, ("testing/",)) == ours
+    assert pytest_parse(log, ("testing/test_a.py::test_two",)) == {k: v for k, v in ours.items() if "test_a" in k}  # its file's

@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from magis_ray.events.schema import RunSettings, TestsRan
@@ -88,13 +89,20 @@ def with_pytest(spec: InstanceSpec) -> InstanceSpec:
     return replace(spec, testbed=replace(spec.testbed, install=(*spec.testbed.install, "python -m pip install pytest")))
 
 
-def pytest_parse(log: str) -> dict[str, str]:
+def pytest_parse(log: str, targets: tuple[str, ...] = ()) -> dict[str, str]:
+    """Each test's status from pytest's -rA summary, for tests in `targets` (files, folders or test
+    ids; none: any)."""
     from swebench.harness.log_parsers.python import parse_log_pytest  # installed: the spec came from it
 
-    statuses = parse_log_pytest(log, None)
-    # pytest's own suite prints its inner runs' lines ("PASSED [100%]"), which the parser takes for
-    # test ids; a test id names a file, and a test in it after "::"
-    return {test: status for test, status in statuses.items() if "::" in test or test.endswith(".py")}
+    files = {target.split("::")[0].rstrip("/") for target in targets}
+
+    def ran_here(test: str) -> bool:
+        # pytest's own suite prints its inner runs' summaries ("PASSED [100%]", "FAILED
+        # test_foo.py::test1"), which the parser takes for this run's tests
+        path = test.split("::")[0]
+        return ("::" in test or path.endswith(".py")) and (not files or any(path == f or path.startswith(f + "/") for f in files))
+
+    return {test: status for test, status in parse_log_pytest(log, None).items() if ran_here(test)}
 
 
 class ExecutionBench:
@@ -162,7 +170,8 @@ class ExecutionBench:
             lines += [f"{step} >/dev/null 2>&1 || echo 'magis-ray: the install step failed again after the patch'"
                       for step in self._spec.testbed.install]
         lines.append(command)
-        run = self._runner.run(testbed, "\n".join(lines), pytest_parse, inputs=inputs, name=request.purpose, installs=reinstall)
+        parse = partial(pytest_parse, targets=tuple(request.targets))
+        run = self._runner.run(testbed, "\n".join(lines), parse, inputs=inputs, name=request.purpose, installs=reinstall)
         if run.exit_code == PATCH_FAILED and "magis-ray: patch" in run.output:
             number = re.search(r"magis-ray: patch (\d+) does not apply", run.output)
             reason = " | ".join(line for line in run.output.splitlines() if line.startswith("error:"))[:300]
