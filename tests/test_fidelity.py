@@ -249,3 +249,18 @@ def test_g_the_install_runs_at_the_instances_base_commit(caches):
     rec = record("later/later", base, {"f2p": ["tests/test_text.py::test_text"]}, setup_commit=setup_commit, test_patch=test)
     result = grade_custom(caches, rec, new_file_patch("NOTES", "a change\n"))
     assert result.completed and result.resolved, (result.error, result.output_tail)
+
+
+def test_an_install_may_add_folders_to_the_interpreters_prefix(caches):
+    """pvlib's [all] extras install data files beside the interpreter (prefix/man, prefix/share):
+    the build's uid owns the testbed's prefix, not only its bin/ and site-packages."""
+    _, root = caches
+    repo = root / "repos" / "data__data"
+    setup = ('from setuptools import setup\n\nsetup(name="pkg", version="0.1", packages=["pkg"],\n'
+             '      data_files=[("man/man1", ["pkg.1"]), ("share/pkg", ["pkg.1"])])\n')
+    _, base = make_repo(repo, {"setup.py": setup, "pkg/__init__.py": "", "pkg.1": ".TH PKG 1\n"})
+    test = new_file_patch("tests/test_man.py", "import os, sys\n\n\ndef test_man():\n"
+                                               "    assert os.path.isfile(os.path.join(sys.prefix, 'man', 'man1', 'pkg.1'))\n")
+    rec = record("data/data", base, {"f2p": ["tests/test_man.py::test_man"]}, test_patch=test)
+    result = grade_custom(caches, rec, new_file_patch("NOTES", "a change\n"), env_setup="python -m pip install . pytest")
+    assert result.completed and result.resolved, (result.error, result.output_tail)
