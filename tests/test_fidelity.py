@@ -15,7 +15,9 @@ Real throughout: virtual environments from PyPI, git repositories, the bubblewra
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -264,3 +266,27 @@ def test_an_install_may_add_folders_to_the_interpreters_prefix(caches):
     rec = record("data/data", base, {"f2p": ["tests/test_man.py::test_man"]}, test_patch=test)
     result = grade_custom(caches, rec, new_file_patch("NOTES", "a change\n"), env_setup="python -m pip install . pytest")
     assert result.completed and result.resolved, (result.error, result.output_tail)
+
+
+
+def test_h_pips_isolated_builds_do_not_see_the_environment(caches, tmp_path):
+    """pip builds a project in an environment of its own, from its build requirements (pylint 2.15
+    asks for setuptools~=62.6, 3.0 for ~=66.1). Its sitecustomize hides the interpreter's own
+    site-packages, but not what a .pth there adds: the testbed's link to its environment must
+    stand down inside a pip build (PYTHONPATH names pip-build-env-*), or the environment's
+    setuptools builds in place of the project's (pylint 3.0 then installed as UNKNOWN-0.0.0)."""
+    testbeds, root = caches
+    repo = root / "repos" / "iso__iso"
+    _, base = make_repo(repo, {"pyproject.toml": PYPROJECT.format(deps=""), "pkg/__init__.py": ""})
+    test = new_file_patch("tests/test_ok.py", "def test_ok():\n    pass\n")
+    rec = record("iso/iso", base, {"f2p": ["tests/test_ok.py::test_ok"]}, test_patch=test)
+    result = grade_custom(caches, rec, new_file_patch("NOTES", "a change\n"))
+    assert result.completed and result.resolved, (result.error, result.output_tail)
+    python = testbeds.root / result.testbed_key / "python" / "bin" / "python"
+    where = "import setuptools; print(setuptools.__file__)"
+    outside = subprocess.run([str(python), "-c", where], capture_output=True, text=True)
+    assert outside.returncode == 0 and "/venv/" in outside.stdout, outside  # the environment's setuptools
+    site = tmp_path / "pip-build-env-x1" / "site"
+    site.mkdir(parents=True)
+    inside = subprocess.run([str(python), "-c", where], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(site)})
+    assert "/venv/" not in inside.stdout and "No module named 'setuptools'" in inside.stderr, inside

@@ -67,7 +67,7 @@ class TestbedRecipe:
 
     def key(self, env_key: str) -> str:
         data = json.dumps({"env": env_key, "commit": self.commit, "pre_install": self.pre_install,
-                           "install": self.install, "layout": 5}, sort_keys=True).encode()
+                           "install": self.install, "layout": 6}, sort_keys=True).encode()
         return hashlib.sha256(data).hexdigest()[:20]
 
 
@@ -350,8 +350,13 @@ def chain(env: Environment, prefix: Path) -> None:
     # setuptools' distutils shim) must be read too, and after the testbed's. sys.real_prefix (the
     # mark of a virtualenv) makes pip treat the environment's packages as outside this prefix:
     # it installs another version here rather than uninstall one there.
+    # Not inside pip's isolated build environments (their PYTHONPATH names pip-build-env-*): their
+    # sitecustomize hides this interpreter's own site-packages, but not what a .pth adds, so the
+    # environment's setuptools would build in place of the one the project asks for (pylint 2.15
+    # asks for setuptools~=62.6 and gets a setup.py develop; 3.0 for ~=66.1 and its metadata).
     (site / "_magis_environment.pth").write_text(
-        f"import site, sys; site.addsitedir({str(base)!r}); sys.real_prefix = {env.interpreter_prefix!r}\n")
+        f"import os, site, sys; 'pip-build-env-' in os.environ.get('PYTHONPATH', '') or "
+        f"(site.addsitedir({str(base)!r}), setattr(sys, 'real_prefix', {env.interpreter_prefix!r}))\n")
     own_bin, base_bin = prefix / "bin", Path(env.venv) / "bin"
     own_python = next((own_bin / name for name in (f"python{env.python_version.rsplit('.', 1)[0]}", "python3", "python")
                        if (own_bin / name).exists()), own_bin / "python")
