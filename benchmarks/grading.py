@@ -29,7 +29,15 @@ from magis_ray.events.schema import GradingStarted, InstanceGraded
 DEFAULT_DATASET = Path(__file__).resolve().parents[2] / "shared" / "swebench" / "verified-tuning.jsonl"
 
 
-def grading_figures(store_path: str, name: str) -> None:
+def earlier_build_seconds(cache_root: Path, env_key: str) -> float | None:
+    """The build time an environment built before this grading recorded in its cache."""
+    try:
+        return json.loads((cache_root / env_key / "ready.json").read_text())["build_seconds"]
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def grading_figures(store_path: str, name: str, cache_root: Path) -> None:
     from magis_ray.store import open_store
 
     with open_store(store_path) as store:
@@ -51,11 +59,14 @@ def grading_figures(store_path: str, name: str) -> None:
     for label in sorted(by_env):
         events = by_env[label]
         built = [e.env_build_seconds for e in events if e.env_built_now]
+        earlier = None if built else earlier_build_seconds(cache_root, next((e.env_key for e in events if e.env_key), ""))
+        first = f"{max(built):.0f}" if built else (f"{earlier:.0f}*" if earlier is not None else "-")
         testbeds = [e.testbed_build_seconds for e in events if e.testbed_built_now]
         tests = [e.test_seconds for e in events if e.test_seconds]
-        print(f"| {label} | {max(built) if built else 0:.0f} | {len(testbeds)} | "
+        print(f"| {label} | {first} | {len(testbeds)} | "
               f"{statistics.median(testbeds) if testbeds else 0:.0f} | {len(events)} | "
               f"{statistics.median(tests) if tests else 0:.1f} | {max(tests) if tests else 0:.1f} |")
+    print("\n\\* built before this grading, cached (its build time as the cache recorded it)")
     print("\n### test time per instance (s)\n")
     print(" ".join(f"{r.event.instance_id}={r.event.test_seconds:.1f}" for r in sorted(graded, key=lambda r: r.event.instance_id)))
 
@@ -106,7 +117,7 @@ def main() -> None:
     parser.add_argument("--env-cache", type=Path, default=default_cache_root())
     args = parser.parse_args()
     if args.store and args.grading:
-        grading_figures(args.store, args.grading)
+        grading_figures(args.store, args.grading, args.env_cache)
     records = [json.loads(line) for line in args.dataset.read_text().splitlines() if line.strip()]
     if args.instances:
         records = [r for r in records if r["instance_id"] in args.instances]
