@@ -107,6 +107,20 @@ def checkout(repo: pygit2.Repository, commit_id: str, dest: str | os.PathLike) -
     return dest
 
 
+def files_at(repo: pygit2.Repository, rev: str) -> dict[str, bytes]:
+    """Every file of the commit `rev` names, by path."""
+    out: dict[str, bytes] = {}
+
+    def walk(tree, prefix):
+        for entry in tree:
+            if entry.type_str == "tree":
+                walk(repo.get(entry.id), prefix + entry.name + "/")
+            else:
+                out[prefix + entry.name] = repo.get(entry.id).data
+    walk(repo.revparse_single(rev).peel(pygit2.Tree), "")
+    return out
+
+
 def read_tree_files(root: str | os.PathLike) -> dict[str, bytes]:
     """Every file under `root` (outside .git) as {relative posix path: bytes}."""
     root = Path(root)

@@ -44,6 +44,14 @@ def make_store(root: Path) -> Path:
     return path
 
 
+def make_store_with_grading(root: Path) -> Path:
+    """make_store's three runs, and a grading of the calc instances."""
+    path = make_store(root)
+    with SQLiteStore.open(path) as store:
+        store.append("grading:gold@calc", 0, grading_events())
+    return path
+
+
 def env(**extra: str) -> dict[str, str]:
     out = {k: v for k, v in os.environ.items() if k not in ("MAGIS_STORE",)}
     out.update(MAGIS_LOG_LEVEL="warning", **extra)

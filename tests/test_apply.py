@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pygit2
 import pytest
-from gitfixtures import checkout, git, read_tree_files, user_clone
+from gitfixtures import checkout, files_at, git, read_tree_files, user_clone
 from runs import constructed_run, fixed_new_events
 from scenarios import FILES
 
@@ -31,19 +31,6 @@ def snapshot(path):
     """Everything `apply` must leave alone: HEAD, its branch, the index, the working tree."""
     return (git("rev-parse", "HEAD", cwd=path), git("symbolic-ref", "HEAD", cwd=path), git("status", "--porcelain", cwd=path),
             git("diff", cwd=path), git("diff", "--cached", cwd=path), read_tree_files(path))
-
-
-def files_of(repo: pygit2.Repository, commit: str) -> dict[str, bytes]:
-    out = {}
-
-    def walk(tree, prefix):
-        for entry in tree:
-            if entry.type_str == "tree":
-                walk(repo.get(entry.id), prefix + entry.name + "/")
-            else:
-                out[prefix + entry.name] = repo.get(entry.id).data
-    walk(repo.get(commit).peel(pygit2.Tree), "")
-    return out
 
 
 @pytest.fixture
@@ -74,7 +61,7 @@ def test_the_branch_holds_one_commit_on_the_base_whose_tree_is_the_base_plus_the
     (tmp_path / "run.diff").write_text(diff)
     git("apply", str(tmp_path / "run.diff"), cwd=work)
     expected = {name: data for name, data in read_tree_files(work).items()}
-    assert files_of(repo, commit) == expected and expected != files_of(repo, base)
+    assert files_at(repo, commit) == expected and expected != files_at(repo, base)
     assert made.message == commit_message(view)
 
 

@@ -9,14 +9,12 @@ import json
 import re
 import socket
 import subprocess
-import threading
-import time
 import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from inspecting import FIXED, MAGIS, REJECTED, RESUMED, env, get, grading_events, make_store, page, serve
+from inspecting import FIXED, MAGIS, REJECTED, RESUMED, env, get, make_store, make_store_with_grading, page, serve
 from runs import REVIEW_APPROVAL, REVIEW_REJECTION, constructed_run, fixed_new_events, repo_for
 
 from magis_ray.actors.runtime.journal import Divergence, Journal, lanes_of
@@ -32,10 +30,7 @@ from magis_ray.store.memory import InMemoryStore
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
-    path = make_store(tmp_path_factory.mktemp("inspector"))
-    with open_store(str(path)) as s:
-        s.append("grading:gold@calc", 0, grading_events())
-    return path
+    return make_store_with_grading(tmp_path_factory.mktemp("inspector"))
 
 
 @pytest.fixture(scope="module")

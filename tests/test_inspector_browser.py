@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from inspecting import FIXED, MAGIS, REJECTED, env, make_store, serve
+from inspecting import FIXED, MAGIS, REJECTED, env, make_store_with_grading, serve
 from scenarios import MEAN_FIX, calc_issue, make_calc_repo, write_issue
 
 from magis_ray.actors.model.scripted_server import ScriptedServer
@@ -41,14 +41,7 @@ WAIT_S = 180  # a loaded machine starts Ray slowly
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
-    from inspecting import grading_events
-
-    from magis_ray.store import open_store
-
-    path = make_store(tmp_path_factory.mktemp("browser"))
-    with open_store(str(path)) as s:
-        s.append("grading:gold@calc", 0, grading_events())
-    return path
+    return make_store_with_grading(tmp_path_factory.mktemp("browser"))
 
 
 @pytest.fixture(scope="module")

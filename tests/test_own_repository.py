@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pygit2
 import pytest
-from gitfixtures import checkout, git, read_tree_files, user_clone
+from gitfixtures import checkout, files_at, git, read_tree_files, user_clone
 from runs import fixed_new_events
 from scenarios import FILES, MEAN_FIX
 
@@ -102,20 +102,6 @@ def snapshot(path: Path):
             git("diff", cwd=path), git("diff", "--cached", cwd=path), files)
 
 
-def tree_files(repo_path: Path, rev: str) -> dict[str, bytes]:
-    repo = pygit2.Repository(str(repo_path))
-    out: dict[str, bytes] = {}
-
-    def walk(tree, prefix):
-        for entry in tree:
-            if entry.type_str == "tree":
-                walk(repo.get(entry.id), prefix + entry.name + "/")
-            else:
-                out[prefix + entry.name] = repo.get(entry.id).data
-    walk(repo.revparse_single(rev).peel(pygit2.Tree), "")
-    return out
-
-
 def pytest_in(path: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=path,
                           capture_output=True, text=True, timeout=120)
@@ -156,7 +142,7 @@ def test_your_own_repository_as_the_readme_says(tmp_path, env_cache):
     assert git("rev-parse", "fix/mean^", cwd=repo).strip() == base
     work = checkout(pygit2.Repository(str(repo)), base, tmp_path / "expected")
     git("apply", str(repo / ".magis" / "runs" / run_id / "diff.patch"), cwd=work)
-    assert tree_files(repo, "fix/mean") == read_tree_files(work) != tree_files(repo, base)
+    assert files_at(pygit2.Repository(str(repo)), "fix/mean") == read_tree_files(work) != files_at(pygit2.Repository(str(repo)), base)
     message = git("log", "-1", "--format=%B", "fix/mean", cwd=repo)
     assert message.startswith("mean() returns the wrong value\n\n") and f"run {run_id}" in message and "calc/stats.py" in message
 

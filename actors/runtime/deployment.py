@@ -14,7 +14,7 @@ from magis_ray.events.schema import LLMExchanged, Recorded, RunFailed, RunFinish
 from magis_ray.actors.runtime.continuation import ResumePoint
 from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.liveness import Liveness
-from magis_ray.actors.runtime.remote import NAMESPACE, READY_S, gateway_actor, gateway_name, pool_actor, store_actor, supervisor_actor
+from magis_ray.actors.runtime.remote import NAMESPACE, answers, gateway_actor, gateway_name, pool_actor, store_actor, supervisor_actor
 from magis_ray.actors.runtime.replay import issue_of
 from magis_ray.actors.runtime.team import root_cause
 from magis_ray.store import Fenced
@@ -118,12 +118,8 @@ class Deployment:
         """An idle supervisor that still answers, or a new one."""
         while self._idle:
             supervisor = self._idle.pop()
-            ready, _ = ray.wait([supervisor.ready.remote()], timeout=READY_S)
-            try:
-                if ready and ray.get(ready[0]):
-                    return supervisor
-            except ray.exceptions.RayActorError:
-                pass
+            if answers(supervisor):
+                return supervisor
             ray.kill(supervisor)
         return supervisor_actor(self.pool)
 

@@ -132,6 +132,15 @@ IDLE_KEPT = 64  # the most idle actors of one role a pool keeps (more are ended)
 READY_S = 5.0  # how long an idle actor may take to answer before it counts as lost (its node gone)
 
 
+def answers(actor) -> bool:
+    """Whether a kept actor still answers within READY_S (its node may be gone)."""
+    ready, _ = ray.wait([actor.ready.remote()], timeout=READY_S)
+    try:
+        return bool(ready and ray.get(ready[0]))
+    except ray.exceptions.RayActorError:
+        return False
+
+
 class RolePool:
     """A driver's role actors between agents: lends one (an idle one that still answers, or a new
     one) for an agent of a run, takes it back when the agent is done, and ends what a run still
@@ -163,12 +172,8 @@ class RolePool:
                 if not self._idle[kind]:
                     return None
                 actor = self._idle[kind].pop()
-            ready, _ = ray.wait([actor.ready.remote()], timeout=READY_S)
-            try:
-                if ready and ray.get(ready[0]):
-                    return actor
-            except ray.exceptions.RayActorError:
-                pass
+            if answers(actor):
+                return actor
             ray.kill(actor)
 
     def give_back(self, run_id: str, kind: str, actor) -> None:
