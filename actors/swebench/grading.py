@@ -143,14 +143,17 @@ def _run(result: GradeResult, record: dict, patch: str | None, spec: InstanceSpe
          folder: Path, constants) -> GradeResult:
     """The prediction applied and the eval script run, in one sandboxed run; the report judged."""
     folder.mkdir(parents=True, exist_ok=True)
-    script = eval_script(record, spec, reinstall=runner.isolated)
+    # No patch (--empty): the tree is the testbed's own, installed at this commit already, so the
+    # install step again would only rebuild it (minutes of C for astropy) and change nothing.
+    reinstall = runner.isolated and bool(patch)
+    script = eval_script(record, spec, reinstall=reinstall)
     inputs = {"eval.sh": script}
     shell = []
     if patch:
         inputs["patch.diff"] = patch if patch.endswith("\n") else patch + "\n"
         shell.append(apply_block(constants))
     shell += [f"echo {EVAL_BEGINS!r}", f"/bin/bash {INPUTS}/eval.sh"]
-    run = runner.run(testbed, "\n".join(shell), inputs=inputs, name="run", logs_dir=folder)
+    run = runner.run(testbed, "\n".join(shell), inputs=inputs, name="run", logs_dir=folder, installs=reinstall)
     result.test_seconds, result.test_exit_code, result.timed_out = run.duration_s, run.exit_code, run.timed_out
     result.limits = list(run.limits)
     full = Path(run.log_path).read_text(encoding="utf-8", errors="replace")
