@@ -97,7 +97,7 @@ def kind_of(cmdline: str) -> str:
 def cpu_of(pid: int) -> float | None:
     """CPU seconds of a process, or None once it is gone."""
     try:
-        fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / TICK
     except (OSError, IndexError, ValueError):
         return None
@@ -108,7 +108,7 @@ def memory_of(pid: int) -> tuple[int, int] | None:
     process's page tables (about 2 ms of CPU for a Ray worker), so it is read less often."""
     rss = pss = 0
     try:
-        for line in (Path("/proc") / str(pid) / "smaps_rollup").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
             if line.startswith("Rss:"):
                 rss = int(line.split()[1])
             elif line.startswith("Pss:"):
