@@ -102,10 +102,11 @@ def grading_limits(wall_seconds: float, memory_bytes: int) -> Limits:
 
 def grade(record: dict, patch: str | None, repos_dir: str | Path, testbeds: TestbedCache, runner: TestRunner,
           model: str = "", logs_dir: str | Path | None = None, custom: CustomSetup | None = None,
-          run_empty: bool = False) -> GradeResult:
+          run_empty: bool = False, install_again: bool = True) -> GradeResult:
     """Grade `patch` (None: the prediction has none) against the SWE-bench `record`. An empty or
     missing patch is not run (the harness's rule) unless `run_empty`: the grader's own check
-    that the tests fail without a fix."""
+    that the tests fail without a fix. `install_again=False` leaves out the eval script's install
+    step (the benchmark's like-for-like run against `--sandbox none`, which has none)."""
     result = GradeResult(instance_id=record["instance_id"], model=model)
     result.patch_is_None = patch is None
     result.patch_exists = patch is not None
@@ -134,18 +135,19 @@ def grade(record: dict, patch: str | None, repos_dir: str | Path, testbeds: Test
     result.testbed_key, result.testbed_build_seconds, result.testbed_built_now = testbed.key, testbed.build_seconds, testbed.built_now
     if logs_dir is None:
         with tempfile.TemporaryDirectory(prefix="magis-grade-") as scratch:
-            return _run(result, record, patch, spec, testbed, runner, Path(scratch) / record["instance_id"], constants)
+            return _run(result, record, patch, spec, testbed, runner, Path(scratch) / record["instance_id"], constants,
+                        install_again)
     folder = Path(logs_dir) / (model or "none").replace("/", "__") / record["instance_id"]
-    return _run(result, record, patch, spec, testbed, runner, folder, constants)
+    return _run(result, record, patch, spec, testbed, runner, folder, constants, install_again)
 
 
 def _run(result: GradeResult, record: dict, patch: str | None, spec: InstanceSpec, testbed, runner: TestRunner,
-         folder: Path, constants) -> GradeResult:
+         folder: Path, constants, install_again: bool = True) -> GradeResult:
     """The prediction applied and the eval script run, in one sandboxed run; the report judged."""
     folder.mkdir(parents=True, exist_ok=True)
     # No patch (--empty): the tree is the testbed's own, installed at this commit already, so the
     # install step again would only rebuild it (minutes of C for astropy) and change nothing.
-    reinstall = runner.isolated and bool(patch)
+    reinstall = runner.isolated and bool(patch) and install_again
     script = eval_script(record, spec, reinstall=reinstall)
     inputs = {"eval.sh": script}
     shell = []
