@@ -17,7 +17,7 @@ FALLBACK_SIGNATURE = ("magis-ray", "magis-ray@localhost")
 
 
 class BranchExists(RepoError):
-    pass
+    """The branch `apply` was asked to make is there already."""
 
 
 def _plain_git_env(git_dir: str, index: str) -> dict[str, str]:

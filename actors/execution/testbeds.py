@@ -159,13 +159,12 @@ class TestbedCache:
         else:
             make_prefix(Path(env.interpreter_prefix), prefix)
         chain(env, prefix)
-        # An install may add folders to the prefix itself (man/, share/, include/site/ of a
-        # package's data files), besides its scripts and its packages.
-        for writable in (prefix, prefix / "bin", prefix / "include", Path(site_packages_of(prefix))):
-            if writable == prefix:
-                if identity.drop:
-                    os.chown(prefix, identity.uid, identity.gid)
-            elif writable.is_dir():
+        # An install may add folders to the prefix itself (man/, share/ of a package's data
+        # files), besides its scripts, headers and packages.
+        if identity.drop:
+            os.chown(prefix, identity.uid, identity.gid)
+        for writable in (prefix / "bin", prefix / "include", Path(site_packages_of(prefix))):
+            if writable.is_dir():
                 give_own_files(writable, identity)
         for number, command in enumerate(recipe.pre_install, 1):
             steps.run(f"pre_install-{number}", command, network=False)
