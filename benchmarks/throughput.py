@@ -128,6 +128,15 @@ WORKER = "ray:"  # kind_of's prefix for a process Ray runs Python work in
 DAEMONS = ("ray:DashboardAgent", "ray:RuntimeEnvAgent")
 
 
+def by_kind(rows: list[tuple[str, int, int]]) -> dict[str, tuple[int, int, int]]:
+    """(kind, RSS kB, PSS kB) rows -> kind -> (processes, RSS kB, PSS kB)."""
+    kinds: dict[str, tuple[int, int, int]] = {}
+    for kind, rss, pss in rows:
+        count, rss_sum, pss_sum = kinds.get(kind, (0, 0, 0))
+        kinds[kind] = (count + 1, rss_sum + rss, pss_sum + pss)
+    return kinds
+
+
 def machine_busy() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole machine since boot."""
     values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -155,6 +164,7 @@ class Sampler:
     def begin(self) -> None:
         with self._lock:
             self.peak_rss = self.peak_pss = self.peak_processes = 0
+            self.peak_kinds: dict[str, tuple[int, int, int]] = {}  # at the RSS peak: kind -> (processes, RSS kB, PSS kB)
             self.by_kind: dict[str, float] = defaultdict(float)
             self.started = 0  # Ray worker processes first seen since begin()
 
@@ -175,6 +185,8 @@ class Sampler:
             tick += 1
             with self._lock:
                 if workers is not None:
+                    if sum(r[1] for r in workers) > self.peak_rss:
+                        self.peak_kinds = by_kind(workers)
                     self.peak_rss = max(self.peak_rss, sum(r[1] for r in workers))
                     self.peak_pss = max(self.peak_pss, sum(r[2] for r in workers))
                     self.peak_processes = max(self.peak_processes, len(workers))
@@ -324,6 +336,7 @@ def measure(args, tmp: Path) -> None:
             row = run_level(level, items(repo, base, args.issues, f"c{level}"), tmp, config, repos, f"level-{level}", sampler, tests,
                             warm_items=items(repo, base, level, f"w{level}"))
             row.update(peak_rss=sampler.peak_rss, peak_pss=sampler.peak_pss, peak_processes=sampler.peak_processes,
+                       peak_kinds=sampler.peak_kinds,
                        cpu=sampler.cpu_by_kind(), processes_started=sampler.started, in_flight=server.max_in_flight)
             rows[level] = row
             print(f"  level {level}: {row['issues']} issues in {row['wall']:.1f} s; machine load average "
@@ -354,6 +367,10 @@ def measure(args, tmp: Path) -> None:
         print(f"{level:4d}  {sum(row['launch']) / n:13.2f} s  {sum(row['path']) / n:6.2f} s  {sum(row['overhead']) / n:6.2f} s  "
               f"{row['test_s']:4.1f} s  {row['processes_started'] / row['issues']:9.1f}  {kinds}")
     last = args.levels[-1]
+    print()
+    print(f"where the memory goes at level {last}'s peak (Ray worker processes by kind: count, RSS and PSS each)")
+    for kind, (count, rss, pss) in sorted(rows[last]["peak_kinds"].items(), key=lambda kv: -kv[1][1]):
+        print(f"  {kind.removeprefix(WORKER):24s} {count:3d} x {rss / count / 1024:5.0f} MB RSS, {pss / count / 1024:5.0f} MB PSS")
     ratio = per_minute[last] / per_minute[first]
     goal = GOAL.get(args.latency)
     print()
