@@ -56,6 +56,7 @@ from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, calc_issue, make_calc_rep
 
 from magis_ray.actors.runtime.batch import BatchItem, BatchRunner, batch_settings  # noqa: E402
 from magis_ray.actors.runtime.deployment import Deployment, ensure_ray  # noqa: E402
+from magis_ray.actors.runtime.remote import NAMESPACE, store_name  # noqa: E402
 from magis_ray.actors.model.gateway import GatewayConfig  # noqa: E402
 from magis_ray.actors.model.scripted_server import ScriptedServer  # noqa: E402
 from magis_ray.actors.model.scripted_team import ScriptedTeam  # noqa: E402
@@ -288,6 +289,12 @@ def store_capacity(config, tmp: Path, appends: int = 2000) -> float:
     return appends / (time.monotonic() - start)
 
 
+def end_store_actor(store_path: Path) -> None:
+    """A level's store actor ends with the level (it is detached): each level counts only its own,
+    beside the warm-up's, which the idle baseline holds."""
+    ray.kill(ray.get_actor(store_name(str(store_path)), namespace=NAMESPACE))
+
+
 def mb(kb: float) -> str:
     return f"{kb / 1024:7.0f} MB"
 
@@ -339,6 +346,7 @@ def measure(args, tmp: Path) -> None:
                        peak_kinds=sampler.peak_kinds,
                        cpu=sampler.cpu_by_kind(), processes_started=sampler.started, in_flight=server.max_in_flight)
             rows[level] = row
+            end_store_actor(tmp / f"store-level-{level}")
             print(f"  level {level}: {row['issues']} issues in {row['wall']:.1f} s; machine load average "
                   f"{os.getloadavg()[0]:.1f} (other work on the machine slows every level)", flush=True)
             time.sleep(1.0)
