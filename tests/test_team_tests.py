@@ -130,6 +130,29 @@ def test_a_patch_the_reproduction_test_rejects_is_sent_back_and_the_next_one_app
 
 
 @needs_sandbox
+def test_the_baseline_runs_while_the_developer_asks_the_model_for_its_patch(calc_repo, tmp_path, env_cache):
+    """A task's regression baseline starts with its Developer, beside the model calls that write the
+    first patch (1 s each here), rather than after them: the first check waits for nothing but
+    itself. Its event still comes where it always did, between the patch and its check."""
+    repo_path, base = calc_repo
+    issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base))
+    team = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, reproductions=[REPRODUCES], delay_s=1.0)
+    with ScriptedServer(team) as server:
+        result = magis("submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "scripted",
+                       "--tests", "on", "--env-setup", ENV_SETUP, cwd=tmp_path, env_cache=env_cache)
+    assert result.returncode == 0, result.stderr
+    run_id = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)["run"].strip()
+    lane = [r for r in events_of(run_id, tmp_path, env_cache) if r.actor == "developer:T1"]
+    steps = [(type(r.event).__name__, r.event.purpose) for r in lane if type(r.event).__name__ in ("LLMExchanged", "TestsRan")]
+    assert steps == [("LLMExchanged", "design_qa"), ("LLMExchanged", "locate_lines"), ("LLMExchanged", "write_code"),
+                     ("TestsRan", "baseline"), ("TestsRan", "check")]
+    written, baseline = (next(r for r in lane if getattr(r.event, "purpose", "") == p) for p in ("write_code", "baseline"))
+    # Run after the patch, the baseline would be logged at least its own duration after it; it was
+    # done by then, so it is logged as soon as the check asks for it.
+    assert baseline.time - written.time < baseline.event.duration_s, (baseline.time - written.time, baseline.event.duration_s)
+
+
+@needs_sandbox
 def test_a_reproduction_that_does_not_even_collect_is_sent_back_with_the_reason(calc_repo, tmp_path, env_cache):
     """The bundled model once wrote a test file whose only line was `the whole test file`: a
     SyntaxError, which fails on the unfixed code without showing anything of the issue."""

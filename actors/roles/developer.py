@@ -93,6 +93,8 @@ class Developer:
 
     def run(self) -> TaskResult:
         work = self._work
+        if self._checker is not None:
+            self._checker.start_baseline()  # beside the model calls below, off the task's critical path
         qa = self._design_qa() if self._reviewer is not None else None
         feedback = ""
         patch: PatchProposed | None = None

@@ -7,6 +7,7 @@ the same request, and replay runs none."""
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -50,6 +51,9 @@ class Bench(Protocol):
 
 
 class TestJournal(Protocol):
+    @property
+    def live(self) -> bool: ...
+
     def emit(self, event, caused_by: str = "") -> str: ...
 
     def recorded_tests(self, probe: TestsRan) -> TestsRan | None: ...
@@ -57,11 +61,27 @@ class TestJournal(Protocol):
 
 class Tester:
     """One lane's way to run tests: reuse the logged outcome of this very request, or run it and
-    log it."""
+    log it. A run may start early, in the background (`start`), while the lane goes on with other
+    work; its event is still logged where the lane asks for its outcome, so the lane's events keep
+    their order."""
 
     def __init__(self, journal: TestJournal, bench: Bench | None):
         self._journal = journal
         self._bench = bench
+        self._started: dict[tuple, Future] = {}
+        self._background: ThreadPoolExecutor | None = None
+
+    def start(self, request: TestRequest, *, task_id: str = "", attempt: int = 0, candidate: int = 0) -> None:
+        """Start `request` now, beside the lane's other work; `run` of the same request later takes
+        its outcome instead of running it. Only a live lane starts one: a lane that resumes or
+        replays has the outcome in its log, and replay runs no test."""
+        if self._bench is None or not self._journal.live:
+            return
+        key = (request.digest(), task_id, attempt, candidate)
+        if key not in self._started:
+            if self._background is None:
+                self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="early-test")
+            self._started[key] = self._background.submit(self._bench.run, request)
 
     def prepare(self) -> TestsRan:
         """The environment's readiness, as the log has it or the bench says now."""
@@ -83,7 +103,11 @@ class Tester:
             return recorded
         if self._bench is None:
             raise RuntimeError("tests were asked for, but this run has no test bench")
-        outcome = self._bench.run(request)
+        started = self._started.pop((probe.patch_digest, task_id, attempt, candidate), None)
+        if self._background is not None and not self._started:
+            self._background.shutdown(wait=False)  # its thread ends once the run it holds is done
+            self._background = None
+        outcome = started.result() if started is not None else self._bench.run(request)
         ran = msgspec.structs.replace(outcome, purpose=request.purpose, task_id=task_id, attempt=attempt,
                                       candidate=candidate, patch_digest=probe.patch_digest)
         self._journal.emit(ran)
@@ -192,13 +216,20 @@ class PatchChecker:
         self._tester, self._plan, self._task_id = tester, plan, task_id
         self._regressions: tuple[str, ...] | None = None
 
+    def _baseline_request(self) -> TestRequest:
+        return TestRequest("baseline", self._plan.regression_targets, self._plan.earlier_patches)
+
+    def start_baseline(self) -> None:
+        """Start the regression tests' baseline now, while the Developer asks the model for its first
+        patch: the first check then waits only for what is left of it."""
+        if self._regressions is None and self._plan.regression_targets:
+            self._tester.start(self._baseline_request(), task_id=self._task_id)
+
     def _baseline(self) -> tuple[str, ...]:
         if self._regressions is None:
             self._regressions = ()
             if self._plan.regression_targets:
-                base = self._tester.run(
-                    TestRequest("baseline", self._plan.regression_targets, self._plan.earlier_patches), task_id=self._task_id,
-                )
+                base = self._tester.run(self._baseline_request(), task_id=self._task_id)
                 self._regressions = tuple(base.passed)
         return self._regressions
 

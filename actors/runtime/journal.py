@@ -65,6 +65,11 @@ class Journal:
         """Recorded events of this lane not yet matched by re-execution."""
         return len(self._recorded)
 
+    @property
+    def live(self) -> bool:
+        """Whether what this lane does now is new: it writes, and has no recorded event left to match."""
+        return self._sink is not None and not self._recorded
+
     def emit(self, event: AnyEvent, caused_by: str = "") -> str:
         """Record `event` (or match it with the log); returns its event id."""
         if self._recorded:
