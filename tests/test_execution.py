@@ -5,7 +5,9 @@ test; the sandbox contains it, reports it, and nothing outside changes: not the 
 environment, not the testbed."""
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +69,26 @@ def test_environment_and_testbed_are_built_once_and_keyed_by_their_recipes(calc)
     # The install went into the testbed's own prefix, chained onto the environment's: never into it.
     assert not list((Path(testbed.env.venv) / "lib").glob("python*/site-packages/calc*"))
     assert list((Path(testbed.prefix) / "lib").glob("python*/site-packages/*calc*"))
+
+
+def test_a_testbed_outlives_the_repository_it_was_built_from(calc, tmp_path):
+    """A cache kept across sessions whose repositories were temporary clones: the testbed borrows
+    the commit from the repository it is asked for now, and test runs still see its git history;
+    a repository without the commit is refused, with the reason, and spoils nothing."""
+    gone = tmp_path / "gone" / "calc__calc"
+    subprocess.run(["git", "clone", "--quiet", str(calc["repo"]), str(gone)], check=True)
+    recipe = dataclasses.replace(calc["recipe"], pre_install=("true",))  # a testbed of its own
+    built = calc["cache"].get(recipe, gone)
+    assert built.built_now and Path(built.objects).is_relative_to(gone)
+    shutil.rmtree(tmp_path / "gone")
+    empty = tmp_path / "empty"
+    subprocess.run(["git", "init", "--quiet", str(empty)], check=True)
+    with pytest.raises(EnvironmentBuildError, match=f"the testbed's repository is gone and .* lacks commit {calc['base'][:12]}"):
+        calc["cache"].get(recipe, empty)
+    again = calc["cache"].get(recipe, calc["repo"])
+    assert not again.built_now and again.key == built.key and Path(again.objects).is_relative_to(calc["repo"])
+    run = TestRunner(Sandbox(), Limits(wall_seconds=120)).run(again, "git log -1 --format=%H && git status --short --untracked-files=no", None)
+    assert run.exit_code == 0 and run.output.split() == [calc["base"]], run.output[-2000:]
 
 
 def test_a_failed_build_names_its_step(calc):

@@ -10,6 +10,7 @@ unless MAGIS_ENV_CACHE or `--env-cache` say otherwise; builds of the same key on
 each other (a file lock), so each node builds each environment once."""
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -126,12 +127,19 @@ class Environment:
         return found
 
 
-def locked_build(folder: Path, build, done: str = "ready.json"):
-    """Run `build()` for `folder` unless it is ready; builds of one folder on one node wait for each
-    other, and a failed one is not retried within FAILURE_TTL_S. Returns (info, seconds, built_now)."""
+@contextlib.contextmanager
+def folder_lock(folder: Path):
+    """The node-wide lock of a cache folder: who builds or changes it holds it."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(folder.parent / f"{folder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def locked_build(folder: Path, build, done: str = "ready.json"):
+    """Run `build()` for `folder` unless it is ready; builds of one folder on one node wait for each
+    other, and a failed one is not retried within FAILURE_TTL_S. Returns (info, seconds, built_now)."""
+    with folder_lock(folder):
         ready = folder / done
         if ready.is_file():
             return json.loads(ready.read_text()), 0.0, False

@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .environments import (SYSTEM_PREFIXES, BuildSteps, Environment, EnvironmentBuildError, EnvironmentCache,
-                           EnvironmentUnsupported, Recipe, locked_build)
+                           EnvironmentUnsupported, Recipe, folder_lock, locked_build)
 from .identities import build_identity, give_to
 from .era import constraints_from_report, requirement_name
 from .sandbox import Mount
-from .workspaces import WorkspaceError, checkout, git_env, objects_of
+from .workspaces import WorkspaceError, borrow_objects, checkout, git_env, objects_of
 
 TESTBED = "/testbed"
 DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0", "wheel")  # pip's own default for a project without pyproject.toml
@@ -127,7 +127,28 @@ class TestbedCache:
         folder = self.root / key
         repo_path = Path(repo_path).resolve()
         info, seconds, built_now = locked_build(folder, lambda: self._build(recipe, env, folder, repo_path, mirrors))
-        return Testbed(env, key, str(folder), info["objects"], seconds, built_now, recipe.label or env.label)
+        objects = info["objects"]
+        if not Path(objects).is_dir():
+            objects = self._borrow_anew(folder, repo_path, recipe.commit)
+        return Testbed(env, key, str(folder), objects, seconds, built_now, recipe.label or env.label)
+
+    def _borrow_anew(self, folder: Path, repo_path: Path, commit: str) -> str:
+        """The testbed outlived the repository it was built from (a temporary clone, a moved
+        folder): its tree borrows the commit's objects from `repo_path` from now on, rather than
+        being built again."""
+        with folder_lock(folder):
+            ready = folder / "ready.json"
+            info = json.loads(ready.read_text())
+            if Path(info["objects"]).is_dir():  # another process borrowed anew while we waited
+                return info["objects"]
+            try:
+                info["objects"] = borrow_objects(folder / "tree", repo_path, commit)
+            except WorkspaceError as exc:
+                raise EnvironmentBuildError("checkout", f"the testbed's repository is gone and {exc}") from None
+            tmp = folder / "ready.json.tmp"
+            tmp.write_text(json.dumps(info, indent=1, sort_keys=True))
+            tmp.rename(ready)
+            return info["objects"]
 
     def _build(self, recipe: TestbedRecipe, env: Environment, folder: Path, repo_path: Path, mirrors) -> dict:
         identity = build_identity()

@@ -109,6 +109,18 @@ def checkout(repo_path: str | os.PathLike, commit: str, path: str | os.PathLike)
     return re.findall(r"unable to read sha1 file of (.+?) \(", done.stderr.decode("utf-8", "replace"))
 
 
+def borrow_objects(clone: str | os.PathLike, repo_path: str | os.PathLike, commit: str) -> str:
+    """Point a shared clone (made by `checkout`) at `repo_path`'s objects instead of those it was
+    made from; the object folder it borrows from now. WorkspaceError when that repository lacks
+    `commit`, which the clone's checkout needs."""
+    git_dir = _git_dir(Path(repo_path).resolve())
+    if _git(["--git-dir", str(git_dir), "cat-file", "-e", f"{commit}^{{commit}}"], Path(clone)).returncode != 0:
+        raise WorkspaceError(f"{repo_path} lacks commit {commit[:12]}")
+    objects = str(git_dir / "objects")
+    (Path(clone) / ".git" / "objects" / "info" / "alternates").write_text(objects + "\n")
+    return objects
+
+
 def objects_of(repo_path: str | os.PathLike) -> str:
     """The object folder of a (bare or not) repository, which a shared clone borrows from."""
     return str(_git_dir(Path(repo_path).resolve()) / "objects")
