@@ -158,10 +158,15 @@ def locked_build(folder: Path, build, done: str = "ready.json"):
             raise
         seconds = time.monotonic() - start
         info = dict(info, build_seconds=seconds, time=time.time())
-        tmp = folder / f"{done}.tmp"
-        tmp.write_text(json.dumps(info, indent=1, sort_keys=True))
-        tmp.rename(ready)  # the last step: a half-built folder is never taken for a ready one
+        write_ready(folder, info, done)  # the last step: a half-built folder is never taken for a ready one
         return info, seconds, True
+
+
+def write_ready(folder: Path, info: dict, done: str = "ready.json") -> None:
+    """Record a built folder's info at once (a reader sees the old file or the new, never half)."""
+    tmp = folder / f"{done}.tmp"
+    tmp.write_text(json.dumps(info, indent=1, sort_keys=True))
+    tmp.rename(folder / done)
 
 
 class BuildSteps:

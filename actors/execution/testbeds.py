@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .environments import (SYSTEM_PREFIXES, BuildSteps, Environment, EnvironmentBuildError, EnvironmentCache,
-                           EnvironmentUnsupported, Recipe, folder_lock, locked_build)
+                           EnvironmentUnsupported, Recipe, folder_lock, locked_build, write_ready)
 from .identities import build_identity, give_to
 from .era import constraints_from_report, requirement_name
 from .sandbox import Mount
@@ -137,17 +137,14 @@ class TestbedCache:
         folder): its tree borrows the commit's objects from `repo_path` from now on, rather than
         being built again."""
         with folder_lock(folder):
-            ready = folder / "ready.json"
-            info = json.loads(ready.read_text())
+            info = json.loads((folder / "ready.json").read_text())
             if Path(info["objects"]).is_dir():  # another process borrowed anew while we waited
                 return info["objects"]
             try:
                 info["objects"] = borrow_objects(folder / "tree", repo_path, commit)
             except WorkspaceError as exc:
                 raise EnvironmentBuildError("checkout", f"the testbed's repository is gone and {exc}") from None
-            tmp = folder / "ready.json.tmp"
-            tmp.write_text(json.dumps(info, indent=1, sort_keys=True))
-            tmp.rename(ready)
+            write_ready(folder, info)
             return info["objects"]
 
     def _build(self, recipe: TestbedRecipe, env: Environment, folder: Path, repo_path: Path, mirrors) -> dict:
