@@ -67,7 +67,7 @@ SETTINGS: tuple[Setting, ...] = (
     _s("candidates", "MAGIS_CANDIDATES", int),
     _s("tests", "MAGIS_TESTS", ON_OFF),
     _s("env-setup", "MAGIS_ENV_SETUP", str),
-    # the team's own test runs are pytest's; `apply` prints this as the command to check its branch
+    # the project's own test command: the team's test runs (the tests to run follow it), and `apply`'s check of its branch
     _s("test-cmd", "MAGIS_TEST_CMD", str, flag=""),
     _s("sandbox", "MAGIS_SANDBOX", ("bwrap", "none")),
     *(Setting(f"models.{role}", f"MAGIS_MODEL_{role.upper()}", str, "--role-model") for role in ROLES),

@@ -236,13 +236,13 @@ def configured_run(resolved: dict, no_qa: bool, no_hints: bool, no_memory: bool,
                   tpm=v["tpm"])
     settings = run_settings(default_model(llm, v["model"]), v["top-k"], v["max-files"], v["max-review-rounds"], no_qa, no_hints,
                             no_memory, v["token-budget"], memory_any_model, v["tests"], v["env-setup"], v["sandbox"],
-                            v["candidates"])
+                            v["candidates"], v["test-cmd"])
     return llm, base_url, limits, msgspec.structs.replace(settings, llm=model_settings(llm, base_url, limits),
                                                           roles=role_models(resolved))
 
 
 def run_settings(model: str, top_k, max_files, max_review_rounds, no_qa, no_hints, no_memory, token_budget,
-                 memory_any_model=False, tests="off", env_setup="", sandbox="bwrap", candidates=1):
+                 memory_any_model=False, tests="off", env_setup="", sandbox="bwrap", candidates=1, test_cmd=""):
     from magis_ray.events.schema import RunSettings
 
     if top_k < 1 or max_files < 1 or max_review_rounds < 1 or token_budget < 0 or candidates < 1:
@@ -251,6 +251,6 @@ def run_settings(model: str, top_k, max_files, max_review_rounds, no_qa, no_hint
         top_k=top_k, max_files=max_files, max_review_rounds=max_review_rounds, use_qa=not no_qa,
         use_hints=not no_hints, use_memory=not no_memory, token_budget=token_budget,
         model=model, memory_any_model=memory_any_model, tests=tests == "on", env_setup=env_setup, sandbox=sandbox,
-        candidates=candidates, test_python=f"{sys.version_info.major}.{sys.version_info.minor}",
+        candidates=candidates, test_cmd=test_cmd, test_python=f"{sys.version_info.major}.{sys.version_info.minor}",
         ranking="symbols",  # issue 15's ranking; logs from before it name none and replay with the previous one
     )

@@ -326,8 +326,9 @@ def test_a_later_stage_is_tested_with_the_earlier_stages_patches_applied(calc_re
 def test_the_bench_reads_test_ids_only_from_pytests_summary_of_its_own_run():
     """pytest's own suite prints its inner runs' summaries ("PASSED [100%]", "FAILED test_x.py::t");
     those are not the run's tests."""
-    from magis_ray.actors.runtime.bench import pytest_parse
+    from magis_ray.actors.code.suites import PytestSuite
 
+    pytest_parse = PytestSuite().parse
     log = ("PASSED testing/test_a.py::test_one\nFAILED testing/test_a.py::test_two - assert 1 == 2\n"
            "PASSED [100%]\nPASSED [100%]------------------------------\nERROR testing/test_b.py\n"
            "FAILED test_change_level_undo.py::test1 - assert 0\nERROR    catchlog:test_x.py:8 boom\n")
