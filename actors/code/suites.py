@@ -42,7 +42,7 @@ class ReproductionPlace:
     folder: str = ""  # Django: the test app it belongs to
 
 
-class TestRun(Protocol):
+class RanTests(Protocol):
     """What a suite reads of a test run (a TestsRan event)."""
 
     passed: list[str]
@@ -72,7 +72,7 @@ class TestSuite(Protocol):
     def reproduction_place(self, snapshot: RepoSnapshot, changed: Sequence[str]) -> ReproductionPlace:
         """Where a reproduction test of a change to the files `changed` goes, and how it is run."""
 
-    def tests_of(self, run: TestRun, target: str) -> tuple[str, ...] | None:
+    def tests_of(self, run: RanTests, target: str) -> tuple[str, ...] | None:
         """The tests of `target` in a run of it alone; None when the runner could not load it
         (a syntax or import error, or no test in it)."""
 
@@ -104,7 +104,7 @@ class PytestSuite(PytestLayout):
     def reproduction_place(self, snapshot: RepoSnapshot, changed: Sequence[str]) -> ReproductionPlace:
         return ReproductionPlace(REPRODUCTION_PATH, REPRODUCTION_PATH)
 
-    def tests_of(self, run: TestRun, target: str) -> tuple[str, ...] | None:
+    def tests_of(self, run: RanTests, target: str) -> tuple[str, ...] | None:
         # A file that fails to import or to parse is reported as an error of the file itself
         # (`ERROR path`), not of a test in it.
         if "::" in target:
@@ -126,10 +126,14 @@ class DjangoSuite:
 
     def parse(self, log: str, targets: Sequence[str] = ()) -> dict[str, str]:
         """swebench's Django parser, as grading uses it: a test is `test_method (APP.module.Class)`
-        (Python 3.11: `... (APP.module.Class.test_method)`), or its docstring's first line."""
+        (Python 3.11: `... (APP.module.Class.test_method)`), or its docstring's first line. The
+        parser also takes the first word of a failure's heading (`ERROR: test_method (...)`) for
+        a test of its own: that echo is left out where the test's whole name is there."""
         from swebench.harness.log_parsers.python import parse_log_django
 
-        return parse_log_django(log, None)
+        results = parse_log_django(log, None)
+        return {test: status for test, status in results.items()
+                if " " in test or not any(other.startswith(test + " (") for other in results)}
 
     def is_test_file(self, path: str) -> bool:
         """A module of a test app below the runner's folder (`tests/APP/tests.py`,
@@ -162,7 +166,7 @@ class DjangoSuite:
             app = "basic" if "basic" in apps else (apps[0] if apps else "magis_reproduction")
         return ReproductionPlace(f"{self.root}/{app}/{REPRODUCTION_MODULE}.py", f"{app}.{REPRODUCTION_MODULE}", app)
 
-    def tests_of(self, run: TestRun, target: str) -> tuple[str, ...] | None:
+    def tests_of(self, run: RanTests, target: str) -> tuple[str, ...] | None:
         # Run alone, every result is the target's (a test named by its docstring names no module);
         # a module unittest could not import is a test of unittest's own.
         ran = (*run.passed, *run.failed)
