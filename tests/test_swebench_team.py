@@ -23,7 +23,8 @@ import pytest
 
 from magis_ray.events.codec import decode_recorded
 
-TUNING = Path(__file__).resolve().parents[2] / "shared" / "swebench" / "verified-tuning.jsonl"
+DATA = Path(os.environ.get("MAGIS_SWEBENCH_DATA", Path(__file__).resolve().parents[2] / "shared" / "swebench"))
+TUNING = DATA / "verified-tuning.jsonl"
 REPOS = Path(os.environ.get("MAGIS_REPOS_DIR", "/work/repos"))
 BIG3 = Path(os.environ.get("MAGIS_BIG3_DIR", "/work/big3"))  # the rebuilt Django, scikit-learn and matplotlib
 REBUILT = BIG3 / "verified-big3-rebuilt.jsonl"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Protocol, Sequence
 
-from magis_ray.actors.code.regression import PytestLayout, nearest_tests
+from magis_ray.actors.code.regression import PytestLayout, TestLayout, nearest_tests
 from magis_ray.actors.code.repository import RepoSnapshot
 
 # pytest names every test's outcome (-rA), never asks (no cache folder in a read-only tree).
@@ -50,7 +50,7 @@ class RanTests(Protocol):
     output: str
 
 
-class TestSuite(Protocol):
+class TestSuite(TestLayout, Protocol):
     name: str  # "pytest" or "django": which prompt guides the QA Engineer
     command: str  # the command that runs tests, before their targets
     load_error: str  # what the runner failing to load a test file is called, for the model
@@ -60,14 +60,6 @@ class TestSuite(Protocol):
 
     def parse(self, log: str, targets: Sequence[str] = ()) -> dict[str, str]:
         """Each test's status in `log`, named as swebench's parser for this runner names it."""
-
-    def is_test_file(self, path: str) -> bool: ...
-
-    def target_of(self, path: str) -> str:
-        """How the runner is told to run the test file `path`."""
-
-    def name_of(self, path: str) -> str:
-        """The words that say what the test file `path` tests."""
 
     def reproduction_place(self, snapshot: RepoSnapshot, changed: Sequence[str]) -> ReproductionPlace:
         """Where a reproduction test of a change to the files `changed` goes, and how it is run."""

@@ -20,8 +20,9 @@ from magis_ray.actors.code.suites import TestSuite
 
 @dataclass(frozen=True)
 class TestRequest:
-    """Run `targets` (test files, ids or labels: as the suite addresses them) on the base commit with `patches` (diffs) applied and
-    `files` (path -> text, e.g. the reproduction test) written into the workspace."""
+    """Run `targets` (test files, ids or labels, as the suite addresses them) on the base commit
+    with `patches` (diffs) applied and `files` (path -> text, e.g. the reproduction test) written
+    into the workspace."""
 
     purpose: str  # "reproduce", "baseline" or "check"
     targets: tuple[str, ...]
