@@ -13,7 +13,7 @@ from magis_ray.actors.model.prompting import render
 A = TypeVar("A", bound=Answer)
 
 
-class StepFailed(Exception):
+class NoUsableAnswer(Exception):
     """The model gave no usable answer for a step; the role records why and carries on without it."""
 
 
@@ -98,7 +98,7 @@ class Asker:
                     raise NoScriptedAnswer(template, exchange.error.removeprefix(SCRIPT_GAP))
                 if is_transport_failure(exchange.error):
                     raise ModelUnavailable(f"{template}: {exchange.error}")
-                raise StepFailed(f"{template}: {exchange.error}")
+                raise NoUsableAnswer(f"{template}: {exchange.error}")
             try:  # an empty answer is an invalid one: it goes back for correction like any other
                 answer = parse_answer(exchange.answer, answer_type)
                 if check is not None:
@@ -107,7 +107,7 @@ class Asker:
             except ValueError as exc:
                 problem = str(exc)
             messages = [*messages, Message("assistant", exchange.answer), *render("correct_answer", error=problem)]
-        raise StepFailed(f"{template}: no usable answer after {self._max_corrections + 1} tries ({problem})")
+        raise NoUsableAnswer(f"{template}: no usable answer after {self._max_corrections + 1} tries ({problem})")
 
     def _exchange(self, purpose: str, messages: list[Message], answer_type: type[Answer], task_id: str, attempt: int) -> LLMExchanged:
         probe = LLMExchanged(purpose=purpose, model="", messages=messages, task_id=task_id, attempt=attempt)
