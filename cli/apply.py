@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from .source import BadInput
+from .errors import BadInput
 
 
 def patched_view(store_path: str, run: str):

@@ -371,7 +371,7 @@ def eval_command(store_path: str, dataset: Path, runs: tuple[str, ...], repos_di
     from magis_ray.events.projections import fold, prediction
     from magis_ray.store import open_store
 
-    from .source import BadInput
+    from .errors import BadInput
 
     try:
         instances, errors = load_dataset(dataset)

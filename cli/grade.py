@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from .source import BadInput
+from .errors import BadInput
 
 
 def load_predictions(path: Path) -> dict[str, dict]:

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import click
 
-from .source import BadInput
+from .errors import BadInput
 
 
 def write_outputs(store_path: str, run_id: str) -> tuple[Path, Path, dict]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ..source import BadInput
+from ..errors import BadInput
 
 # as cli/main.py's (which imports this module, so it cannot be imported from here)
 store_option = click.option(
