@@ -11,15 +11,11 @@ import click
 from .batch import submit_batch
 from .divergence import describe_side, first_difference
 from .errors import UserError
+from .options import DEFAULT_STORE, model_options, settings_options, store_option
 from .submit import (
-    configured_run, gateway_config, model_endpoint, model_options, report, resume_model, settings_options, write_outputs,
+    configured_run, gateway_config, model_endpoint, report, resume_model, write_outputs,
 )
 
-DEFAULT_STORE = ".magis"
-store_option = click.option(
-    "--store", "store_path", default=DEFAULT_STORE, envvar="MAGIS_STORE", show_default=True,
-    help="The magis store: a folder (or its events.sqlite3 file).",
-)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -4,12 +4,8 @@ from __future__ import annotations
 import click
 
 from ..errors import BadInput
+from ..options import store_option
 
-# as cli/main.py's (which imports this module, so it cannot be imported from here)
-store_option = click.option(
-    "--store", "store_path", default=".magis", envvar="MAGIS_STORE", show_default=True,
-    help="The magis store: a folder (or its events.sqlite3 file).",
-)
 
 
 @click.command("serve")
