@@ -2,7 +2,7 @@
 from .audit import audit_json, audit_markdown
 from .diff import final_diff
 from .html import audit_html
-from .metrics import metrics
+from .usage import metrics
 from .prediction import prediction
 from .pull_request import commit_message, pr_description
 from .state import RunView, fold

@@ -5,7 +5,7 @@ from magis_ray.events import schema as ev
 from magis_ray.events.codec import to_builtins
 
 from .diff import changed_files, final_diff
-from .metrics import metrics
+from .usage import metrics
 from .state import RunView
 
 

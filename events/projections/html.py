@@ -17,7 +17,7 @@ from magis_ray.events.history import effective
 
 from .audit import describe
 from .diff import changed_files, final_diff
-from .metrics import metrics, role_of
+from .usage import metrics, role_of
 from .state import RunView, TaskView
 
 ROLES = ("supervisor", "custodian", "manager", "developer", "qa")
