@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from .errors import BadInput
+from .errors import BadInput, require_extra
 from .options import store_option
 
 
@@ -126,6 +126,7 @@ def grade_command(predictions, dataset, repos_dir, gold, empty, instances, worke
         raise BadInput(f"--repos-dir {repos_dir}: not a folder")
     custom = CustomSetup(env_python, env_setup, test_cmd) if (env_setup or test_cmd) else None
     if custom is None:
+        require_extra("grade", "magis-ray grade")
         try:
             harness()
         except HarnessMissing as exc:

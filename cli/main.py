@@ -375,10 +375,12 @@ def main(argv: list[str] | None = None) -> None:
 def _as_user_error(exc: Exception) -> UserError | None:
     from magis_ray.store import StoreError
 
-    from .errors import BadInput
+    from .errors import BadInput, extra_of, missing_extra
 
     if isinstance(exc, (StoreError, BadInput)):
         return UserError(str(exc))
+    if isinstance(exc, ModuleNotFoundError) and (extra := extra_of(exc)):
+        return UserError(missing_extra(extra, "this command", [exc.name]))
     if isinstance(exc, OSError) and not isinstance(exc, (BrokenPipeError,)):
         return UserError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
     if "ray" in sys.modules and isinstance(exc, sys.modules["ray"].exceptions.RayError):

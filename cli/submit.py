@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import click
 
-from .errors import BadInput
+from .errors import BadInput, require_extra
 
 
 def write_outputs(store_path: str, run_id: str) -> tuple[Path, Path, dict]:
@@ -153,6 +153,7 @@ def model_endpoint(llm: str, base_url: str | None, store_path: str, local_port: 
             yield Endpoint(server.base_url)
         return
     if llm == "local":
+        require_extra("local", "the bundled model (--llm local)")
         from magis_ray.actors.model.local_model import LocalModelError, LocalModelServer
 
         folder = Path(store_path).parent if store_path.endswith(".sqlite3") else Path(store_path)

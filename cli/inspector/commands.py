@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ..errors import BadInput
+from ..errors import BadInput, require_extra
 from ..options import store_option
 
 
@@ -20,6 +20,7 @@ def serve_command(store_path: str, host: str, port: int, poll_s: float) -> None:
     event. Pages update live as events are appended."""
     import socket
 
+    require_extra("serve", "magis-ray serve")
     import uvicorn
 
     from magis_ray.store import open_store
