@@ -64,7 +64,7 @@ def exchange(purpose: str, prompt: str, answer: str, *, task_id: str = "", error
 
 
 def hostile_events(finished: bool = True) -> list[ev.Recorded]:
-    settings = ev.RunSettings(top_k=2, use_memory=False, model="gpt-4o-mini")
+    settings = ev.RunSettings(tests=False, top_k=2, use_memory=False, model="gpt-4o-mini")
     pairs: list[tuple[str, ev.AnyEvent]] = [
         ("supervisor", ev.RunStarted(
             instance_id="web__page-7", repo="web/page", base_commit="0123456789abcdef0123456789abcdef01234567",

@@ -198,7 +198,7 @@ def hostile_store(tmp_path_factory) -> tuple[Path, str]:
     store = open_store(str(root / "store"), create=True)
     with ScriptedServer(rules) as server:
         llm = LocalLLM(Gateway(GatewayConfig(base_url=server.base_url, api_key="sk-hostile-key", model="m", max_retries=1)))
-        end = run_in_process(store=store, issue=issue, settings=ev.RunSettings(top_k=3, max_review_rounds=2, model="m"),
+        end = run_in_process(store=store, issue=issue, settings=ev.RunSettings(tests=False, top_k=3, max_review_rounds=2, model="m"),
                              repo_path=str(repo), llm=llm, run_id="hostile1")
         llm.close()
     store.close()
