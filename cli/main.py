@@ -92,7 +92,7 @@ def diff_command(run: str, store_path: str) -> None:
 def audit_command(run: str, fmt: str, store_path: str) -> None:
     """Print the run's audit trail: every decision, who made it, why and at what cost. `--format
     pr`: a pull request's description (the issue, the plan, the changes, the tests, the cost)."""
-    from magis_ray.events.projections import audit_html, audit_json, audit_markdown, fold, pr_description
+    from magis_ray.events.projections import audit_json, audit_markdown, fold, pr_description
 
     from .source import load_run
 
@@ -103,7 +103,9 @@ def audit_command(run: str, fmt: str, store_path: str) -> None:
     elif fmt == "json":
         click.echo(json.dumps(audit_json(view), indent=2))
     elif fmt == "html":
-        click.echo(audit_html(view), nl=False)
+        from .inspector.pages import audit_page
+
+        click.echo(audit_page(audit_json(view)), nl=False)
     else:
         click.echo(audit_markdown(view), nl=False)
 

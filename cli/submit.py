@@ -13,7 +13,9 @@ from .errors import BadInput, require_extra
 
 
 def write_outputs(store_path: str, run_id: str) -> tuple[Path, Path, dict]:
-    from magis_ray.events.projections import audit_html, audit_markdown, final_diff, fold, metrics
+    from magis_ray.events.projections import audit_json, audit_markdown, final_diff, fold, metrics
+
+    from .inspector.pages import audit_page
     from magis_ray.store import open_store
 
     store = open_store(store_path)
@@ -26,7 +28,7 @@ def write_outputs(store_path: str, run_id: str) -> tuple[Path, Path, dict]:
     diff_path, audit_path = out / "diff.patch", out / "audit.md"
     diff_path.write_text(final_diff(view))
     audit_path.write_text(audit_markdown(view))
-    (out / "audit.html").write_text(audit_html(view))
+    (out / "audit.html").write_text(audit_page(audit_json(view)))
     if view.environment is not None and view.environment.outcome != "passed":
         # --tests is on by default: say once, on stderr, that this run went without them
         click.echo(f"magis-ray: notice: tests off for this run: {' '.join(view.environment.output.split())[:300]}", err=True)
