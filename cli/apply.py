@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from .source import BadInput
+from .errors import BadInput
+from .options import store_option
 
 
 def patched_view(store_path: str, run: str):
@@ -56,8 +57,7 @@ def default_branch(view) -> str:
 @click.option("--branch", help="The new branch's name (default: magis/ISSUE-SLUG-RUN). An existing branch is refused.")
 @click.option("--worktree", type=click.Path(), help="Also check the branch out in a new working tree at this path.")
 @click.option("--repo", type=click.Path(), help="Where the repository is now, if it moved since the run.")
-@click.option("--store", "store_path", default=".magis", envvar="MAGIS_STORE", show_default=True,
-              help="The magis store: a folder (or its events.sqlite3 file).")
+@store_option
 def apply_command(run: str, branch: str | None, worktree: str | None, repo: str | None, store_path: str) -> None:
     """Make a branch from the run's base commit with one commit, the run's diff; its message is the
     issue's title, the run and what changed. Your working tree, index and current branch are left

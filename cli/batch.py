@@ -19,7 +19,7 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
     from magis_ray.actors.runtime.deployment import Deployment
     from magis_ray.store import open_store
 
-    from .source import BadInput
+    from .errors import BadInput
 
     try:
         items = read_batch_items(dataset.read_bytes().splitlines(), dataset.name)

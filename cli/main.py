@@ -10,24 +10,12 @@ import click
 
 from .batch import submit_batch
 from .divergence import describe_side, first_difference
+from .errors import UserError
+from .options import DEFAULT_STORE, model_options, settings_options, store_option
 from .submit import (
-    configured_run, gateway_config, model_endpoint, model_options, report, resume_model, settings_options, write_outputs,
+    configured_run, gateway_config, model_endpoint, report, resume_model, write_outputs,
 )
 
-DEFAULT_STORE = ".magis"
-store_option = click.option(
-    "--store", "store_path", default=DEFAULT_STORE, envvar="MAGIS_STORE", show_default=True,
-    help="The magis store: a folder (or its events.sqlite3 file).",
-)
-
-
-class UserError(click.ClickException):
-    """A one-line error with exit code 2 and no traceback."""
-
-    exit_code = 2
-
-    def show(self, file=None) -> None:
-        click.echo(f"magis-ray: error: {self.format_message()}", err=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -104,7 +92,7 @@ def diff_command(run: str, store_path: str) -> None:
 def audit_command(run: str, fmt: str, store_path: str) -> None:
     """Print the run's audit trail: every decision, who made it, why and at what cost. `--format
     pr`: a pull request's description (the issue, the plan, the changes, the tests, the cost)."""
-    from magis_ray.events.projections import audit_html, audit_json, audit_markdown, fold, pr_description
+    from magis_ray.events.projections import audit_json, audit_markdown, fold, pr_description
 
     from .source import load_run
 
@@ -115,7 +103,9 @@ def audit_command(run: str, fmt: str, store_path: str) -> None:
     elif fmt == "json":
         click.echo(json.dumps(audit_json(view), indent=2))
     elif fmt == "html":
-        click.echo(audit_html(view), nl=False)
+        from .inspector.pages import audit_page
+
+        click.echo(audit_page(audit_json(view)), nl=False)
     else:
         click.echo(audit_markdown(view), nl=False)
 
@@ -193,7 +183,8 @@ def resume_command(ctx, run, repo, store_path, llm, base_url, local_port, model,
     from magis_ray.actors.runtime.liveness import Liveness, RunIsLive
     from magis_ray.store import open_store
 
-    from .source import BadInput, resolve_run_id
+    from .errors import BadInput
+    from .source import resolve_run_id
 
     with open_store(store_path) as store:
         run_id = resolve_run_id(store, run)
@@ -235,7 +226,8 @@ def replay_command(run, repo, store_path) -> None:
     from magis_ray.store import open_store
     from magis_ray.store.memory import InMemoryStore
 
-    from .source import BadInput, load_run
+    from .errors import BadInput
+    from .source import load_run
 
     events = load_run(store_path, run)
     view = fold(events)
@@ -279,7 +271,7 @@ def stop_command(force: bool, store_path: str) -> None:
     from magis_ray.actors.runtime.liveness import describe_holder, holder_state
     from magis_ray.store import NotAStore, open_store
 
-    from .source import BadInput
+    from .errors import BadInput
 
     try:
         with open_store(store_path) as store:
@@ -307,7 +299,7 @@ def repo_of(started, repo: str | None) -> str:
     """Where the run's repository is: the --repo given, else where the run found it."""
     from magis_ray.actors.code.repository import RepoError, RepoSnapshot
 
-    from .source import BadInput
+    from .errors import BadInput
 
     path = repo or (started.repo_path if started else "")
     if not path:
@@ -385,10 +377,12 @@ def main(argv: list[str] | None = None) -> None:
 def _as_user_error(exc: Exception) -> UserError | None:
     from magis_ray.store import StoreError
 
-    from .source import BadInput
+    from .errors import BadInput, extra_of, missing_extra
 
     if isinstance(exc, (StoreError, BadInput)):
         return UserError(str(exc))
+    if isinstance(exc, ModuleNotFoundError) and (extra := extra_of(exc)):
+        return UserError(missing_extra(extra, "this command", [exc.name]))
     if isinstance(exc, OSError) and not isinstance(exc, (BrokenPipeError,)):
         return UserError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
     if "ray" in sys.modules and isinstance(exc, sys.modules["ray"].exceptions.RayError):

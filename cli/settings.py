@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .source import BadInput
+from .errors import BadInput
 
 try:
     import tomllib

@@ -8,9 +8,7 @@ from magis_ray.events.codec import DecodeError, decode_recorded
 from magis_ray.events.schema import Recorded
 from magis_ray.store import EventStore, UnknownRun, open_store
 
-
-class BadInput(Exception):
-    """Input the user gave that we cannot use; shown as one line, exit code 2."""
+from .errors import BadInput
 
 
 def resolve_run_id(store: EventStore, run: str) -> str:

@@ -9,11 +9,13 @@ from typing import NamedTuple
 
 import click
 
-from .source import BadInput
+from .errors import BadInput, require_extra
 
 
 def write_outputs(store_path: str, run_id: str) -> tuple[Path, Path, dict]:
-    from magis_ray.events.projections import audit_html, audit_markdown, final_diff, fold, metrics
+    from magis_ray.events.projections import audit_json, audit_markdown, final_diff, fold, metrics
+
+    from .inspector.pages import audit_page
     from magis_ray.store import open_store
 
     store = open_store(store_path)
@@ -26,7 +28,7 @@ def write_outputs(store_path: str, run_id: str) -> tuple[Path, Path, dict]:
     diff_path, audit_path = out / "diff.patch", out / "audit.md"
     diff_path.write_text(final_diff(view))
     audit_path.write_text(audit_markdown(view))
-    (out / "audit.html").write_text(audit_html(view))
+    (out / "audit.html").write_text(audit_page(audit_json(view)))
     if view.environment is not None and view.environment.outcome != "passed":
         # --tests is on by default: say once, on stderr, that this run went without them
         click.echo(f"magis-ray: notice: tests off for this run: {' '.join(view.environment.output.split())[:300]}", err=True)
@@ -153,6 +155,7 @@ def model_endpoint(llm: str, base_url: str | None, store_path: str, local_port: 
             yield Endpoint(server.base_url)
         return
     if llm == "local":
+        require_extra("local", "the bundled model (--llm local)")
         from magis_ray.actors.model.local_model import LocalModelError, LocalModelServer
 
         folder = Path(store_path).parent if store_path.endswith(".sqlite3") else Path(store_path)
@@ -174,52 +177,6 @@ def model_endpoint(llm: str, base_url: str | None, store_path: str, local_port: 
     if not base_url and not os.environ.get("OPENAI_API_KEY"):
         raise BadInput("no model configured: give --base-url URL or set OPENAI_API_KEY (or --llm local, --llm scripted:FILE)")
     yield Endpoint(base_url)
-
-
-def model_options(f):
-    """The options that say which model to use and how to talk to it."""
-    for option in reversed([
-        click.option("--llm", default="auto", show_default=True,
-                     help="auto (openai when --base-url or OPENAI_API_KEY is set, else local), local (SmolLM2-135M "
-                          "on loopback; pip install 'magis-ray[local]'), openai, or scripted:FILE."),
-        click.option("--base-url", envvar="OPENAI_BASE_URL", help="Any OpenAI-compatible endpoint (env OPENAI_BASE_URL)."),
-        click.option("--local-port", type=int, default=0, help="With --llm local: the loopback port of its server (0: any free one)."),
-        click.option("--model", envvar="MAGIS_MODEL", default="", help="Model name (env MAGIS_MODEL)."),
-        click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds per model request."),
-        click.option("--concurrency", type=int, default=8, show_default=True, help="Model requests in flight at once."),
-        click.option("--rpm", type=int, default=0, help="Most model requests per minute, for all runs together (0: no limit)."),
-        click.option("--tpm", type=int, default=0, help="Most model tokens per minute, for all runs together (0: no limit)."),
-        click.option("--response-format", type=click.Choice(["json_schema", "json_object", "none"]), default="json_schema",
-                     show_default=True, help="How answer schemas are sent (llama.cpp wants json_object)."),
-    ]):
-        f = option(f)
-    return f
-
-
-def settings_options(f):
-    for option in reversed([
-        click.option("--top-k", type=int, default=10, show_default=True, help="BM25 candidates the Custodian examines."),
-        click.option("--max-files", type=int, default=3, show_default=True, help="Relevant files kept at most."),
-        click.option("--max-review-rounds", type=int, default=3, show_default=True, help="Developer/QA iterations per task."),
-        click.option("--no-qa", is_flag=True, help="Ablation: no QA Engineer; the first patch stands."),
-        click.option("--no-hints", is_flag=True, help="Ablation: ignore the issue's hints_text."),
-        click.option("--no-memory", is_flag=True, help="Ablation: always summarize files afresh."),
-        click.option("--token-budget", type=int, default=0, help="Most tokens the run may spend (0: no limit)."),
-        click.option("--memory-any-model", is_flag=True,
-                     help="Reuse file summaries written by any model (by default only by the run's own model)."),
-        click.option("--tests", type=click.Choice(["on", "off"]), default="on", envvar="MAGIS_TESTS", show_default=True,
-                     help="Run the code: a reproduction test and the nearest regression tests judge every patch "
-                          "(off: the paper's MAGIS exactly). Without an environment the run goes on without, and says so."),
-        click.option("--candidates", type=int, default=1, show_default=True,
-                     help="Candidate patches per task, each by its own Developer sampling above temperature 0; "
-                          "the tests, then a majority of equivalent patches, then the QA Engineer choose."),
-        click.option("--env-setup", default="", help="Tests: the install step of your repository's environment "
-                                                     "(default: SWE-bench's spec, or `pip install -e . pytest`)."),
-        click.option("--sandbox", type=click.Choice(["bwrap", "none"]), default="bwrap", show_default=True,
-                     help="Tests: bubblewrap (no network, read-only system), or none (unconfined; only for code you trust)."),
-    ]):
-        f = option(f)
-    return f
 
 
 def configured_run(resolved: dict, no_qa: bool, no_hints: bool, no_memory: bool, memory_any_model: bool):

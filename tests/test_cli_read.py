@@ -105,7 +105,7 @@ def test_help_and_the_read_commands_import_neither_ray_nor_openai_nor_pygit2(sto
     result = subprocess.run([sys.executable, "-X", "importtime", *MODULE[1:], *args], capture_output=True, env=_env(), timeout=60)
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     names = _imported(result.stderr.decode())
-    assert {"click", "msgspec"} <= names  # the parse sees the imports at all
+    assert "click" in names  # the parse sees the imports at all
     heavy = sorted(n for n in names if n.split(".")[0] in HEAVY)
     assert heavy == [], f"{' '.join(args)} imports {heavy[:10]}"
 

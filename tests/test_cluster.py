@@ -33,7 +33,7 @@ EXPECTED_DIFF = file_diff("calc/stats.py", STATS, apply_edits(STATS, [MEAN_FIX])
 TASK_PURPOSES = {"design_qa", "locate_lines", "write_code", "review_patch"}
 # use_memory=False: each run summarizes its files afresh, so runs that share a store at the
 # same time are each exactly the run the team makes alone (memory reuse depends on timing).
-SETTINGS = RunSettings(top_k=4, use_memory=False, model="m")
+SETTINGS = RunSettings(tests=False, top_k=4, use_memory=False, model="m")
 
 
 def test_the_cluster_config_is_one_ray_up_accepts():

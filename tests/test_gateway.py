@@ -82,6 +82,7 @@ def test_a_missing_script_entry_is_the_scripts_gap_named_at_once_never_retried()
         event = exchange(gateway_for(server, max_retries=4), purpose="plan_tasks")
         assert server.count("plan_tasks") == 1
     assert event.error.startswith("script: no rule answers purpose='plan_tasks'")
+    assert event.failure == "script"
 
 
 def test_429_honors_retry_after():
@@ -98,6 +99,7 @@ def test_429_exhausted_reports_rate_limit():
     with ScriptedServer([Rule(status=429, reply="rate limited")]) as server:
         event = exchange(gateway_for(server, max_retries=1))
     assert event.error == "http 429: rate limited (after 2 tries)"
+    assert (event.failure, event.status) == ("http", 429)
 
 
 def test_retry_after_header_forms():
@@ -129,6 +131,7 @@ def test_connection_refused_ends_as_a_connection_error():
         port = probe.getsockname()[1]
     event = exchange(gateway_for(f"http://127.0.0.1:{port}/v1", max_retries=1))
     assert event.error.startswith("connection: ") and event.error.endswith("(after 2 tries)")
+    assert event.failure == "connection"
 
 
 def test_dropped_connection_is_retried():
@@ -309,6 +312,7 @@ def test_an_overflow_without_a_known_context_is_not_retried():
         event = exchange(gateway_for(server), text="x" * 5000)
         assert server.count() == 1  # no context configured, none stated: nothing to fit to
     assert event.error.startswith("http 400: the request exceeds the available context size")
+    assert (event.failure, event.status) == ("http", 400)
     assert event.truncated_chars == 0
 
 

@@ -94,24 +94,27 @@ def test_a_runs_page_shows_the_timeline_plan_tasks_diff_and_memory(url, store):
     tags = parsed(body)
     text = " ".join(tags.text)
     assert re.search(r'id="status"[^>]*>finished<', body) and ">patched<" in body
-    assert "stage 1: " in text and "T1" in text and "T2" in text  # the plan, each task's status beside it
+    assert re.search(r"stage 1( \(parallel\))?: ", text) and "T1" in text and "T2" in text  # the plan, each task's status beside it
     assert REVIEW_REJECTION in text and REVIEW_APPROVAL in text  # both reviews of T1, under their attempts
     assert body.count('class="badge bad review"') == 1 and body.count('class="badge ok review"') == 1
     assert '<span class="d-del">-    return total / (len(values) - 1)</span>' in body  # a diff rendered line by line
     assert '<span class="d-add">+    return total / len(values)</span>' in body
     assert "Nothing reused from memory; 3 summary(ies) written fresh." in text
     # every decision made with the model links to its exchanges, with tokens, cost and latency
-    links = re.findall(rf'href="/runs/{REJECTED}/exchanges/(\d+)"', body)
+    timeline = body.split('id="timeline"')[1].split("</section>")[0]
+    calls = body.split('id="llm"')[1].split("</section>")[0]
     with open_store(str(store)) as s:
         events = s.read(REJECTED)
     exchanges = [r.version for r in events if isinstance(r.event, ev.LLMExchanged)]
-    assert sorted(map(int, links)) == exchanges
+    for section in (timeline, calls):  # beside the decisions they led to, and in the list of every call
+        assert sorted(map(int, re.findall(rf'href="/runs/{REJECTED}/exchanges/(\d+)"', section))) == exchanges
     located = next(r for r in events if isinstance(r.event, ev.LinesLocated))
     row = body.split(f'id="v{located.version}"')[1].split("</tr>")[0]
     assert "locate_lines</a>" in row and "700+20 tok" in row and "0.90 s" in row
     # the role filter keeps one role's rows
     qa_only = page(f"{url}runs/{REJECTED}?role=qa")
-    assert re.findall(r'<span class="lane r-(\w+)">', qa_only.split('id="timeline"')[1]) == ["qa"] * 2  # its two reviews
+    qa_rows = qa_only.split('id="timeline"')[1].split("</section>")[0]
+    assert re.findall(r'<span class="lane r-(\w+)">', qa_rows) == ["qa"] * 2  # its two reviews
 
 
 def test_an_exchange_page_shows_the_prompt_answer_tokens_cost_and_latency(url, store):
@@ -198,7 +201,7 @@ def hostile_store(tmp_path_factory) -> tuple[Path, str]:
     store = open_store(str(root / "store"), create=True)
     with ScriptedServer(rules) as server:
         llm = LocalLLM(Gateway(GatewayConfig(base_url=server.base_url, api_key="sk-hostile-key", model="m", max_retries=1)))
-        end = run_in_process(store=store, issue=issue, settings=ev.RunSettings(top_k=3, max_review_rounds=2, model="m"),
+        end = run_in_process(store=store, issue=issue, settings=ev.RunSettings(tests=False, top_k=3, max_review_rounds=2, model="m"),
                              repo_path=str(repo), llm=llm, run_id="hostile1")
         llm.close()
     store.close()

@@ -190,7 +190,7 @@ def test_a_developer_actor_killed_mid_task_is_recreated_from_the_log(calc_repo, 
     result = {}
     with ScriptedServer(scripted) as server:
         worker = threading.Thread(target=lambda: result.setdefault("end", run_issue(
-            store_path=str(store), issue=calc_issue(repo_path, base), settings=RunSettings(top_k=3), repo_path=str(repo_path),
+            store_path=str(store), issue=calc_issue(repo_path, base), settings=RunSettings(tests=False, top_k=3), repo_path=str(repo_path),
             gateway_config=GatewayConfig(base_url=server.base_url, api_key="k", model="m"), run_id="victim",
         )))
         worker.start()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from magis_ray.cli.settings import Layer, project_layer, resolve, role_flags, role_models, user_layer
-from magis_ray.cli.source import BadInput
+from magis_ray.cli.errors import BadInput
 
 MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
 KEY = "sk-never-shown-0042"

@@ -8,7 +8,7 @@ from magis_ray.events.schema import StepFailed as StepFailedEvent
 
 from magis_ray.actors.code.suites import ReproductionPlace, TestSuite
 from magis_ray.actors.model.answers import ReproductionAnswer, ReviewAnswer
-from magis_ray.actors.model.asking import Asker, StepFailed
+from magis_ray.actors.model.asking import Asker, NoUsableAnswer
 from magis_ray.actors.model.prompting import render
 from magis_ray.actors.roles.testing import Evidence, Reproduction, Tester, TestRequest, reproduces
 
@@ -27,7 +27,7 @@ class QAEngineer:
                 answer = self._asker.ask("review_patch", ReviewAnswer, **values)
             else:
                 answer = self._asker.ask("review_patch_tested", ReviewAnswer, evidence=evidence.summary(), **values)
-        except StepFailed as exc:
+        except NoUsableAnswer as exc:
             self._asker.journal.emit(StepFailedEvent(purpose="review_patch", reason=str(exc), task_id=patch.task_id, fallback="no review"))
             return None
         approved, comment = answer.approved, answer.comment
@@ -53,7 +53,7 @@ def write_reproduction(asker: Asker, tester: Tester, issue_text: str, files: str
             # `path` too: a user's own template (MAGIS_PROMPTS_DIR) may name it, as the pytest guide does
             answer = asker.ask("write_reproduction", ReproductionAnswer, issue=issue_text, files=files, guide=guide,
                                path=place.path, feedback=feedback)
-        except StepFailed as exc:
+        except NoUsableAnswer as exc:
             asker.journal.emit(StepFailedEvent(purpose="write_reproduction", reason=str(exc), fallback="no reproduction test"))
             return None
         asker.journal.emit(ReproductionWritten(path=place.path, content=answer.content, attempt=attempt))

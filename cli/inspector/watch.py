@@ -15,7 +15,8 @@ from magis_ray.events.projections.audit import describe
 from magis_ray.events.projections.catalog import BatchSummary, Catalog, RunSummary
 from magis_ray.store import Lease
 
-from ..source import BadInput, resolve_run_id
+from ..errors import BadInput
+from ..source import resolve_run_id
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 GRACE_S = 2.0  # a batch counts as ended once nothing of it has run for this long (drivers pick instances up in turns)

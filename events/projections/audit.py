@@ -1,12 +1,16 @@
-"""The audit trail: who decided what, when, why and at what cost (Markdown and JSON)."""
+"""The audit trail: who decided what, when, why and at what cost, as Markdown and as JSON. The
+JSON is the one document every page of a run is rendered from (cli/inspector/pages.py): the audit
+page, the inspector's run page."""
 from __future__ import annotations
 
 from magis_ray.events import schema as ev
 from magis_ray.events.codec import to_builtins
+from magis_ray.events.history import effective
 
 from .diff import changed_files, final_diff
-from .metrics import metrics
+from .inspection import steps
 from .state import RunView
+from .usage import metrics, role_of
 
 
 def describe(e: ev.AnyEvent) -> str:
@@ -83,8 +87,46 @@ def test_run_markdown(run: ev.TestsRan) -> list[str]:
     return lines + [""]
 
 
+def superseded(view: RunView) -> set[int]:
+    """Versions of the events a resumed run superseded (history, but not the run's state)."""
+    return {r.version for r in view.timeline} - {r.version for r in effective(view.timeline, keep_markers=True)}
+
+
+def _failed(e: ev.AnyEvent) -> bool:
+    return isinstance(e, (ev.StepFailed, ev.RunFailed)) or (isinstance(e, ev.LLMExchanged) and bool(e.error))
+
+
+def _where(r: ev.Recorded, old: set[int]) -> dict:
+    return {"version": r.version, "time": r.time, "actor": r.actor, "role": role_of(r.actor), "superseded": r.version in old}
+
+
+def _exchange_json(r: ev.Recorded, old: set[int]) -> dict:
+    x: ev.LLMExchanged = r.event  # type: ignore[assignment]
+    return {**_where(r, old), **{k: v for k, v in to_builtins(x).items() if k != "type"}, "what": describe(x)}
+
+
+def _failures(view: RunView, old: set[int]) -> list[dict]:
+    """What went wrong, in order: failed steps and calls, failed tasks (their answers stayed
+    invalid after corrections: no call failed, yet the task did), and the run's own failure."""
+    out = []
+    for r in view.timeline:
+        e = r.event
+        if isinstance(e, ev.StepFailed):
+            what = e.purpose + (f" / {e.task_id}" if e.task_id else "") + (f" / {e.path}" if e.path else "")
+            out.append({**_where(r, old), "what": what, "why": e.reason, "then": e.fallback})
+        elif isinstance(e, ev.LLMExchanged) and e.error:
+            out.append({**_where(r, old), "what": f"LLM call {e.purpose} (attempt {e.attempt})", "why": e.error, "then": ""})
+        elif isinstance(e, ev.TaskFinished) and e.status == "failed":
+            out.append({**_where(r, old), "what": f"task {e.task_id}", "why": e.reason or "failed", "then": "no patch for this task"})
+        elif isinstance(e, ev.RunFailed):
+            what = "run failed" + (f" ({e.error_type})" if e.error_type else "")
+            out.append({**_where(r, old), "what": what, "why": e.reason, "then": "resumable" if e.resumable else "not resumable"})
+    return out
+
+
 def audit_json(view: RunView) -> dict:
     started = view.started
+    old = superseded(view)
     return {
         "run_id": view.run_id,
         "status": view.status,
@@ -133,6 +175,22 @@ def audit_json(view: RunView) -> dict:
         "metrics": metrics(view),
         "files_changed": changed_files(view),
         "diff": final_diff(view),
+        # what the pages show beside the above: the ranking, each decision with the model
+        # exchanges that led to it, every exchange whole, what failed, and what a resume superseded
+        "ranked": to_builtins(view.ranked) if view.ranked else None,
+        "steps": [
+            {**_where(st.record, old), "type": type(st.record.event).__name__, "what": describe(st.record.event),
+             "failed": _failed(st.record.event), "exchanges": [{k: v for k, v in _exchange_json(x, old).items() if k not in ("messages", "answer")}
+                                                             for x in st.exchanges]}
+            for st in steps(view)
+        ],
+        "exchanges": [_exchange_json(r, old) for r in view.exchanges],
+        "failures": _failures(view, old),
+        "superseded": sorted(old),
+        "resumptions": sum(isinstance(r.event, ev.RunResumed) for r in view.timeline),
+        "summary": view.finished.summary if view.finished else "",
+        "failure_type": view.failed.error_type if view.failed else "",
+        "resumable": view.failed.resumable if view.failed else None,
     }
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from magis_ray.events import schema as ev
 
-from .metrics import role_of
+from .usage import role_of
 from .state import RunView
 
 

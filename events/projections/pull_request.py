@@ -7,7 +7,7 @@ import re
 from magis_ray.events import schema as ev
 
 from .audit import TEST_PURPOSES, cost_table
-from .metrics import metrics
+from .usage import metrics
 from .state import RunView, TaskView
 
 ISSUE_LINES = 40  # the issue quoted in a description: its start, where the report is
