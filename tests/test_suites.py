@@ -260,3 +260,15 @@ def test_a_real_django_bench_runs_labels_in_django_s_runner():
     # a module the runner cannot import goes back as such
     broken = bench.run(TestRequest("reproduce", (place.target,), files=((place.path, "from django.utils.timesince import nothing\n"),)))
     assert reproduces(broken, place.target, django)[0].startswith("it does not even run: Django's test runner could not load it")
+
+
+def test_a_test_run_takes_the_spec_s_environment_not_its_machine_setup():
+    """Django 3.0's eval steps: the locale's generation (the testbed's to have; never done to the
+    host by a run without the sandbox), and the exports every test run needs."""
+    from swebench.harness.constants.python import MAP_REPO_VERSION_TO_SPECS_PY
+
+    from magis_ray.actors.runtime.bench import exports
+
+    steps = tuple(MAP_REPO_VERSION_TO_SPECS_PY["django/django"]["3.0"]["eval_commands"])
+    assert any("locale-gen" in s for s in steps)
+    assert exports(steps) == ["export LANG=en_US.UTF-8", "export LANGUAGE=en_US:en", "export LC_ALL=en_US.UTF-8"]

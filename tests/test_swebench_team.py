@@ -9,7 +9,8 @@ app run by its label. The run's test bench builds the spec's environment and the
 instance's base commit, as grading does, and runs the reproduction and the regression tests there
 in the repository's own runner: the events show which tests passed and failed, by the runner's ids.
 
-On demand (it builds real environments and needs the fetched or rebuilt repositories):
+On demand (it builds real environments and needs the fetched or rebuilt repositories; the shared
+data folder is MAGIS_SWEBENCH_DATA, the fetched repositories MAGIS_REPOS_DIR):
     MAGIS_SWEBENCH=1 .venv/bin/python -m pytest -m swebench tests/test_swebench_team.py"""
 from __future__ import annotations
 

@@ -168,7 +168,7 @@ class ExecutionBench:
         if reinstall:
             lines += [f"{step} >/dev/null 2>&1 || echo 'magis-ray: the install step failed again after the patch'"
                       for step in self._spec.testbed.install]
-        lines += [*self._spec.eval_commands, command]  # the spec's (Django's locale), as grading's eval script has them
+        lines += [*exports(self._spec.eval_commands), command]
         parse = partial(suite.parse, targets=tuple(request.targets))
         run = self._runner.run(testbed, "\n".join(lines), parse, inputs=inputs, name=request.purpose, installs=reinstall)
         if run.exit_code == PATCH_FAILED and "magis-ray: patch" in run.output:
@@ -189,6 +189,13 @@ class ExecutionBench:
     @staticmethod
     def _error(request: TestRequest, command: str, why: str) -> TestsRan:
         return TestsRan(purpose=request.purpose, command=command, outcome="error", output=why)
+
+
+def exports(eval_commands: tuple[str, ...]) -> list[str]:
+    """The spec's eval steps that set the tests' environment (Django's locale: LANG, LC_ALL), as
+    grading's eval script has them; not those that set up the machine (locale-gen), which is the
+    testbed's to have, and which a test run without the sandbox must not do to the host."""
+    return [c for c in eval_commands if c.startswith("export ")]
 
 
 def changed_paths(diff: str) -> list[str]:
