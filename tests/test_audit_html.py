@@ -332,7 +332,7 @@ def test_a_resumed_run_shows_its_superseded_events_as_history():
     view = fold(resumed_events())
     page = audit_html(view)
     assert parse(page).errors == [] and view.status == "finished" and view.failed is None
-    assert "1 time(s); 3 event(s) superseded" in page
+    assert "1 time; 3 events superseded" in page
     timeline = section(page, "timeline")
     # the superseded LinesLocated and RunFailed rows (the lost call folds into the failure's row)
     assert timeline.count('class="superseded"') == 1 and timeline.count('class="fail superseded"') == 1

@@ -99,7 +99,7 @@ def test_a_runs_page_shows_the_timeline_plan_tasks_diff_and_memory(url, store):
     assert body.count('class="badge bad review"') == 1 and body.count('class="badge ok review"') == 1
     assert '<span class="d-del">-    return total / (len(values) - 1)</span>' in body  # a diff rendered line by line
     assert '<span class="d-add">+    return total / len(values)</span>' in body
-    assert "Nothing reused from memory; 3 summary(ies) written fresh." in text
+    assert "Nothing reused from memory; 3 summaries written fresh." in text
     # every decision made with the model links to its exchanges, with tokens, cost and latency
     timeline = body.split('id="timeline"')[1].split("</section>")[0]
     calls = body.split('id="llm"')[1].split("</section>")[0]
@@ -166,7 +166,7 @@ def test_search_finds_a_rejecting_review_across_runs(url):
     assert re.findall(r'run <span class="mono">(\w+)</span>', body) == [RESUMED, FIXED, REJECTED]  # newest first
     assert "<mark>rejected</mark>" in body and "The mean must divide the total" in body
     assert re.findall(r'<li class="result"', page(f"{url}search?q=%22the+mean+must+divide%22")) != []
-    assert "0 result(s)" in page(f"{url}search?q=zzzznothing")
+    assert "no results" in page(f"{url}search?q=zzzznothing")
 
 
 # --- safety ----------------------------------------------------------------------------------------
@@ -408,3 +408,96 @@ def test_the_catalog_folds_runs_batches_and_gradings_incrementally(tmp_path):
     assert (run.status, run.outcome, run.stage, run.rejections, run.approvals) == ("finished", "patched", "finished", 1, 1)
     assert run.calls == sum(isinstance(e.event, ev.LLMExchanged) for e in events)
     assert run.tasks == {"T1": "approved", "T2": "failed"} and catalog.batch("b").patched == 1
+
+
+# --- what a user reads ----------------------------------------------------------------------------------
+
+
+def test_a_failed_task_says_it_failed_and_why(url):
+    body = page(f"{url}runs/{REJECTED}")
+    t2 = body.split('id="task-T2"')[1].split("</article>")[0]
+    text = " ".join(parsed(t2).text)
+    assert "No patch yet" not in text  # T2 failed: it is not waiting for one
+    assert "Failed before any patch: attempt 1: locate_lines: no usable answer after 2 tries (no line range was given)" in text
+
+
+def test_plural_words_are_spelt_out_and_no_exchange_row_is_left_bare(url, store):
+    body = page(f"{url}runs/{REJECTED}")
+    text = " ".join(parsed(body).text)
+    assert not re.search(r"\w\((s|ies|es)\)", text), re.findall(r"\S+\((?:s|ies|es)\)", text)
+    with open_store(str(store)) as s:
+        calls = sum(isinstance(r.event, ev.LLMExchanged) for r in s.read(REJECTED))
+    assert f"{calls} calls" in text
+    timeline = body.split('id="timeline"')[1].split("</section>")[0]
+    assert "LLMExchanged" not in timeline and "no decision yet" not in timeline
+    # the Manager's per-file questions show as the task definitions they served
+    defined = re.findall(r'<td class="small muted">TaskDefined</td>.*?</tr>', timeline, re.S)
+    assert len(defined) == 2 and all(row.count("define_task</a>") == 2 for row in defined[:1])
+    for name in ("", "compare", f"compare?a={REJECTED}&b={FIXED}", "search?q=rejected"):
+        assert not re.search(r"\w\((s|ies|es)\)", " ".join(parsed(page(url + name)).text)), name
+
+
+def test_the_baseline_is_no_attempt():
+    from magis_ray.events.projections.audit import describe
+
+    baseline = ev.TestsRan(purpose="baseline", command="pytest tests", outcome="passed", task_id="T1", passed=["t"])
+    check = ev.TestsRan(purpose="check", command="pytest tests", outcome="passed", task_id="T1", attempt=2, passed=["t"])
+    assert describe(baseline).startswith("T1: regression tests, baseline at the base commit passed")
+    assert "attempt 0" not in describe(baseline)
+    assert describe(check).startswith("T1 attempt 2: tests of the patch passed")
+
+
+def test_the_runs_list_colours_each_outcome(tmp_path):
+    path = make_store(tmp_path)
+    with open_store(str(path)) as s:
+        s.append("dead1", 0, [new_event(ev.RunStarted(instance_id="d", repo="r", base_commit="c", problem_statement="p"), "cli"),
+                              new_event(ev.RunFailed(reason="the model endpoint refused the connection"), "supervisor")])
+    with serve(path) as base:
+        body = page(base)
+    rows = dict(re.findall(r'<tr data-run="(\w+)">(.*?)</tr>', body, re.S))
+    assert '<span class="badge oc-patched">patched</span>' in rows[FIXED]
+    assert '<span class="badge oc-failed"' in rows["dead1"] and "the model endpoint refused the connection" in rows["dead1"]
+
+
+def test_search_pages_through_more_than_fifty_results(tmp_path):
+    path = make_store(tmp_path)
+    with open_store(str(path)) as s:
+        s.append("many1", 0, [new_event(ev.RunStarted(instance_id="m", repo="r", base_commit="c", problem_statement="p"), "cli"),
+                              *(new_event(ev.StepFailed(purpose="locate_lines", reason=f"zebra number {i}"), "developer:T1")
+                                for i in range(120))])
+    with serve(path) as base:
+        seen, link, pages = [], "search?q=zebra", []
+        while link:
+            body = page(base + ("search" + link if link.startswith("?") else link))
+            pages.append(re.search(r'id="result-count">(.*?)</p>', body, re.S).group(1))
+            seen += [int(n) for n in re.findall(r"zebra</mark> number (\d+)", body)]
+            found = re.search(r'class="next-page" href="([^"]+)"', body)
+            link = found.group(1).replace("&amp;", "&") if found else ""
+    assert seen == list(range(119, -1, -1))  # every result once, newest first
+    assert len(pages) == 3 and pages[0].startswith("results 1 to 50, more on the next page")
+    assert pages[2].startswith("results 101 to 120 ·") and "newest results" in pages[2]
+
+
+def test_a_live_run_says_what_it_is_doing_and_keeps_its_issue_as_written(tmp_path):
+    from magis_ray.actors.runtime.issue import read_issue
+
+    path = make_store(tmp_path)
+    statement = read_issue(b"# mean() is wrong\n\nIt divides by n - 1.\n", "issue.md").problem_statement
+    started = ev.RunStarted(instance_id="live", repo="r", base_commit="c" * 40, problem_statement=statement,
+                            settings=ev.RunSettings(tests=True))
+    with open_store(str(path)) as s:
+        s.append("live1", 0, [new_event(started, "supervisor")])
+    with serve(path) as base:
+        body = page(f"{base}runs/live1")
+        doing = " ".join(parsed(body.split('id="doing"')[1].split("</p>")[0]).text)
+        assert "preparing the test environment" in doing and "run started for live" in doing
+        assert "mean() is wrong\n\nIt divides by n - 1." in " ".join(parsed(body).text)
+        stream = urllib.request.urlopen(f"{base}live?run=live1", timeout=30)
+        assert stream.readline() == b"retry: 2000\n"
+        with open_store(str(path)) as s:
+            s.append("live1", 1, [new_event(ev.TestsRan(purpose="prepare", command="", outcome="passed", output="ready"), "qa")])
+        while not stream.readline().startswith(b"data:"):  # the inspector has folded it in
+            pass
+        stream.close()
+        assert "custodian: ranking files" in page(f"{base}runs/live1").split('id="doing"')[1].split("</p>")[0]
+        assert 'id="doing"' not in page(f"{base}runs/{REJECTED}")  # a finished run does nothing

@@ -26,7 +26,7 @@ def describe(e: ev.AnyEvent) -> str:
         case ev.FileJudged():
             return f"{e.path}: {'relevant' if e.relevant else 'not relevant'}" + (f" ({e.reason})" if e.reason else "")
         case ev.FilesLocated():
-            return f"located {len(e.paths)} file(s): {', '.join(e.paths) or '-'}"
+            return f"located {len(e.paths)} file{'' if len(e.paths) == 1 else 's'}: {', '.join(e.paths) or '-'}"
         case ev.TaskDefined():
             return f"task {e.task_id} on {e.path}"
         case ev.DeveloperRecruited():
@@ -56,7 +56,8 @@ def describe(e: ev.AnyEvent) -> str:
         case ev.TestsRan() if e.purpose == "prepare":
             return f"test environment: {e.output}" if e.outcome == "passed" else f"no test environment ({e.output}); tests off"
         case ev.TestsRan():
-            who = f"{e.task_id} attempt {e.attempt}: " if e.task_id else ""
+            # a baseline runs before any attempt, on the base commit: it belongs to no attempt
+            who = "" if not e.task_id else f"{e.task_id}: " if e.purpose == "baseline" else f"{e.task_id} attempt {e.attempt}: "
             limits = f"; {'; '.join(e.limits)}" if e.limits else ""
             return f"{who}{TEST_PURPOSES.get(e.purpose, e.purpose)} {verdict(e)} ({counts(e)}, {e.duration_s:.1f}s{limits})"
         case ev.CandidateChosen():
@@ -70,7 +71,7 @@ def describe(e: ev.AnyEvent) -> str:
     return type(e).__name__
 
 
-TEST_PURPOSES = {"reproduce": "reproduction test on the base commit", "baseline": "regression tests on the base commit",
+TEST_PURPOSES = {"reproduce": "reproduction test on the base commit", "baseline": "regression tests, baseline at the base commit",
                  "check": "tests of the patch"}
 
 

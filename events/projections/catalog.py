@@ -59,13 +59,15 @@ class RunSummary:
         match e:
             case ev.RunStarted():
                 self.instance_id, self.repo, self.model, self.batch = e.instance_id, e.repo, e.settings.model, e.settings.batch
-                self.status, self.stage = "running", "started"
+                # the test environment is prepared before anything else (minutes, the first time)
+                self.status, self.stage = "running", "preparing the test environment" if e.settings.tests else "ranking files"
             case ev.FilesRanked() | ev.FileSummarized() | ev.FileJudged():
-                self.stage = "custodian: locating files"
+                self.stage = "custodian: summarizing and judging the ranked files"
             case ev.FilesLocated():
                 self.stage = "manager: defining tasks"
             case ev.TaskDefined():
                 self.tasks[e.task_id] = ""
+                self.stage = "manager: defining tasks and recruiting developers"
             case ev.MeetingUtterance():
                 self.stage = "kick-off meeting"
             case ev.PlanMade():
@@ -78,6 +80,9 @@ class RunSummary:
                     self.approvals += 1
                 else:
                     self.rejections += 1
+            case ev.TestsRan() if e.purpose == "prepare":
+                self.tests.add(e)
+                self.stage = "custodian: ranking files"
             case ev.TestsRan():
                 self.tests.add(e)
             case ev.TaskFinished():
