@@ -83,7 +83,7 @@ def cluster():
         ray.init(address=cluster.address, namespace="magis", log_to_driver=False)
         yield cluster
     finally:
-        remote._shared.clear()
+        remote.forget_shared()
         ray.shutdown()
         cluster.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
