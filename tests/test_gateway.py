@@ -270,10 +270,11 @@ def test_api_key_never_leaves_through_events_or_logs():
 
 
 def test_defaults_from_environment(monkeypatch):
-    monkeypatch.setenv("MAGIS_MODEL", "local-llama")
+    # MAGIS_MODEL is a setting (cli/settings.py reads it); the gateway takes its config's model only
+    monkeypatch.setenv("MAGIS_MODEL", "not-the-gateway-s")
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with ScriptedServer([Rule(reply="ok")]) as server:
-        event = exchange(Gateway(GatewayConfig(base_url=server.base_url)))
+        event = exchange(Gateway(GatewayConfig(base_url=server.base_url, model="local-llama")))
         request = server.requests[0]
     assert event.model == "local-llama" and request.body["model"] == "local-llama"
     assert request.headers["authorization"] == "Bearer not-needed"

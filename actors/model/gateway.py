@@ -50,14 +50,14 @@ _PROMPT_TOKENS = re.compile(r"(\d+) (?:tokens )?in the messages|requested tokens
 
 from magis_ray.actors.model.asking import BudgetExceeded  # noqa: E402 - defined beside the roles that catch it
 from magis_ray.actors.model.failures import NO_ANSWER_TYPE  # noqa: E402
-from magis_ray.actors.model.ratelimit import RateLimiter  # noqa: E402
+from magis_ray.actors.model.ratelimit import MonotonicClock, RateLimiter  # noqa: E402
 from magis_ray.actors.model.fitting import FIT_CHARS_PER_TOKEN, Fitted, estimate_tokens, fit_to_context  # noqa: E402
 
 
 class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
-    base_url: str | None = None  # None: env OPENAI_BASE_URL, else the openai default
+    base_url: str | None = None  # None: the openai client's default (it reads OPENAI_BASE_URL)
     api_key: str | None = None  # None: env OPENAI_API_KEY, else LOCAL_API_KEY; never logged or stored
-    model: str = ""  # "": env MAGIS_MODEL, else DEFAULT_MODEL
+    model: str = ""  # "": DEFAULT_MODEL
     timeout_s: float = 120.0
     max_retries: int = 4
     backoff_base_s: float = 0.5  # first retry waits about this long, doubling each time
@@ -103,8 +103,10 @@ class _Budget:
 class Gateway:
     def __init__(self, config: GatewayConfig | None = None) -> None:
         self.config = config or GatewayConfig()
-        self.model = self.config.model or os.environ.get("MAGIS_MODEL") or DEFAULT_MODEL
-        self._base_url = self.config.base_url or os.environ.get("OPENAI_BASE_URL") or None
+        # MAGIS_MODEL and OPENAI_BASE_URL are settings (cli/settings.py), read there; the client
+        # itself falls back to OPENAI_BASE_URL when no base URL is given
+        self.model = self.config.model or DEFAULT_MODEL
+        self._base_url = self.config.base_url or None
         self._prices = load_prices(self.config.prices_path or PRICES_PATH)
         self._budgets: dict[str, _Budget] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -355,7 +357,8 @@ class Gateway:
         self._clients = {}  # a client belongs to the loop that made it
         self._slots = asyncio.Semaphore(self.config.concurrency)
         self._settled = asyncio.Condition()
-        self._rate = RateLimiter(self.config.requests_per_minute, self.config.tokens_per_minute, self.config.rate_window_s)
+        self._rate = RateLimiter(MonotonicClock(), self.config.requests_per_minute, self.config.tokens_per_minute,
+                                 self.config.rate_window_s)
         for b in self._budgets.values():
             b.reserved = 0  # requests of a finished loop are gone
 
