@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from inspecting import FIXED, MAGIS, REJECTED, RESUMED, env, get, make_store, make_store_with_grading, page, serve
+from waiting import wait_until
 from runs import REVIEW_APPROVAL, REVIEW_REJECTION, constructed_run, fixed_new_events, repo_for
 
 from magis_ray.actors.runtime.journal import Divergence, Journal, lanes_of
@@ -492,12 +493,8 @@ def test_a_live_run_says_what_it_is_doing_and_keeps_its_issue_as_written(tmp_pat
         doing = " ".join(parsed(body.split('id="doing"')[1].split("</p>")[0]).text)
         assert "preparing the test environment" in doing and "run started for live" in doing
         assert "mean() is wrong\n\nIt divides by n - 1." in " ".join(parsed(body).text)
-        stream = urllib.request.urlopen(f"{base}live?run=live1", timeout=30)
-        assert stream.readline() == b"retry: 2000\n"
         with open_store(str(path)) as s:
             s.append("live1", 1, [new_event(ev.TestsRan(purpose="prepare", command="", outcome="passed", output="ready"), "qa")])
-        while not stream.readline().startswith(b"data:"):  # the inspector has folded it in
-            pass
-        stream.close()
-        assert "custodian: ranking files" in page(f"{base}runs/live1").split('id="doing"')[1].split("</p>")[0]
+        wait_until(lambda: "custodian: ranking files" in page(f"{base}runs/live1").split('id="doing"')[1].split("</p>")[0],
+                   "the header moves on once the environment is prepared")
         assert 'id="doing"' not in page(f"{base}runs/{REJECTED}")  # a finished run does nothing
