@@ -1,4 +1,4 @@
-"""Shared fixtures: a real Ray session per module that needs it, a scripted model, the calc repo."""
+"""Shared fixtures: a real Ray session per module that needs it, the calc repo, the inspector's store and server."""
 from __future__ import annotations
 
 import os
@@ -46,6 +46,24 @@ def calc_repo(tmp_path):
     path = tmp_path / "calc"
     repo, base = make_calc_repo(path)
     return path, base
+
+
+@pytest.fixture(scope="module")
+def inspector_store(tmp_path_factory) -> Path:
+    """A SQLite store of the constructed runs and a grading (tests/inspecting.py), one per test
+    module: the browser checks submit runs into theirs."""
+    from inspecting import make_store_with_grading
+
+    return make_store_with_grading(tmp_path_factory.mktemp("inspector-store"))
+
+
+@pytest.fixture(scope="module")
+def inspector_url(inspector_store):
+    """The base URL of a `magis-ray serve` process over inspector_store, for the whole module."""
+    from inspecting import serve
+
+    with serve(inspector_store) as base:
+        yield base
 
 
 def interruptible() -> None:
