@@ -309,7 +309,8 @@ def test_watch_follows_a_run_until_it_ends(tmp_path):
     code = Watcher(store, out, 1.0, now=lambda: clock.now, sleep=clock.sleep, redraw=False).watch_run("r1")
     text = out.getvalue()
     assert code == 0 and clock.sleeps == len(chunks)  # it saw the run grow, and stopped at its end
-    assert "T1 attempt 1: sent back  [1 call(s), 970 tokens, $0.0002]" in text  # a decision, and what its exchange cost
+    assert "T1 attempt 1: sent back  [1 call, 970 tokens, $0.0002]" in text  # a decision, and what its exchange cost
+    assert not re.search(r"\w\((s|ies|es)\)", text)  # plural words spelt out, as the pages have them
     assert "run r1  calc__calc-2  [finished] patched" in text and "T2 calc/texts.py: failed" in text
     assert "attempt 1: sent back (Still wrong" in text and "attempt 2: approved" in text
     assert "reviews: 1 approved, 1 sent back" in text
@@ -354,7 +355,8 @@ def test_watch_follows_a_batch_until_every_run_has_ended(tmp_path):
     text = out.getvalue()
     assert code == 0 and clock.sleeps >= 3  # it waited for the driver, then for the grace period
     assert "run b1 calc__calc-2: running" in text and "run b1 calc__calc-2: finished patched" in text
-    assert "batch nightly: 2 of 2 run(s) ended, 0 running, 0 failed, 2 patched" in text
+    assert "batch nightly: 2 of 2 runs ended, 0 running, 0 failed, 2 patched" in text
+    assert not re.search(r"\w\((s|ies|es)\)", text)
     assert "elsewhere" not in text
 
 

@@ -18,6 +18,7 @@ from magis_ray.store import Lease
 
 from ..errors import BadInput
 from ..source import resolve_run_id
+from .pages import count, money
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 GRACE_S = 2.0  # a batch counts as ended once nothing of it has run for this long (drivers pick instances up in turns)
@@ -29,10 +30,6 @@ def plain(text: object, limit: int = 200) -> str:
     line = _CONTROL.sub(lambda m: " " if m.group() in "\n\t\r" else f"\\x{ord(m.group()):02x}", str(text))
     line = " ".join(line.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def money(value: float) -> str:
-    return f"${value:,.4f}"
 
 
 def run_lines(summary: RunSummary, view: RunView, stalled: bool = False) -> list[str]:
@@ -73,13 +70,13 @@ def run_lines(summary: RunSummary, view: RunView, stalled: bool = False) -> list
 
 def batch_lines(batch: BatchSummary, stalled: set[str]) -> list[str]:
     runs = sorted(batch.runs, key=lambda r: r.first_time)
-    lines = [f"batch {plain(batch.name)}: {batch.ended} of {len(runs)} run(s) ended, {batch.count('running')} running, "
+    lines = [f"batch {plain(batch.name)}: {batch.ended} of {count(len(runs), 'run')} ended, {batch.count('running')} running, "
              f"{batch.count('failed')} failed, {batch.patched} patched; tokens {batch.tokens:,}, cost {money(batch.cost_usd)}"]
     for r in runs:
         status = "stalled" if r.run_id in stalled else r.status
         detail = plain(r.outcome, 80) if r.ended else plain(r.stage, 80)
         lines.append(f"  {r.run_id}  {plain(r.instance_id, 40):40}  {status:8}  {detail}  "
-                     f"{r.tokens:,} tokens  {money(r.cost_usd)}")
+                     f"{count(r.tokens, 'token')}  {money(r.cost_usd)}")
     return lines
 
 
@@ -133,7 +130,7 @@ class Watcher:
         cost = ""
         if asked:
             tokens = sum(x.prompt_tokens + x.completion_tokens for x in asked)
-            cost = f"  [{len(asked)} call(s), {tokens:,} tokens, {money(sum(x.cost_usd for x in asked))}]"
+            cost = f"  [{count(len(asked), 'call')}, {count(tokens, 'token')}, {money(sum(x.cost_usd for x in asked))}]"
         self._print([f"+{rec.time - start:7.1f}s  {plain(rec.actor, 40):24} {plain(describe(rec.event))}{cost}"])
 
     def watch_batch(self, name: str) -> int:
