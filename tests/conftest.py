@@ -49,6 +49,13 @@ def calc_repo(tmp_path):
 
 
 @pytest.fixture(scope="module")
+def env_cache(tmp_path_factory) -> Path:
+    """An environment cache folder of the test module's own, empty at first: its environments are
+    built by the module's runs, not taken from the user's cache."""
+    return tmp_path_factory.mktemp("envs")
+
+
+@pytest.fixture(scope="module")
 def inspector_store(tmp_path_factory) -> Path:
     """A SQLite store of the constructed runs and a grading (tests/inspecting.py), one per test
     module: the browser checks submit runs into theirs."""

@@ -69,11 +69,6 @@ def summary(stdout: str) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in stdout.splitlines() if ":" in line)}
 
 
-@pytest.fixture(scope="module")
-def env_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("envs")
-
-
 # --- the README, as printed ----------------------------------------------------------------------
 
 
