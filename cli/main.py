@@ -12,7 +12,23 @@ from .errors import UserError
 from .options import store_option
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Commands(click.Group):
+    def invoke(self, ctx: click.Context):
+        """Every command, with a closed pipe as no error: the reader of our output went away
+        (`magis-ray events RUN | head -1`), which is how pipes end. Stdout then points at /dev/null
+        so the interpreter's last flush does not raise again, and the exit code is 0."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            import os
+
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            raise click.exceptions.Exit(0) from None
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="magis-ray")
 def cli() -> None:
     """magis-ray: a team of LLM agents (MAGIS) resolving GitHub issues, as an event-sourced Ray actor system."""
@@ -43,7 +59,16 @@ def runs_command(store_path: str) -> None:
     header = ("RUN", "INSTANCE", "STATUS", "EVENTS", "OUTCOME")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
     for row in [header, *rows]:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4][:80])
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + shorten(row[4], 80))
+
+
+def shorten(text: str, width: int) -> str:
+    """`text` on one line, cut at a word with an ellipsis when longer than `width`."""
+    line = " ".join(text.split())
+    if len(line) <= width:
+        return line
+    cut = line[: width - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(" ,;:.") + "…"
 
 
 @cli.command("events")
@@ -238,7 +263,7 @@ def _as_user_error(exc: Exception) -> UserError | None:
         return UserError(str(exc))
     if isinstance(exc, ModuleNotFoundError) and (extra := extra_of(exc)):
         return UserError(missing_extra(extra, "this command", [exc.name]))
-    if isinstance(exc, OSError) and not isinstance(exc, (BrokenPipeError,)):
+    if isinstance(exc, OSError):
         return UserError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
     if "ray" in sys.modules and isinstance(exc, sys.modules["ray"].exceptions.RayError):
         return UserError(_ray_error_line(exc))

@@ -377,7 +377,7 @@ def test_the_audit_page_and_the_inspector_share_one_template_set():
     assert '{% include "run_sections.html" %}' in templates.joinpath("run.html").read_text()
     assert '{% include "run_sections.html" %}' in templates.joinpath("audit.html").read_text()
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert "templates/*.html" in config["tool"]["setuptools"]["package-data"]["magis_ray.cli.inspector"]
+    assert "*.html" in config["tool"]["setuptools"]["package-data"]["magis_ray.cli.inspector.templates"]
     events = ROOT / "events"
     assert not list(events.rglob("*.html"))
     assert not [p for p in events.rglob("*.py") if re.search(r"<(section|div|table|span)\b", p.read_text())]

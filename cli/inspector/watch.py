@@ -12,6 +12,7 @@ from typing import Callable, TextIO
 from magis_ray.events import schema as ev
 from magis_ray.events.projections import RunView
 from magis_ray.events.projections.audit import describe
+from magis_ray.events.projections.tests import verdict as test_verdict, view_tally
 from magis_ray.events.projections.catalog import BatchSummary, Catalog, RunSummary
 from magis_ray.store import Lease
 
@@ -50,7 +51,7 @@ def run_lines(summary: RunSummary, view: RunView, stalled: bool = False) -> list
     lines.append(f"  tokens {summary.prompt_tokens:,} + {summary.completion_tokens:,}  cost {money(summary.cost_usd)}  "
                  f"calls {summary.calls}  time {summary.seconds:.1f} s  events {summary.events}")
     lines.append(f"  reviews: {summary.approvals} approved, {summary.rejections} sent back  "
-                 f"test runs: {summary.test_runs} ({summary.tests_failed} not passing)")
+                 f"{view_tally(view).words()}")
     for task in view.tasks.values():
         status = task.finished.status if task.finished else "working"
         lines.append(f"  {plain(task.task_id)} {plain(task.path)}: {status}")
@@ -61,7 +62,7 @@ def run_lines(summary: RunSummary, view: RunView, stalled: bool = False) -> list
             verdict = ("approved" if review.approved else "sent back") if review else "in review"
             line = f"    {who}attempt {patch.attempt}: {verdict}"
             if tests:
-                line += "; tests " + ", ".join(t.outcome for t in tests)
+                line += "; tests " + ", ".join(test_verdict(t) for t in tests)
             if review and review.comment:
                 line += f" ({plain(review.comment, 100)})"
             lines.append(line)

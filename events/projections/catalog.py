@@ -8,6 +8,8 @@ from typing import Iterable
 
 from magis_ray.events import schema as ev
 
+from .tests import Tally
+
 GRADING_PREFIX = "grading:"  # a grading's stream; runs never hold its events
 
 
@@ -34,8 +36,7 @@ class RunSummary:
     stages: list[list[str]] = field(default_factory=list)
     approvals: int = 0
     rejections: int = 0
-    test_runs: int = 0
-    tests_failed: int = 0  # test runs whose outcome was not "passed"
+    tests: Tally = field(default_factory=Tally)
     resumed: int = 0
 
     @property
@@ -77,9 +78,8 @@ class RunSummary:
                     self.approvals += 1
                 else:
                     self.rejections += 1
-            case ev.TestsRan() if e.purpose != "prepare":
-                self.test_runs += 1
-                self.tests_failed += e.outcome != "passed"
+            case ev.TestsRan():
+                self.tests.add(e)
             case ev.TaskFinished():
                 self.tasks[e.task_id] = e.status
                 self.stage = self._stage_now()
