@@ -23,6 +23,7 @@ class Endpoint(NamedTuple):
     response_format: str = ""  # "": the settings' response-format
     concurrency: int = 0  # 0: the settings' concurrency
     max_tokens: int = 0  # 0: the gateway's default
+    billed: bool = True  # False: served here (scripted, local), free whatever the model is called
 
 
 def resolve_llm(llm: str, base_url: str | None) -> str:
@@ -57,7 +58,8 @@ def gateway_config(endpoint: Endpoint, settings, model: str, roles: tuple = ()):
         base_url=endpoint.base_url or None, model=model or endpoint.model, timeout_s=settings.timeout,
         concurrency=endpoint.concurrency or settings.concurrency,
         response_format=endpoint.response_format or settings.response_format, context_tokens=endpoint.context_tokens,
-        requests_per_minute=settings.rpm, tokens_per_minute=settings.tpm, routes=tuple(roles), **extra,
+        requests_per_minute=settings.rpm, tokens_per_minute=settings.tpm, routes=tuple(roles), billed=endpoint.billed,
+        **extra,
     )
 
 
@@ -73,7 +75,7 @@ def model_endpoint(llm: str, base_url: str | None, store_path: str, local_port: 
         except (OSError, ValueError) as exc:
             raise BadInput(f"cannot load the script {path}: {exc}") from None
         with ScriptedServer(script) as server:
-            yield Endpoint(server.base_url)
+            yield Endpoint(server.base_url, billed=False)
         return
     if llm == "local":
         require_extra("local", "the bundled model (--llm local)")
@@ -89,7 +91,8 @@ def model_endpoint(llm: str, base_url: str | None, store_path: str, local_port: 
         try:
             # llama.cpp's server rejects json_schema and answers one request at a time; a 135M
             # model that rambles must not take half the context for its answer
-            yield Endpoint(server.base_url, server.model_name, server.context_tokens, "json_object", concurrency=1, max_tokens=LOCAL_MAX_TOKENS)
+            yield Endpoint(server.base_url, server.model_name, server.context_tokens, "json_object", concurrency=1,
+                           max_tokens=LOCAL_MAX_TOKENS, billed=False)
         finally:
             server.stop()
         return
