@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .errors import BadInput, require_extra
+from .settings import LLM_KINDS
 
 # Our answers are small JSON objects; a 135M model that rambles is cut off here rather than
 # spending a minute and half the context on one answer.
@@ -97,7 +98,7 @@ def model_endpoint(llm: str, base_url: str | None, store_path: str, local_port: 
             server.stop()
         return
     if llm != "openai":
-        raise BadInput(f"unknown --llm {llm!r}: use local, openai or scripted:FILE")
+        raise ValueError(f"llm {llm!r}: the settings accept only {', '.join(LLM_KINDS)}, and auto is resolved before")
     if not base_url and not os.environ.get("OPENAI_API_KEY"):
         raise BadInput("no model configured: give --base-url URL or set OPENAI_API_KEY (or --llm local, --llm scripted:FILE)")
     yield Endpoint(base_url)

@@ -40,16 +40,14 @@ def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instanc
     dataset, every instance in it as a batch (resumable: run the same command again). Settings
     come from flags, the environment, magis.toml (or pyproject.toml's [tool.magis-ray]) and
     ~/.config/magis-ray/config.toml, in that order (`magis-ray config` shows them)."""
-    from magis_ray.actors.runtime.deployment import new_run_id, run_issue
-    from magis_ray.actors.runtime.liveness import Liveness
-
     from .batch import submit_batch
     from .config import effective_settings, given_flags, project_root
     from .issue_input import prepare_issue
 
+    flags = given_flags(ctx)  # a bad flag (--llm bogus) is refused before the issue is read or Ray imported
     batch = issue.endswith(".jsonl")
     prepared = None if batch else prepare_issue(issue, repo, repos_dir, base)
-    effective = effective_settings(given_flags(ctx), Path(prepared.issue.repo_path) if prepared else project_root(repo))
+    effective = effective_settings(flags, Path(prepared.issue.repo_path) if prepared else project_root(repo))
     settings = effective.settings
     llm = resolve_llm(settings.llm, settings.base_url)
     run_config = run_settings(effective, llm, use_qa=not no_qa, use_hints=not no_hints, use_memory=not no_memory,
@@ -61,6 +59,9 @@ def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instanc
     if prepared.notice:
         click.echo(f"magis-ray: notice: {prepared.notice}", err=True)
     with model_endpoint(llm, settings.base_url or None, store_path, local_port) as endpoint:
+        from magis_ray.actors.runtime.deployment import new_run_id, run_issue  # imports Ray: after every check
+        from magis_ray.actors.runtime.liveness import Liveness
+
         ensure_store(store_path)
         run_id = new_run_id()
         with Liveness(store_path) as liveness:

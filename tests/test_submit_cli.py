@@ -78,6 +78,16 @@ def test_a_path_that_is_no_git_repository(tmp_path):
     assert_one_line_error(magis("submit", str(issue), cwd=tmp_path), "not a git repository")
 
 
+def test_an_unknown_llm_is_refused_before_anything_starts(tmp_path):
+    # no issue read, no store made, Ray not even imported: the flag is checked first
+    code = ("import atexit, runpy, sys; atexit.register(lambda: print('ray imported:', 'ray' in sys.modules, file=sys.stderr)); "
+            "sys.argv = ['magis-ray', 'submit', 'missing.md', '--store', 'store', '--llm', 'bogus']; "
+            "runpy.run_module('magis_ray.cli.main', run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert_one_line_error(result, "--llm: llm must be one of auto, local, openai, scripted:FILE, not 'bogus'")
+    assert "ray imported: False" in result.stderr and not (tmp_path / "store").exists()
+
+
 def test_a_base_commit_that_is_not_in_the_repository(calc_repo, tmp_path):
     repo_path, _ = calc_repo
     issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, "0" * 40))
