@@ -10,6 +10,8 @@ from typing import NamedTuple
 from .errors import BadInput, require_extra
 from .settings import LLM_KINDS
 
+# Where the openai client sends requests when no base URL is given (OPENAI_BASE_URL is a setting)
+OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 # Our answers are small JSON objects; a 135M model that rambles is cut off here rather than
 # spending a minute and half the context on one answer.
 LOCAL_MAX_TOKENS = 512
@@ -47,6 +49,29 @@ def default_model(llm: str, model: str) -> str:
     from magis_ray.actors.model.gateway import DEFAULT_MODEL
 
     return DEFAULT_MODEL
+
+
+def model_used(settings, cwd: str | Path = ".") -> str:
+    """The model a run used and the kind of its endpoint, from its RunSettings (the log's), in one
+    line: `smollm2-135m-instruct (local, bundled)`, `scripted (examples/calc/script.json)`,
+    `gpt-4o (openai, https://api.openai.com/v1)`; a role's own model after it."""
+    kind = settings.llm.kind
+    if kind.startswith("scripted:"):
+        script = Path(kind.removeprefix("scripted:"))
+        try:
+            script = script.relative_to(Path(cwd).resolve())
+        except ValueError:
+            pass
+        where = f"scripted ({script})" if settings.model == "scripted" else f"{settings.model} (scripted, {script})"
+    elif kind == "local":
+        where = f"{settings.model} (local, bundled)"
+    elif kind == "openai":
+        where = f"{settings.model} (openai, {settings.llm.base_url or OPENAI_DEFAULT_URL})"
+    else:  # a log from before the endpoint was recorded
+        where = settings.model
+    for role in settings.roles:
+        where += f"; {role.role}: {role.model}" + (f" ({role.base_url})" if role.base_url else "")
+    return where
 
 
 def gateway_config(endpoint: Endpoint, settings, model: str, roles: tuple = ()):

@@ -106,8 +106,9 @@ def model_settings(llm: str, settings):
     )
 
 
-def write_outputs(store_path: str, run_id: str) -> tuple[Path, Path, dict]:
-    from magis_ray.events.projections import audit_json, audit_markdown, final_diff, fold, metrics
+def write_outputs(store_path: str, run_id: str):
+    """Write the run's diff, audit and page from its log; the folded log, for the summary."""
+    from magis_ray.events.projections import audit_json, audit_markdown, final_diff, fold
 
     from .inspector.pages import audit_page
     from magis_ray.store import open_store
@@ -119,29 +120,39 @@ def write_outputs(store_path: str, run_id: str) -> tuple[Path, Path, dict]:
         store.close()
     out = Path(store_path) / "runs" / run_id
     out.mkdir(parents=True, exist_ok=True)
-    diff_path, audit_path = out / "diff.patch", out / "audit.md"
-    diff_path.write_text(final_diff(view))
-    audit_path.write_text(audit_markdown(view))
+    (out / "diff.patch").write_text(final_diff(view))
+    (out / "audit.md").write_text(audit_markdown(view))
     (out / "audit.html").write_text(audit_page(audit_json(view)))
     if view.environment is not None and view.environment.outcome != "passed":
         # --tests is on by default: say once, on stderr, that this run went without them
         click.echo(f"magis-ray: notice: tests off for this run: {' '.join(view.environment.output.split())[:300]}", err=True)
-    return diff_path, audit_path, metrics(view)["total"]
+    return view, out
 
 
-def report(run_id: str, end, diff_path: Path, audit_path: Path, total: dict) -> None:
+def report(run_id: str, end, view, out: Path) -> None:
+    """The terminal summary, from the log: the outcome, why a run ended without a patch (the step
+    and its reason, as `apply` refuses it), the model used and what it cost, and where the files are."""
+    from magis_ray.events.projections import metrics
+    from magis_ray.events.projections.ending import ending
     from magis_ray.events.schema import RunFinished
 
-    outcome = end.outcome if isinstance(end, RunFinished) else f"failed: {end.reason}"
+    from .endpoint import model_used
+
+    total = metrics(view)["total"]
     click.echo(f"run:      {run_id}")
-    click.echo(f"outcome:  {outcome}")
+    click.echo(f"outcome:  {end.outcome if isinstance(end, RunFinished) else 'failed'}")
+    reason = ending(view)
+    if reason:
+        click.echo(f"reason:   {reason}")
+    if view.started is not None:
+        click.echo(f"model:    {model_used(view.started.settings)}")
     click.echo(
-        f"model:    {total['calls']} calls, {total['prompt_tokens']} prompt + {total['completion_tokens']} "
+        f"usage:    {total['calls']} calls, {total['prompt_tokens']} prompt + {total['completion_tokens']} "
         f"completion tokens, ${total['cost_usd']:.4f}"
     )
-    click.echo(f"diff:     {diff_path}")
-    click.echo(f"audit:    {audit_path}")
-    click.echo(f"page:     {audit_path.with_suffix('.html')}")
+    click.echo(f"diff:     {out / 'diff.patch'}")
+    click.echo(f"audit:    {out / 'audit.md'}")
+    click.echo(f"page:     {out / 'audit.html'}")
 
 
 def conclude(store_path: str, run_id: str, end) -> None:
