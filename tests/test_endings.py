@@ -141,4 +141,7 @@ def test_an_unreachable_model_says_so_at_submit_and_apply(tmp_path):
     assert submit.returncode == 2 and out["outcome"] == "failed", submit.stdout + submit.stderr
     assert out["model"] == "gpt-4o (openai, http://127.0.0.1:9/v1)"
     assert out["reason"].startswith("run failed (") and "no reachable model" in out["reason"], out
+    errors = [line for line in submit.stderr.splitlines() if line.startswith("magis-ray: error:")]
+    assert errors == [f"magis-ray: error: run {out['run']} failed: {errors[0].split(' failed: ', 1)[1]}"]
+    assert "no reachable model" in errors[0] and f"magis-ray resume {out['run']} --store" in errors[0]
     assert_repeated(out, apply, out["reason"])

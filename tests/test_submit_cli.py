@@ -14,8 +14,6 @@ from scenarios import MEAN_FIX, calc_issue, write_issue
 
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
-from magis_ray.events.schema import RunFailed
-from magis_ray.store import open_store
 
 MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
 
@@ -92,13 +90,3 @@ def test_a_base_commit_that_is_not_in_the_repository(calc_repo, tmp_path):
     repo_path, _ = calc_repo
     issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, "0" * 40))
     assert_one_line_error(magis("submit", str(issue), cwd=tmp_path), "not found")
-
-
-def test_no_reachable_model_fails_the_run_and_says_how_to_resume(calc_repo, tmp_path):
-    repo_path, base = calc_repo
-    issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base))
-    result = magis("submit", str(issue), "--store", "store", "--base-url", "http://127.0.0.1:9/v1", "--timeout", "2", cwd=tmp_path)
-    assert_one_line_error(result, "no reachable model", "magis-ray resume")
-    with open_store(str(tmp_path / "store")) as store:
-        [run] = store.list_runs()
-        assert isinstance(store.read(run.run_id)[-1].event, RunFailed)
