@@ -35,7 +35,7 @@ def ray_session():
     yield
     from magis_ray.actors.runtime import remote
 
-    remote._shared.clear()
+    remote.forget_shared()
     ray.shutdown()
 
 

@@ -19,6 +19,7 @@ import pytest
 from checks import assert_consistent_log
 from test_batch import batch_args, dataset, team as batch_team  # noqa: F401 - the dataset fixture
 from test_resume import EXPECTED_DIFF, issue_file, run, start, team, wait_for_events, wait_for_lease_expiry  # noqa: F401
+from waiting import wait_until
 
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.events.projections import final_diff, fold
@@ -159,7 +160,6 @@ def test_a_heartbeat_keeps_a_lease_and_a_stalled_driver_learns_it_lost_it(tmp_pa
     first, second = Liveness(store, ttl_s=2.0), Liveness(store, ttl_s=2.0)
     try:
         epoch = first.take("r1")
-        deadline = clock.monotonic() + 60
         held_since = clock.time()
         while clock.time() - held_since < 3 * first.ttl_s:  # thrice its length: only the heartbeat keeps it
             with pytest.raises(RunIsLive, match=r"run r1 is still running on .*, pid \d+, last seen \d+s ago"):
@@ -167,19 +167,18 @@ def test_a_heartbeat_keeps_a_lease_and_a_stalled_driver_learns_it_lost_it(tmp_pa
             clock.sleep(0.2)
         first._stop.set()  # the first driver stalls: no more heartbeats
         first._thread.join()
-        while True:
+
+        def taken() -> int | None:
             try:
-                assert second.take("r1") == epoch + 1
-                break
+                return second.take("r1")
             except RunIsLive:
-                assert clock.monotonic() < deadline
-                clock.sleep(0.1)
+                return None
+
+        assert wait_until(taken, "the second driver takes the stalled one's lease", poll_s=0.1) == epoch + 1
         first._stop.clear()
         first._thread = __import__("threading").Thread(target=first._beat, daemon=True)
         first._thread.start()  # it wakes up
-        while not first.lost("r1"):
-            assert clock.monotonic() < deadline
-            clock.sleep(0.05)
+        wait_until(lambda: first.lost("r1"), "the woken driver learns it lost the lease")
     finally:
         first.close()
         second.close()
@@ -208,10 +207,8 @@ def test_a_holder_on_this_host_is_alive_until_its_pid_is_gone_or_another_process
         assert holder_state(msgspec.structs.replace(lease, pid_space="another-boot/pid:[1]")) == "unknown"  # a container, a reboot
         assert holder_state(msgspec.structs.replace(lease, started=0, pid_space="")) == "unknown"  # a lease from before start times
         child.kill()
-        deadline = time.monotonic() + 60
-        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(lambda: Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z",
+                   "the killed child is a zombie", poll_s=0.02)
         assert holder_state(lease) == "dead"  # killed, not yet reaped
     finally:
         child.kill()

@@ -50,7 +50,7 @@ _PROMPT_TOKENS = re.compile(r"(\d+) (?:tokens )?in the messages|requested tokens
 
 from magis_ray.actors.model.asking import BudgetExceeded  # noqa: E402 - defined beside the roles that catch it
 from magis_ray.actors.model.failures import NO_ANSWER_TYPE  # noqa: E402
-from magis_ray.actors.model.ratelimit import RateLimiter  # noqa: E402
+from magis_ray.actors.model.ratelimit import MonotonicClock, RateLimiter  # noqa: E402
 from magis_ray.actors.model.fitting import FIT_CHARS_PER_TOKEN, Fitted, estimate_tokens, fit_to_context  # noqa: E402
 
 
@@ -364,7 +364,8 @@ class Gateway:
         self._clients = {}  # a client belongs to the loop that made it
         self._slots = asyncio.Semaphore(self.config.concurrency)
         self._settled = asyncio.Condition()
-        self._rate = RateLimiter(self.config.requests_per_minute, self.config.tokens_per_minute, self.config.rate_window_s)
+        self._rate = RateLimiter(MonotonicClock(), self.config.requests_per_minute, self.config.tokens_per_minute,
+                                 self.config.rate_window_s)
         for b in self._budgets.values():
             b.reserved = 0  # requests of a finished loop are gone
 
