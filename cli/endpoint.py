@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .errors import BadInput, require_extra
+from .settings import LLM_KINDS
 
+# Where the openai client sends requests when no base URL is given (OPENAI_BASE_URL is a setting)
+OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 # Our answers are small JSON objects; a 135M model that rambles is cut off here rather than
 # spending a minute and half the context on one answer.
 LOCAL_MAX_TOKENS = 512
@@ -23,6 +26,7 @@ class Endpoint(NamedTuple):
     response_format: str = ""  # "": the settings' response-format
     concurrency: int = 0  # 0: the settings' concurrency
     max_tokens: int = 0  # 0: the gateway's default
+    billed: bool = True  # False: served here (scripted, local), free whatever the model is called
 
 
 def resolve_llm(llm: str, base_url: str | None) -> str:
@@ -47,6 +51,29 @@ def default_model(llm: str, model: str) -> str:
     return DEFAULT_MODEL
 
 
+def model_used(settings, cwd: str | Path = ".") -> str:
+    """The model a run used and the kind of its endpoint, from its RunSettings (the log's), in one
+    line: `smollm2-135m-instruct (local, bundled)`, `scripted (examples/calc/script.json)`,
+    `gpt-4o (openai, https://api.openai.com/v1)`; a role's own model after it."""
+    kind = settings.llm.kind
+    if kind.startswith("scripted:"):
+        script = Path(kind.removeprefix("scripted:"))
+        try:
+            script = script.relative_to(Path(cwd).resolve())
+        except ValueError:
+            pass
+        where = f"scripted ({script})" if settings.model == "scripted" else f"{settings.model} (scripted, {script})"
+    elif kind == "local":
+        where = f"{settings.model} (local, bundled)"
+    elif kind == "openai":
+        where = f"{settings.model} (openai, {settings.llm.base_url or OPENAI_DEFAULT_URL})"
+    else:  # a log from before the endpoint was recorded
+        where = settings.model
+    for role in settings.roles:
+        where += f"; {role.role}: {role.model}" + (f" ({role.base_url})" if role.base_url else "")
+    return where
+
+
 def gateway_config(endpoint: Endpoint, settings, model: str, roles: tuple = ()):
     """`settings`: the run's Settings (cli/settings.py); `model`: the name the run records; `roles`:
     the run's RunSettings.roles (a model per role), which the gateway routes by."""
@@ -57,7 +84,8 @@ def gateway_config(endpoint: Endpoint, settings, model: str, roles: tuple = ()):
         base_url=endpoint.base_url or None, model=model or endpoint.model, timeout_s=settings.timeout,
         concurrency=endpoint.concurrency or settings.concurrency,
         response_format=endpoint.response_format or settings.response_format, context_tokens=endpoint.context_tokens,
-        requests_per_minute=settings.rpm, tokens_per_minute=settings.tpm, routes=tuple(roles), **extra,
+        requests_per_minute=settings.rpm, tokens_per_minute=settings.tpm, routes=tuple(roles), billed=endpoint.billed,
+        **extra,
     )
 
 
@@ -73,7 +101,7 @@ def model_endpoint(llm: str, base_url: str | None, store_path: str, local_port: 
         except (OSError, ValueError) as exc:
             raise BadInput(f"cannot load the script {path}: {exc}") from None
         with ScriptedServer(script) as server:
-            yield Endpoint(server.base_url)
+            yield Endpoint(server.base_url, billed=False)
         return
     if llm == "local":
         require_extra("local", "the bundled model (--llm local)")
@@ -89,12 +117,13 @@ def model_endpoint(llm: str, base_url: str | None, store_path: str, local_port: 
         try:
             # llama.cpp's server rejects json_schema and answers one request at a time; a 135M
             # model that rambles must not take half the context for its answer
-            yield Endpoint(server.base_url, server.model_name, server.context_tokens, "json_object", concurrency=1, max_tokens=LOCAL_MAX_TOKENS)
+            yield Endpoint(server.base_url, server.model_name, server.context_tokens, "json_object", concurrency=1,
+                           max_tokens=LOCAL_MAX_TOKENS, billed=False)
         finally:
             server.stop()
         return
     if llm != "openai":
-        raise BadInput(f"unknown --llm {llm!r}: use local, openai or scripted:FILE")
+        raise ValueError(f"llm {llm!r}: the settings accept only {', '.join(LLM_KINDS)}, and auto is resolved before")
     if not base_url and not os.environ.get("OPENAI_API_KEY"):
         raise BadInput("no model configured: give --base-url URL or set OPENAI_API_KEY (or --llm local, --llm scripted:FILE)")
     yield Endpoint(base_url)

@@ -37,6 +37,8 @@ PYPROJECT_TABLE = "magis-ray"  # [tool.magis-ray]
 USER_FILE = "config.toml"
 ROLES = ("custodian", "manager", "developer", "qa")  # as the gateway routes them (gateway.ROLES)
 
+LLM_KINDS = ("auto", "local", "openai", "scripted:FILE")
+LlmKind = Annotated[str, msgspec.Meta(pattern=r"^(auto|local|openai|scripted:.+)$")]
 AtLeastOne = Annotated[int, msgspec.Meta(ge=1)]
 NotNegative = Annotated[int, msgspec.Meta(ge=0)]
 
@@ -63,7 +65,7 @@ class RoleModels(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 class Settings(msgspec.Struct, frozen=True, kw_only=True, rename="kebab", forbid_unknown_fields=True):
     """Every setting of `submit`, by the name files and flags give it (`top-k`, `--top-k`)."""
 
-    llm: str = "auto"  # auto, local, openai or scripted:FILE
+    llm: LlmKind = "auto"  # LLM_KINDS
     model: str = ""
     base_url: str = ""
     response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
@@ -186,6 +188,8 @@ def _explain(message: str, table: Mapping) -> tuple[str, str]:
         return key, "[models] must be a table of role = \"model\""
     if len(path) == 2 and path[0] == "models":
         return key, f"[models] {path[1]} must be a model's name, or {{ model = ..., base-url = ... }}"
+    if key == "llm" and "matching regex" in what:
+        return key, f"{key} must be one of {', '.join(LLM_KINDS)}, not {value!r}"
     if what.startswith("Invalid enum value"):
         allowed = typing.get_args(FIELDS[key].type) if key in FIELDS else ()
         return key, f"{key} must be one of {', '.join(allowed)}, not {value!r}"

@@ -40,16 +40,14 @@ def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instanc
     dataset, every instance in it as a batch (resumable: run the same command again). Settings
     come from flags, the environment, magis.toml (or pyproject.toml's [tool.magis-ray]) and
     ~/.config/magis-ray/config.toml, in that order (`magis-ray config` shows them)."""
-    from magis_ray.actors.runtime.deployment import new_run_id, run_issue
-    from magis_ray.actors.runtime.liveness import Liveness
-
     from .batch import submit_batch
     from .config import effective_settings, given_flags, project_root
     from .issue_input import prepare_issue
 
+    flags = given_flags(ctx)  # a bad flag (--llm bogus) is refused before the issue is read or Ray imported
     batch = issue.endswith(".jsonl")
     prepared = None if batch else prepare_issue(issue, repo, repos_dir, base)
-    effective = effective_settings(given_flags(ctx), Path(prepared.issue.repo_path) if prepared else project_root(repo))
+    effective = effective_settings(flags, Path(prepared.issue.repo_path) if prepared else project_root(repo))
     settings = effective.settings
     llm = resolve_llm(settings.llm, settings.base_url)
     run_config = run_settings(effective, llm, use_qa=not no_qa, use_hints=not no_hints, use_memory=not no_memory,
@@ -61,6 +59,9 @@ def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instanc
     if prepared.notice:
         click.echo(f"magis-ray: notice: {prepared.notice}", err=True)
     with model_endpoint(llm, settings.base_url or None, store_path, local_port) as endpoint:
+        from magis_ray.actors.runtime.deployment import new_run_id, run_issue  # imports Ray: after every check
+        from magis_ray.actors.runtime.liveness import Liveness
+
         ensure_store(store_path)
         run_id = new_run_id()
         with Liveness(store_path) as liveness:
@@ -105,8 +106,9 @@ def model_settings(llm: str, settings):
     )
 
 
-def write_outputs(store_path: str, run_id: str) -> tuple[Path, Path, dict]:
-    from magis_ray.events.projections import audit_json, audit_markdown, final_diff, fold, metrics
+def write_outputs(store_path: str, run_id: str):
+    """Write the run's diff, audit and page from its log; the folded log, for the summary."""
+    from magis_ray.events.projections import audit_json, audit_markdown, final_diff, fold
 
     from .inspector.pages import audit_page
     from magis_ray.store import open_store
@@ -118,29 +120,39 @@ def write_outputs(store_path: str, run_id: str) -> tuple[Path, Path, dict]:
         store.close()
     out = Path(store_path) / "runs" / run_id
     out.mkdir(parents=True, exist_ok=True)
-    diff_path, audit_path = out / "diff.patch", out / "audit.md"
-    diff_path.write_text(final_diff(view))
-    audit_path.write_text(audit_markdown(view))
+    (out / "diff.patch").write_text(final_diff(view))
+    (out / "audit.md").write_text(audit_markdown(view))
     (out / "audit.html").write_text(audit_page(audit_json(view)))
     if view.environment is not None and view.environment.outcome != "passed":
         # --tests is on by default: say once, on stderr, that this run went without them
         click.echo(f"magis-ray: notice: tests off for this run: {' '.join(view.environment.output.split())[:300]}", err=True)
-    return diff_path, audit_path, metrics(view)["total"]
+    return view, out
 
 
-def report(run_id: str, end, diff_path: Path, audit_path: Path, total: dict) -> None:
+def report(run_id: str, end, view, out: Path) -> None:
+    """The terminal summary, from the log: the outcome, why a run ended without a patch (the step
+    and its reason, as `apply` refuses it), the model used and what it cost, and where the files are."""
+    from magis_ray.events.projections import metrics
+    from magis_ray.events.projections.ending import ending
     from magis_ray.events.schema import RunFinished
 
-    outcome = end.outcome if isinstance(end, RunFinished) else f"failed: {end.reason}"
+    from .endpoint import model_used
+
+    total = metrics(view)["total"]
     click.echo(f"run:      {run_id}")
-    click.echo(f"outcome:  {outcome}")
+    click.echo(f"outcome:  {end.outcome if isinstance(end, RunFinished) else 'failed'}")
+    reason = ending(view)
+    if reason:
+        click.echo(f"reason:   {reason}")
+    if view.started is not None:
+        click.echo(f"model:    {model_used(view.started.settings)}")
     click.echo(
-        f"model:    {total['calls']} calls, {total['prompt_tokens']} prompt + {total['completion_tokens']} "
+        f"usage:    {total['calls']} calls, {total['prompt_tokens']} prompt + {total['completion_tokens']} "
         f"completion tokens, ${total['cost_usd']:.4f}"
     )
-    click.echo(f"diff:     {diff_path}")
-    click.echo(f"audit:    {audit_path}")
-    click.echo(f"page:     {audit_path.with_suffix('.html')}")
+    click.echo(f"diff:     {out / 'diff.patch'}")
+    click.echo(f"audit:    {out / 'audit.md'}")
+    click.echo(f"page:     {out / 'audit.html'}")
 
 
 def conclude(store_path: str, run_id: str, end) -> None:

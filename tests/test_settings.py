@@ -48,6 +48,8 @@ def test_each_layer_gives_way_to_the_one_before_it(tmp_path):
     ({"MAGIS_TOP_K": "ten"}, "MAGIS_TOP_K='ten': top-k must be an integer"),
     ({"MAGIS_TOP_K": "0"}, "MAGIS_TOP_K='0': top-k must be at least 1"),
     ({"MAGIS_SANDBOX": "docker"}, "MAGIS_SANDBOX='docker': sandbox must be one of bwrap, none"),
+    ({"MAGIS_LLM": "gpt"}, "MAGIS_LLM='gpt': llm must be one of auto, local, openai, scripted:FILE, not 'gpt'"),
+    ({"MAGIS_LLM": "scripted:"}, "llm must be one of auto, local, openai, scripted:FILE, not 'scripted:'"),
 ])
 def test_a_bad_environment_variable_is_one_line_naming_it(environ, says):
     with pytest.raises(BadInput) as caught:
@@ -72,6 +74,7 @@ def test_magis_toml_comes_before_pyproject_and_a_script_is_found_beside_the_file
     ('openai-api-key = "sk-x"', "does not belong in a settings file"),
     ("top-k = 'ten'", "top-k must be an integer, not 'ten'"),
     ("tests = 'sometimes'", "tests must be one of on, off"),
+    ("llm = 'bogus'", "llm must be one of auto, local, openai, scripted:FILE, not 'bogus'"),
     ("topk = 3", "unknown setting 'topk'"),
     ("[models]\ntester = 'm'", "[models] has no role 'tester'"),
     ("[models]\ndeveloper = { model = 'm', temperature = 1 }", "takes model and base-url, not 'temperature'"),

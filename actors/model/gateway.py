@@ -73,6 +73,10 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     tokens_per_minute: int = 0  # prompt estimate + max_tokens of each request; 0: no limit
     rate_window_s: float = 60.0  # the "minute" of the rate limits (shorter in tests)
     prices_path: str | None = None  # None: actors/model/prices.json
+    # False when `base_url` is served on this machine (the scripted model, the bundled one): its
+    # answers cost nothing whatever the model is called; a role routed to its own base_url is
+    # still priced by its model's name
+    billed: bool = True
     routes: tuple[RoleModel, ...] = ()  # a model (and endpoint) per role; other roles ask `model`
 
     def __repr__(self) -> str:  # the key must not leak through a logged config
@@ -222,7 +226,7 @@ class Gateway:
             prompt_tokens=outcome.prompt_tokens,
             completion_tokens=outcome.completion_tokens,
             latency_s=round(outcome.latency_s, 4),
-            cost_usd=self.cost_of(outcome.prompt_tokens, outcome.completion_tokens, model),
+            cost_usd=self.cost_of(outcome.prompt_tokens, outcome.completion_tokens, model) if self._billed(base_url) else 0.0,
             attempt=attempt,
             task_id=task_id,
             truncated_chars=fit.cut_chars,
@@ -335,6 +339,9 @@ class Gateway:
             return min(retry_after, cap)
         delay = min(cap, self.config.backoff_base_s * 2 ** (tries - 1))
         return delay * (0.5 + random.random() / 2)  # jitter spreads retries of concurrent requests
+
+    def _billed(self, base_url: str | None) -> bool:
+        return self.config.billed or base_url != self._base_url
 
     def cost_of(self, prompt_tokens: int, completion_tokens: int, model: str | None = None) -> float:
         price = price_for(self._prices, model or self.model)
