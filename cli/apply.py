@@ -17,6 +17,7 @@ def patched_view(store_path: str, run: str):
     """The run's view when it ended with a patch; BadInput says why not (still running, cut off,
     failed, no patch)."""
     from magis_ray.events.projections import final_diff, fold
+    from magis_ray.events.projections.ending import ending
     from magis_ray.store import open_store
 
     from .source import load_run, resolve_run_id
@@ -36,11 +37,8 @@ def patched_view(store_path: str, run: str):
 
             raise BadInput(f"{describe_holder(live[0], f'run {view.run_id}')}; apply it once it has finished")
         raise BadInput(f"run {view.run_id} was cut off before it finished; resume it with `magis-ray resume {view.run_id}`")
-    if view.failed is not None:
-        raise BadInput(f"run {view.run_id} failed ({view.failed.reason}); it has no patch to apply")
-    if not final_diff(view):
-        why = view.finished.summary or view.finished.outcome if view.finished else view.status
-        raise BadInput(f"run {view.run_id} has no patch ({why})")
+    if view.failed is not None or not final_diff(view):
+        raise BadInput(f"run {view.run_id} has no patch to apply: {ending(view) or view.status}")
     return view
 
 
@@ -97,7 +95,20 @@ def apply_command(run: str, branch: str | None, worktree: str | None, repo: str 
         tree = worktree or f"{str(repo_path).rstrip('/')}-{branch.replace('/', '-')}"
         add = "" if worktree else f"git -C {shlex.quote(str(repo_path))} worktree add {shlex.quote(tree)} {q} && "
         click.echo(f"  {add}(cd {shlex.quote(tree)} && {test_cmd})")
-    click.echo(f"  git push -u origin {q}")
+    remotes = remote_names(repo_path)
+    if not remotes:
+        click.echo(f"  # the repository has no remote to push to: add one with "
+                   f"`git -C {shlex.quote(str(repo_path))} remote add origin URL`, then push the branch")
+        return
+    remote = "origin" if "origin" in remotes else remotes[0]
+    click.echo(f"  git push -u {shlex.quote(remote)} {q}")
     click.echo(f"  gh pr create --head {q} --fill")
     click.echo(f"  # or with the run's description: magis-ray audit {view.run_id}{store} --format pr > pr.md && "
                f"gh pr create --head {q} --title {shlex.quote(issue_title(view))} --body-file pr.md")
+
+
+def remote_names(repo_path) -> list[str]:
+    """The repository's remotes, by name."""
+    import pygit2
+
+    return sorted(remote.name for remote in pygit2.Repository(str(repo_path)).remotes)

@@ -49,7 +49,7 @@ def ray_with_env_cache(tmp_path_factory):
     try:
         yield ray
     finally:
-        remote._shared.clear()
+        remote.forget_shared()
         ray.shutdown()
         if before is None:
             os.environ.pop("MAGIS_ENV_CACHE", None)

@@ -19,7 +19,7 @@ from magis_ray.actors.model.gateway import (
     PRICES_PATH,
 )
 from magis_ray.actors.model.scripted_server import Rule, Script, ScriptedServer
-from magis_ray.events.schema import LLMExchanged, Message
+from magis_ray.events.schema import LLMExchanged, Message, RoleModel
 
 SCHEMA = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
 
@@ -269,11 +269,26 @@ def test_api_key_never_leaves_through_events_or_logs():
     assert secret not in repr(config) and secret not in str(gateway.config)
 
 
+def test_an_endpoint_served_here_costs_nothing_whatever_the_model_is_called():
+    # the scripted model and the bundled one are served on loopback (billed=False): a [models]
+    # table naming gpt-4o changes the name sent, not the price; a role sent to its own endpoint is
+    # priced by its model's name
+    with ScriptedServer([Rule(reply="ok")]) as here, ScriptedServer([Rule(reply="ok")]) as elsewhere:
+        routes = (RoleModel("developer", "gpt-4o"), RoleModel("qa", "gpt-4o", elsewhere.base_url))
+        gateway = gateway_for(here, billed=False, routes=routes)
+        free = [exchange(gateway), exchange(gateway, role="developer")]
+        priced = exchange(gateway, role="qa")
+    assert [(e.model, e.cost_usd) for e in free] == [("gpt-4o", 0.0), ("gpt-4o", 0.0)]
+    assert free[0].prompt_tokens > 0 and priced.cost_usd == pytest.approx(
+        (priced.prompt_tokens * 2.5 + priced.completion_tokens * 10.0) / 1e6)
+
+
 def test_defaults_from_environment(monkeypatch):
-    monkeypatch.setenv("MAGIS_MODEL", "local-llama")
+    # MAGIS_MODEL is a setting (cli/settings.py reads it); the gateway takes its config's model only
+    monkeypatch.setenv("MAGIS_MODEL", "not-the-gateway-s")
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with ScriptedServer([Rule(reply="ok")]) as server:
-        event = exchange(Gateway(GatewayConfig(base_url=server.base_url)))
+        event = exchange(Gateway(GatewayConfig(base_url=server.base_url, model="local-llama")))
         request = server.requests[0]
     assert event.model == "local-llama" and request.body["model"] == "local-llama"
     assert request.headers["authorization"] == "Bearer not-needed"

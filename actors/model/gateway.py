@@ -50,14 +50,14 @@ _PROMPT_TOKENS = re.compile(r"(\d+) (?:tokens )?in the messages|requested tokens
 
 from magis_ray.actors.model.asking import BudgetExceeded  # noqa: E402 - defined beside the roles that catch it
 from magis_ray.actors.model.failures import NO_ANSWER_TYPE  # noqa: E402
-from magis_ray.actors.model.ratelimit import RateLimiter  # noqa: E402
+from magis_ray.actors.model.ratelimit import MonotonicClock, RateLimiter  # noqa: E402
 from magis_ray.actors.model.fitting import FIT_CHARS_PER_TOKEN, Fitted, estimate_tokens, fit_to_context  # noqa: E402
 
 
 class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
-    base_url: str | None = None  # None: env OPENAI_BASE_URL, else the openai default
+    base_url: str | None = None  # None: the openai client's default (it reads OPENAI_BASE_URL)
     api_key: str | None = None  # None: env OPENAI_API_KEY, else LOCAL_API_KEY; never logged or stored
-    model: str = ""  # "": env MAGIS_MODEL, else DEFAULT_MODEL
+    model: str = ""  # "": DEFAULT_MODEL
     timeout_s: float = 120.0
     max_retries: int = 4
     backoff_base_s: float = 0.5  # first retry waits about this long, doubling each time
@@ -73,6 +73,10 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     tokens_per_minute: int = 0  # prompt estimate + max_tokens of each request; 0: no limit
     rate_window_s: float = 60.0  # the "minute" of the rate limits (shorter in tests)
     prices_path: str | None = None  # None: actors/model/prices.json
+    # False when `base_url` is served on this machine (the scripted model, the bundled one): its
+    # answers cost nothing whatever the model is called; a role routed to its own base_url is
+    # still priced by its model's name
+    billed: bool = True
     routes: tuple[RoleModel, ...] = ()  # a model (and endpoint) per role; other roles ask `model`
 
     def __repr__(self) -> str:  # the key must not leak through a logged config
@@ -103,8 +107,10 @@ class _Budget:
 class Gateway:
     def __init__(self, config: GatewayConfig | None = None) -> None:
         self.config = config or GatewayConfig()
-        self.model = self.config.model or os.environ.get("MAGIS_MODEL") or DEFAULT_MODEL
-        self._base_url = self.config.base_url or os.environ.get("OPENAI_BASE_URL") or None
+        # MAGIS_MODEL and OPENAI_BASE_URL are settings (cli/settings.py), read there; the client
+        # itself falls back to OPENAI_BASE_URL when no base URL is given
+        self.model = self.config.model or DEFAULT_MODEL
+        self._base_url = self.config.base_url or None
         self._prices = load_prices(self.config.prices_path or PRICES_PATH)
         self._budgets: dict[str, _Budget] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -220,7 +226,7 @@ class Gateway:
             prompt_tokens=outcome.prompt_tokens,
             completion_tokens=outcome.completion_tokens,
             latency_s=round(outcome.latency_s, 4),
-            cost_usd=self.cost_of(outcome.prompt_tokens, outcome.completion_tokens, model),
+            cost_usd=self.cost_of(outcome.prompt_tokens, outcome.completion_tokens, model) if self._billed(base_url) else 0.0,
             attempt=attempt,
             task_id=task_id,
             truncated_chars=fit.cut_chars,
@@ -334,6 +340,9 @@ class Gateway:
         delay = min(cap, self.config.backoff_base_s * 2 ** (tries - 1))
         return delay * (0.5 + random.random() / 2)  # jitter spreads retries of concurrent requests
 
+    def _billed(self, base_url: str | None) -> bool:
+        return self.config.billed or base_url != self._base_url
+
     def cost_of(self, prompt_tokens: int, completion_tokens: int, model: str | None = None) -> float:
         price = price_for(self._prices, model or self.model)
         if price is None:
@@ -355,7 +364,8 @@ class Gateway:
         self._clients = {}  # a client belongs to the loop that made it
         self._slots = asyncio.Semaphore(self.config.concurrency)
         self._settled = asyncio.Condition()
-        self._rate = RateLimiter(self.config.requests_per_minute, self.config.tokens_per_minute, self.config.rate_window_s)
+        self._rate = RateLimiter(MonotonicClock(), self.config.requests_per_minute, self.config.tokens_per_minute,
+                                 self.config.rate_window_s)
         for b in self._budgets.values():
             b.reserved = 0  # requests of a finished loop are gone
 

@@ -40,6 +40,9 @@ SECURITY_HEADERS = {
     "x-frame-options": "DENY",
     "cache-control": "no-store",
 }
+SEARCH_PAGE = 50  # results on one page of search
+
+
 class Pages:
     def __init__(self, inspector: Inspector, hub: Hub, store_label: str) -> None:
         self.inspector, self.hub, self.store_label = inspector, hub, store_label
@@ -127,23 +130,30 @@ class Pages:
     async def search(self, request: Request) -> Response:
         params = request.query_params
         types = [t for t in params.getlist("type") if t]
-        return await run_in_threadpool(self._search, params.get("q", ""), types, params.get("before", ""))
+        shown = params.get("shown", "")
+        return await run_in_threadpool(self._search, params.get("q", ""), types, params.get("before", ""),
+                                       int(shown) if shown.isdigit() else 0)
 
-    def _search(self, q: str, types: list[str], before: str) -> Response:
+    def _search(self, q: str, types: list[str], before: str, shown: int) -> Response:
+        """One page of results, newest first; the next page starts below this page's last event
+        (`before`), and `shown` counts the results of the pages before it, for numbering."""
+        from magis_ray.events.text import searchable_text
         from magis_ray.store.fulltext import parse_query
 
-        limit = 50
         before_position = int(before) if before.isdigit() else None
-        hits = self.inspector.store.search(q, types=types, limit=limit, before_position=before_position) if q.strip() else []
+        found = (self.inspector.store.search(q, types=types, limit=SEARCH_PAGE + 1, before_position=before_position)
+                 if q.strip() else [])
+        hits = found[:SEARCH_PAGE]
         words = [w for term in parse_query(q) for w in term.words]
-        from magis_ray.events.text import searchable_text
-
         results = [(rec, self.inspector.catalog.runs.get(rec.run_id), searchable_text(rec)) for rec in hits]
-        next_link = ("?" + urlencode([("q", q), *[("type", t) for t in types], ("before", str(hits[-1].position))])
-                     if len(hits) == limit else "")
+        query = [("q", q), *[("type", t) for t in types]]
+        next_link = ("?" + urlencode([*query, ("before", str(hits[-1].position)), ("shown", str(shown + len(hits)))])
+                     if len(found) > SEARCH_PAGE else "")
+        first_link = "?" + urlencode(query) if before_position is not None else ""
         return self.render(
             "search.html", title=f"Search: {q}" if q else "Search", live="", q=q, types=types, results=results, words=words,
             event_types=sorted(cls.__struct_config__.tag for cls in ev.AnyEvent.__args__), next_link=next_link,
+            first_link=first_link, shown=shown,
         )
 
     async def live(self, request: Request) -> Response:

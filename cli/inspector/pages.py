@@ -44,8 +44,17 @@ def environment() -> Environment:
     env.globals.update(describe=describe, TEST_PURPOSES=TEST_PURPOSES, ago=ago, money=money, num=num, clock=clock,
                        seconds=seconds, short=short, type_name=lambda e: type(e).__name__, marked=marked,
                        diff_lines=diff_lines, offset=offset, swimlanes=swimlanes,
-                       models_of=models_of, role_model_rows=role_model_rows)
+                       models_of=models_of, role_model_rows=role_model_rows, count=count,
+                       now=time.time)
     return env
+
+
+IRREGULAR = {"summary": "summaries", "time": "times", "match": "matches"}
+
+
+def count(n: int, word: str) -> str:
+    """"1 run", "3 runs", "2 summaries": a number and its noun, singular or plural."""
+    return f"{n:,} {word if n == 1 else IRREGULAR.get(word, word + 's')}"
 
 
 def money(value: float) -> str:

@@ -10,6 +10,7 @@ from magis_ray.events.history import effective
 from .diff import changed_files, final_diff
 from .inspection import steps
 from .state import RunView
+from .tests import counts, kind, verdict, view_tally
 from .usage import metrics, role_of
 
 
@@ -25,7 +26,7 @@ def describe(e: ev.AnyEvent) -> str:
         case ev.FileJudged():
             return f"{e.path}: {'relevant' if e.relevant else 'not relevant'}" + (f" ({e.reason})" if e.reason else "")
         case ev.FilesLocated():
-            return f"located {len(e.paths)} file(s): {', '.join(e.paths) or '-'}"
+            return f"located {len(e.paths)} file{'' if len(e.paths) == 1 else 's'}: {', '.join(e.paths) or '-'}"
         case ev.TaskDefined():
             return f"task {e.task_id} on {e.path}"
         case ev.DeveloperRecruited():
@@ -55,10 +56,10 @@ def describe(e: ev.AnyEvent) -> str:
         case ev.TestsRan() if e.purpose == "prepare":
             return f"test environment: {e.output}" if e.outcome == "passed" else f"no test environment ({e.output}); tests off"
         case ev.TestsRan():
-            who = f"{e.task_id} attempt {e.attempt}: " if e.task_id else ""
-            counts = f"{len(e.passed)} passed, {len(e.failed)} failed" if e.passed or e.failed else "no test result"
+            # a baseline runs before any attempt, on the base commit: it belongs to no attempt
+            who = "" if not e.task_id else f"{e.task_id}: " if e.purpose == "baseline" else f"{e.task_id} attempt {e.attempt}: "
             limits = f"; {'; '.join(e.limits)}" if e.limits else ""
-            return f"{who}{TEST_PURPOSES.get(e.purpose, e.purpose)} {e.outcome} ({counts}, {e.duration_s:.1f}s{limits})"
+            return f"{who}{TEST_PURPOSES.get(e.purpose, e.purpose)} {verdict(e)} ({counts(e)}, {e.duration_s:.1f}s{limits})"
         case ev.CandidateChosen():
             return f"{e.task_id}: candidate {e.chosen} of {e.candidates} chosen ({e.reason})"
         case ev.RunResumed():
@@ -70,12 +71,13 @@ def describe(e: ev.AnyEvent) -> str:
     return type(e).__name__
 
 
-TEST_PURPOSES = {"reproduce": "reproduction test on the base commit", "baseline": "regression tests on the base commit",
+TEST_PURPOSES = {"reproduce": "reproduction test on the base commit", "baseline": "regression tests, baseline at the base commit",
                  "check": "tests of the patch"}
 
 
 def test_run_json(run: ev.TestsRan) -> dict:
-    return {k: v for k, v in to_builtins(run).items() if k != "type"}
+    return {**{k: v for k, v in to_builtins(run).items() if k != "type"},
+            "verdict": verdict(run), "kind": kind(run), "counts": counts(run)}
 
 
 def test_run_markdown(run: ev.TestsRan) -> list[str]:
@@ -173,6 +175,7 @@ def audit_json(view: RunView) -> dict:
             for r in view.timeline
         ],
         "metrics": metrics(view),
+        "tests": view_tally(view).as_json(),
         "files_changed": changed_files(view),
         "diff": final_diff(view),
         # what the pages show beside the above: the ranking, each decision with the model
@@ -281,8 +284,9 @@ def audit_markdown(view: RunView) -> str:
     out += ["## Final diff", "", _fence(final_diff(view) or "(empty)", "diff")]
     m = metrics(view)
     out += ["## Cost", "", *cost_table(m)]
-    if m["total"].get("test_runs"):
-        out.append(f"\nTests: {m['total']['test_runs']} runs, {m['total']['test_seconds']:.1f} s in the sandbox.")
+    tests = view_tally(view)
+    if tests.runs:
+        out.append(f"\nTests: {tests.words()}; {tests.seconds:.1f} s in the sandbox.")
     out.append(f"\nWall time: {m['total']['wall_seconds']:.1f} s over {m['total']['events']} events.\n")
     out += ["## Timeline", ""]
     out += [f"{r.version}. `{r.actor}` {describe(r.event)}" for r in view.timeline]
