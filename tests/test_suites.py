@@ -272,3 +272,13 @@ def test_a_test_run_takes_the_spec_s_environment_not_its_machine_setup():
     steps = tuple(MAP_REPO_VERSION_TO_SPECS_PY["django/django"]["3.0"]["eval_commands"])
     assert any("locale-gen" in s for s in steps)
     assert exports(steps) == ["export LANG=en_US.UTF-8", "export LANGUAGE=en_US:en", "export LC_ALL=en_US.UTF-8"]
+
+
+def test_django_s_failures_read_as_failures_and_an_unimportable_module_as_uncollected():
+    """The audit's words (events/projections/tests.py) for Django's ids, which name no file."""
+    from magis_ray.events.projections.tests import verdict
+
+    failing = "test_aware (utils_tests.test_magis_reproduction.T)"
+    assert verdict(ran(failed=[failing])) == "failed as expected"
+    assert verdict(ran(failed=["test_magis_reproduction (unittest.loader._FailedTest)"])) == "could not be collected"
+    assert verdict(ran(failed=["test_magis_reproduction.py"])) == "could not be collected"
