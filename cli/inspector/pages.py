@@ -19,6 +19,8 @@ from markupsafe import Markup, escape
 from magis_ray.events.projections.audit import TEST_PURPOSES, describe
 from magis_ray.events.projections.inspection import diff_lines
 
+from ..wording import count, money
+
 HERE = files(__package__)
 # Control characters (tabs and line ends aside), as model text may hold them.
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
@@ -47,18 +49,6 @@ def environment() -> Environment:
                        models_of=models_of, role_model_rows=role_model_rows, count=count,
                        now=time.time)
     return env
-
-
-IRREGULAR = {"summary": "summaries", "time": "times", "match": "matches"}
-
-
-def count(n: int, word: str) -> str:
-    """"1 run", "3 runs", "2 summaries": a number and its noun, singular or plural."""
-    return f"{n:,} {word if n == 1 else IRREGULAR.get(word, word + 's')}"
-
-
-def money(value: float) -> str:
-    return f"${value:,.4f}"
 
 
 def num(value: int | float) -> str:
