@@ -32,13 +32,6 @@ REPRODUCTION_TRIES = 3
 log = structlog.get_logger()
 
 
-def root_cause(exc: BaseException) -> BaseException:
-    """The exception a role raised, unwrapped from the RayTaskErrors that carried it across actors."""
-    while getattr(exc, "cause", None) is not None:
-        exc = exc.cause  # type: ignore[attr-defined]
-    return exc
-
-
 def one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text[:300]
@@ -50,7 +43,8 @@ class Workforce(Protocol):
 
     def run_stage(self, assignments: list[Assignment]) -> list[TaskResult]:
         """Run the tasks of one stage in parallel, each by its own Developer and QA Engineer (one
-        pair per candidate when a task has several)."""
+        pair per candidate when a task has several). A role's exception is raised as itself, not
+        wrapped by whatever carried it (services.result_of)."""
 
 
 class Locator(Protocol):
@@ -98,10 +92,9 @@ class Team:
         journal.emit(self.started_event())
         try:
             end: RunFinished | RunFailed = self._collaborate(memory_before=journal.last_position)
-        except Exception as raised:  # noqa: BLE001 - the log must end consistently whatever broke
-            exc = root_cause(raised)
+        except Exception as exc:  # noqa: BLE001 - the log must end consistently whatever broke
             if isinstance(exc, (Divergence, Fenced)):  # the log is another's now: nothing may be written
-                raise exc from None
+                raise
             if isinstance(exc, NoScriptedAnswer):
                 end = RunFailed(reason=one_line(exc), error_type="ModelUnavailable")  # resumed like one, once the rule is there
             elif isinstance(exc, ModelUnavailable):

@@ -2,7 +2,8 @@
 (`magis-ray serve`) and the audit page (`magis-ray audit RUN --format html`, and the audit.html
 `submit` writes), which is the inspector's run page in a standalone mode: its style inline, no
 script, no link out of the page. A run's sections are rendered from its audit JSON
-(events/projections/audit.py) by templates/run_sections.html, for both.
+(events/projections/audit.py) by templates/run_sections.html, for both. `magis-ray eval --plots`
+draws its charts with templates/chart.svg, escaped the same way.
 
 Autoescaping is on, and every plain string printed first loses its control characters, shown as
 \\xNN (a NUL truncates or breaks a page in browsers and tools). Nothing here needs Starlette."""
