@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from gitfixtures import make_repo
-from magis_ray.actors.execution.conda import pip_equivalent, with_wheel
-from magis_ray.actors.execution.specs import END_OF_LIFE, SWEBENCH_ERA, instance_spec
+from magis_ray.actors.execution.conda import as_conda_has_it, pip_equivalent, with_wheel
+from magis_ray.actors.execution.specs import SWEBENCH_ERA, instance_spec
 from magis_ray.actors.execution.testbeds import (SystemPackagesMissing, _check_system_locales, _check_system_packages,
                                                  missing_system_packages, system_packages_of)
 
@@ -119,17 +119,16 @@ def test_a_missing_locale_is_named_with_the_commands_that_make_it():
 # --- scikit-learn's environments -----------------------------------------------------------------
 
 
-def test_scikit_learn_0_2x_resolves_as_of_python_3_6_s_end_of_life(fixture_repo):
-    """Its conda list on an end-of-life Python: conda's channels stopped building for 3.6 then, so
-    Cython is 0.29 (its .pyx files need it), not the era's Cython 3."""
+def test_scikit_learn_0_2x_gets_the_cython_conda_had_for_python_3_6(fixture_repo):
+    """Its conda list on Python 3.6: conda never built Cython 3 for it (its .pyx files need 0.29);
+    the era's date alone would give pip's Cython 3.0."""
     path, commit = fixture_repo
     spec = instance_spec(record("scikit-learn/scikit-learn", "0.22", commit), path)
-    assert spec.recipe.python == "3.6" and spec.recipe.uploaded_before == END_OF_LIFE["3.6"] < SWEBENCH_ERA
-    assert spec.recipe.packages == ("numpy", "scipy", "cython", "pytest", "pandas", "matplotlib")
+    assert spec.recipe.python == "3.6" and spec.recipe.uploaded_before == SWEBENCH_ERA
+    assert spec.recipe.packages == ("numpy", "scipy", "cython<3", "pytest", "pandas", "matplotlib")
     assert "numpy==1.19.2" in spec.recipe.pip_packages and "scipy==1.5.2" in spec.recipe.pip_packages
     assert spec.testbed.install == ("python -m pip install -v --no-use-pep517 --no-build-isolation -e .",)
-    # a requirements file or an environment.yml is pip's to resolve: the era's date
-    assert instance_spec(record("django/django", "3.0", commit), path).recipe.uploaded_before == SWEBENCH_ERA
+    assert as_conda_has_it("cython", "3.9") == "cython"  # conda built Cython 3 for 3.9
 
 
 def test_scikit_learn_1_3_s_quoted_conda_pins_and_their_first_wheels(fixture_repo):
@@ -182,3 +181,62 @@ def test_a_missing_system_package_is_named_with_its_install_command():
 @pytest.mark.skipif(missing_system_packages(("libfreetype-dev",)) != [], reason="Debian's libfreetype-dev is not installed")
 def test_a_package_another_provides_is_not_missing():
     assert missing_system_packages(("libfreetype6-dev", "libfreetype-dev", "magis-no-such-package")) == ["magis-no-such-package"]
+
+
+# --- real gradings on rebuilt repositories (builds environments: MAGIS_SWEBENCH=1) ----------------
+
+swebench_only = pytest.mark.skipif(not os.environ.get("MAGIS_SWEBENCH"), reason="builds real SWE-bench environments: MAGIS_SWEBENCH=1")
+
+
+def grade_gold_and_empty(instance_id: str, out: Path):
+    from rebuilt import rebuilt_instance
+
+    from magis_ray.actors.execution.environments import EnvironmentCache
+    from magis_ray.actors.execution.runner import TestRunner
+    from magis_ray.actors.execution.testbeds import TestbedCache
+    from magis_ray.actors.swebench.grading import grade, grading_limits, spec_for
+
+    record, repos = rebuilt_instance(instance_id, out)
+    testbeds, runner = TestbedCache(EnvironmentCache()), TestRunner(limits=grading_limits(1800, 8 * 1024 ** 3))
+    gold = grade(record, record["patch"], repos, testbeds, runner, model="gold", logs_dir=out / "logs")
+    empty = grade(record, "", repos, testbeds, runner, run_empty=True)
+    assert gold.resolved and not gold.error_step, (gold.error, gold.tests_status, gold.output_tail[-2000:])
+    assert not empty.resolved and empty.tests_status["FAIL_TO_PASS"]["failure"], empty.tests_status
+    repo_path = repos / record["repo"].replace("/", "__")
+    testbed = testbeds.get(spec_for(record, repo_path).testbed, repo_path)
+    return record, gold, testbed, runner
+
+
+@pytest.mark.swebench
+@swebench_only
+def test_django_grades_through_its_runner_and_parser(tmp_path):
+    record, gold, testbed, _ = grade_gold_and_empty("django__django-10554", tmp_path)
+    f2p = json.loads(record["FAIL_TO_PASS"])
+    assert gold.tests_status["FAIL_TO_PASS"]["success"] == f2p and gold.tests_parsed >= len(f2p)
+    script = (tmp_path / "logs" / "gold" / record["instance_id"] / "eval.sh").read_text()
+    assert "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 queries.test_qs_combinators" in script
+    output = (tmp_path / "logs" / "gold" / record["instance_id"] / "test_output.txt").read_text()
+    assert "cannot change locale" not in output  # the spec's en_US.UTF-8, from this machine
+
+
+@pytest.mark.swebench
+@swebench_only
+def test_scikit_learn_compiles_its_cython_on_the_spec_s_python(tmp_path):
+    record, gold, testbed, runner = grade_gold_and_empty("scikit-learn__scikit-learn-12585", tmp_path)
+    probe = runner.run(testbed, "python -c 'import sys, Cython, numpy, scipy, sklearn.utils.murmurhash as m; "
+                       "print(sys.version_info[:2], Cython.__version__, numpy.__version__, scipy.__version__, m.__file__)'",
+                       installs=False)
+    assert "(3, 6) 0.29." in probe.output and "1.19.2 1.5.2" in probe.output and ".so" in probe.output, probe.output
+    # the extension came from the .pyx by Cython here: the rebuilt tree carries no generated C
+    assert not (Path(testbed.tree) / "sklearn" / "utils" / "murmurhash.c").exists() or \
+        "murmurhash.c" not in os.popen(f"git -C {testbed.tree} ls-files sklearn/utils").read()
+
+
+@pytest.mark.swebench
+@swebench_only
+def test_matplotlib_builds_offline_with_the_system_s_freetype_and_compares_baseline_images(tmp_path):
+    record, gold, testbed, runner = grade_gold_and_empty("matplotlib__matplotlib-25287", tmp_path)
+    probe = runner.run(testbed, "python -c 'import matplotlib.ft2font as f; print(f.__freetype_build_type__, f.__freetype_version__)'",
+                       installs=False)
+    assert "system" in probe.output, probe.output
+    assert (Path(testbed.tree) / "lib" / "matplotlib" / "tests" / "baseline_images").is_dir()

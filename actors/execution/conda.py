@@ -45,6 +45,10 @@ SKIPPED = {"python", "pip"}  # the venv's own
 # where pip would otherwise compile it (SciPy 1.5.2 needs Fortran and BLAS; scikit-learn 1.3's spec
 # pins it, and NumPy 1.19.2, on Python 3.9).
 FIRST_WHEEL = {("numpy", "3.9"): "1.19.3", ("scipy", "3.9"): "1.5.3"}
+# conda's channels never built Cython 3 (July 2023) for the Pythons that had reached their end of
+# life by then: an unpinned `cython` of a conda list on one of them is Cython 0.29 (scikit-learn
+# 0.20-0.22's .pyx files need it; Cython 3 rejects them), where pip as of the era would take 3.0.
+CONDA_NEVER_BUILT = {("cython", "3.5"): "<3", ("cython", "3.6"): "<3", ("cython", "3.7"): "<3"}
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,14 @@ def pip_equivalent(yml_text: str) -> PipEquivalent:
 
 def _release(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+def as_conda_has_it(requirement: str, python: str) -> str:
+    """A package of a spec's conda list (already in pip's form) as conda would install it on
+    `python`: bounded where conda never built newer releases for it, and an exact pin of a release
+    PyPI has no wheel of for it moved to the first that has one."""
+    bound = CONDA_NEVER_BUILT.get((requirement.lower(), python))
+    return requirement + bound if bound else with_wheel(requirement, python)
 
 
 def with_wheel(requirement: str, python: str) -> str:

@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable
 
-from magis_ray.actors.execution.conda import pip_equivalent, with_wheel
+from magis_ray.actors.execution.conda import as_conda_has_it, pip_equivalent
 from magis_ray.actors.execution.environments import Recipe
 from magis_ray.actors.execution.testbeds import TestbedRecipe, system_packages_of
 from magis_ray.actors.execution.workspaces import read_file_at
@@ -23,12 +23,6 @@ from magis_ray.actors.execution.workspaces import read_file_at
 # with the releases of their time: today's break the older code and tests (NumPy 2 removed np.Inf;
 # pytest 8 dropped nose-style setup()). Environments resolve as of the start of 2024.
 SWEBENCH_ERA = "2024-01-01T00:00:00Z"
-# conda's channels stop building for a Python at its end of life, so the harness's conda environment
-# of such a Python holds packages of that time at the latest: scikit-learn 0.20-0.22 (Python 3.6)
-# got Cython 0.29, which their .pyx files need, where the era's date alone would give Cython 3.
-# Applies to a spec's conda package list (its `packages`), not to requirements files pip resolves.
-END_OF_LIFE = {"3.5": "2020-09-13T00:00:00Z", "3.6": "2021-12-23T00:00:00Z", "3.7": "2023-06-27T00:00:00Z"}
-
 # Debian packages of a spec's apt-get line that only some tests use: without them those tests skip
 # (matplotlib's usetex, pgf and PostScript-distiller tests, its animation writers, its ImageMagick
 # comparisons), so grading goes on and names them (a PASS_TO_PASS test among those skipped is then
@@ -145,14 +139,11 @@ def instance_spec(record: dict, repo_path) -> InstanceSpec:
         packages, unsupported = _environment_yml(repo, repo_path, setup_commit, constants)
     elif wanted:
         # conda names that pip has under the same names; the spec quotes some as a shell would (scikit-learn 1.3)
-        packages = tuple(with_wheel(_conda_to_pip(p), str(specs["python"])) for p in shlex.split(wanted))
+        packages = tuple(as_conda_has_it(_conda_to_pip(p), str(specs["python"])) for p in shlex.split(wanted))
     system = system_setup(specs)
-    uploaded_before = SWEBENCH_ERA
-    if wanted and wanted not in ("requirements.txt", "environment.yml"):
-        uploaded_before = min(SWEBENCH_ERA, END_OF_LIFE.get(str(specs["python"]), SWEBENCH_ERA))
     env = Recipe(python=str(specs["python"]), requirements=requirements, packages=packages,
                  pip_packages=tuple(specs.get("pip_packages", ())), unsupported=unsupported, label=f"{repo} {version}",
-                 uploaded_before=uploaded_before)
+                 uploaded_before=SWEBENCH_ERA)
     install = tuple(c for c in (constants.MAP_REPO_TO_INSTALL.get(repo, ""), specs.get("install", "")) if c)
     testbed = TestbedRecipe(env=env, repo=repo, commit=record["base_commit"], pre_install=system.pre_install,
                             install=install, system_packages=system.required, label=f"{repo} {version}",
