@@ -136,7 +136,7 @@ def test_scikit_learn_1_3_s_quoted_conda_pins_and_their_first_wheels(fixture_rep
     spec = instance_spec(record("scikit-learn/scikit-learn", "1.3", commit), path)
     assert spec.recipe.python == "3.9" and spec.recipe.uploaded_before == SWEBENCH_ERA
     # the spec writes 'numpy==1.19.2' with the shell's quotes; PyPI's first 3.9 wheels of those lines
-    assert spec.recipe.packages[:3] == ("numpy==1.19.3", "scipy==1.5.3", "cython==3.0.10")
+    assert spec.recipe.packages[:3] == ("numpy==1.19.3", "scipy==1.5.4", "cython==3.0.10")
     assert "pandas<2.0.0" in spec.recipe.packages and not any("'" in p for p in spec.recipe.packages)
     assert with_wheel("numpy==1.19.2", "3.6") == "numpy==1.19.2"  # 3.6 has its wheel
     assert with_wheel("numpy==1.18.5", "3.9") == "numpy==1.18.5"  # another line: as asked

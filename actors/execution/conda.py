@@ -44,7 +44,7 @@ SKIPPED = {"python", "pip"}  # the venv's own
 # Python itself: a conda pin of such an earlier release becomes this bugfix release of the same line,
 # where pip would otherwise compile it (SciPy 1.5.2 needs Fortran and BLAS; scikit-learn 1.3's spec
 # pins it, and NumPy 1.19.2, on Python 3.9).
-FIRST_WHEEL = {("numpy", "3.9"): "1.19.3", ("scipy", "3.9"): "1.5.3"}
+FIRST_WHEEL = {("numpy", "3.9"): "1.19.3", ("scipy", "3.9"): "1.5.4"}
 # conda's channels never built Cython 3 (July 2023) for the Pythons that had reached their end of
 # life by then: an unpinned `cython` of a conda list on one of them is Cython 0.29 (scikit-learn
 # 0.20-0.22's .pyx files need it; Cython 3 rejects them), where pip as of the era would take 3.0.
