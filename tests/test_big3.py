@@ -152,12 +152,12 @@ def test_matplotlib_builds_with_the_system_s_freetype_and_qhull(fixture_repo):
     testbed = spec.testbed
     assert not any("qhull" in c.lower() and "system_qhull" not in c for c in testbed.pre_install)  # no wget of Qhull
     assert testbed.pre_install[0].endswith("> mplsetup.cfg") and "system_freetype = True" in testbed.pre_install[0]
-    assert testbed.system_packages == ("libfreetype-dev", "libqhull-dev", "pkg-config")
+    assert testbed.system_packages == ("ghostscript", "libfreetype-dev", "libqhull-dev", "pkg-config")
     assert "texlive" in spec.optional_packages and "ffmpeg" in spec.optional_packages
     assert not set(spec.optional_packages) & set(testbed.system_packages)
     # the 3.1-3.4 specs name libfreetype6-dev themselves, behind DEBIAN_FRONTEND=noninteractive
     older = instance_spec(record("matplotlib/matplotlib", "3.4", commit), path).testbed
-    assert older.system_packages == ("libfreetype6-dev", "pkg-config", "libqhull-dev")
+    assert older.system_packages == ("ghostscript", "libfreetype6-dev", "pkg-config", "libqhull-dev")
 
 
 def test_the_pre_install_line_s_packages_behind_a_variable():

@@ -35,6 +35,10 @@ TEST_ONLY_PACKAGES = frozenset({
 # matplotlib's build downloads FreeType and Qhull (its spec even fetches Qhull with wget); a test
 # run has no network, so it builds with the system's (Debian's libfreetype-dev, libqhull-dev), as
 # its build option mplsetup.cfg [libs] system_freetype / system_qhull says.
+# ImageMagick and TeX Live bring Ghostscript into the spec's image (a dependency); matplotlib
+# compares its PDF and EPS baseline images with it, and most of its instances' PASS_TO_PASS hold
+# such comparisons (they skip without it): needed to grade, where those two only make tests skip.
+BROUGHT_BY = {"imagemagick": "ghostscript", "texlive": "ghostscript"}
 SYSTEM_LIBRARIES_CFG = "printf '[libs]\\nsystem_freetype = True\\nsystem_qhull = True\\n' > mplsetup.cfg"
 SYSTEM_LIBRARIES_PACKAGES = ("libfreetype-dev", "libqhull-dev", "pkg-config")
 LOCALE_SETUP = re.compile(r"locale-gen|/etc/locale\.gen")
@@ -192,6 +196,8 @@ def system_setup(specs: dict) -> SystemSetup:
         if named is not None:
             for package in named:
                 (optional if package in TEST_ONLY_PACKAGES else required).append(package)
+                if package in BROUGHT_BY:
+                    required.append(BROUGHT_BY[package])
         elif LOCALE_SETUP.search(command):
             pass  # the locales named below
         elif "qhull" in command.lower():
