@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -14,8 +15,12 @@ DATASET = next((p / "shared" / "swebench" / "verified-big3.jsonl" for p in ROOT.
 
 
 def rebuild_module():
+    """benchmarks/rebuild_big3.py as a module (benchmarks/ is no package)."""
+    if "rebuild_big3" in sys.modules:
+        return sys.modules["rebuild_big3"]
     spec = importlib.util.spec_from_file_location("rebuild_big3", ROOT / "benchmarks" / "rebuild_big3.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules["rebuild_big3"] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
