@@ -260,3 +260,60 @@ def test_matplotlib_builds_offline_with_the_system_s_freetype_and_compares_basel
                        installs=False)
     assert "system" in probe.output, probe.output
     assert (Path(testbed.tree) / "lib" / "matplotlib" / "tests" / "baseline_images").is_dir()
+
+
+# --- the rebuild of a stand-in -------------------------------------------------------------------
+
+
+def test_a_stand_in_is_the_release_less_the_patches_and_keeps_only_instances_whose_tests_exist(tmp_path):
+    """benchmarks/rebuild_big3.py on a release made here (a tarball as PyPI serves it): the base
+    commit is the release with both patches reverse-applied, a test the release no longer defines
+    drops its instance, and the commits are the same on a second rebuild."""
+    import subprocess
+    import tarfile
+
+    from rebuilt import rebuild_module
+
+    rebuild = rebuild_module()
+    tree = tmp_path / "Django-9.0"
+    (tree / "django").mkdir(parents=True)
+    (tree / "tests" / "queries").mkdir(parents=True)
+    (tree / "django" / "query.py").write_text("def union():\n    return 'fixed'\n")
+    (tree / "tests" / "queries" / "tests.py").write_text(
+        "class UnionTests:\n    def test_union(self):\n        pass\n\n    def test_other(self):\n        \"\"\"Union keeps order.\"\"\"\n")
+    sdist = tmp_path / "Django-9.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(tree, arcname="Django-9.0")
+    gold = "--- a/django/query.py\n+++ b/django/query.py\n@@ -1,2 +1,2 @@\n def union():\n-    return 'broken'\n+    return 'fixed'\n"
+    test = ("--- a/tests/queries/tests.py\n+++ b/tests/queries/tests.py\n@@ -1,3 +1,3 @@\n class UnionTests:\n"
+            "-    def test_union_old(self):\n+    def test_union(self):\n         pass\n")
+
+    def instance(name, tests):
+        return {"instance_id": name, "repo": "django/django", "version": "9.0", "created_at": "2024-01-01T00:00:00Z",
+                "patch": gold, "test_patch": test, "FAIL_TO_PASS": json.dumps(tests), "PASS_TO_PASS": json.dumps(["Union keeps order."])}
+
+    kept_one = instance("django__django-1", ["test_union (queries.tests.UnionTests)"])
+    dropped = instance("django__django-2", ["test_gone (queries.tests.UnionTests)"])
+    release = rebuild.Release("django/django", "9.0", sdist, "2024-02-01T00:00:00Z")
+    ids = []
+    for attempt in ("first", "second"):
+        git_dir = rebuild.init_repository(tmp_path / attempt / "django__django")
+        extracted = rebuild.extract(release, tmp_path / attempt / "tree")
+        release_commit = rebuild.commit_release(git_dir, release, extracted)
+        index = rebuild.TestIndex("django/django", extracted)
+        assert rebuild.keep_on(git_dir, release, release_commit, kept_one, index) is None
+        why = rebuild.keep_on(git_dir, release, release_commit, dropped, index)
+        assert why == ("a test is not defined in the release: test_gone (queries.tests.UnionTests): "
+                       "no method test_gone in tests/queries/tests.py")
+        base = subprocess.run(["git", "--git-dir", str(git_dir), "rev-parse", "refs/heads/django__django-1"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        shown = subprocess.run(["git", "--git-dir", str(git_dir), "show", f"{base}:django/query.py", f"{base}:tests/queries/tests.py"],
+                               capture_output=True, text=True, check=True).stdout
+        assert "return 'broken'" in shown and "def test_union_old(self):" in shown
+        assert subprocess.run(["git", "--git-dir", str(git_dir), "rev-parse", "--verify", "-q", "refs/heads/django__django-2"],
+                              capture_output=True).returncode != 0
+        ids.append((release_commit, base))
+    assert ids[0] == ids[1]
+    unapplicable = dict(kept_one, patch=gold.replace("+    return 'fixed'", "+    return 'never released'"))
+    assert rebuild.keep_on(git_dir, release, release_commit, unapplicable, index).startswith(
+        "the gold patch does not reverse-apply to the release")
