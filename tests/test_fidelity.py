@@ -183,7 +183,7 @@ def test_d_a_package_only_some_tests_use_is_named_and_grading_goes_on(caches, mo
 
     _, root = caches
     repo = root / "repos" / "optional__optional"
-    _, base = make_repo(repo, {"pyproject.toml": PYPROJECT.format(deps=""), "pkg/__init__.py": ""})
+    _, base = make_repo(repo, {"pyproject.toml": pyproject("pkg", []), "pkg/__init__.py": ""})
     test = new_file_patch("tests/test_one.py", "def test_one():\n    assert True\n")
     rec = record("optional/optional", base, {"f2p": ["tests/test_one.py::test_one"]}, test_patch=test)
     spec_for = grading.spec_for
