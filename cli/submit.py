@@ -91,7 +91,7 @@ def run_settings(effective, llm: str, *, use_qa: bool = True, use_hints: bool = 
         top_k=settings.top_k, max_files=settings.max_files, max_review_rounds=settings.max_review_rounds, use_qa=use_qa,
         use_hints=use_hints, use_memory=use_memory, token_budget=settings.token_budget,
         model=default_model(llm, settings.model), memory_any_model=memory_any_model, tests=settings.tests == "on",
-        env_setup=settings.env_setup, sandbox=settings.sandbox, candidates=settings.candidates,
+        env_setup=settings.env_setup, test_cmd=settings.test_cmd, sandbox=settings.sandbox, candidates=settings.candidates,
         test_python=f"{sys.version_info.major}.{sys.version_info.minor}", llm=model_settings(llm, settings),
         roles=role_models(effective),
     )
