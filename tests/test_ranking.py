@@ -491,13 +491,12 @@ def test_html_comments_and_urls_leave_the_query_but_urls_still_name_files():
         ranker.weigh(ranker.evidence(issue), 3, RankingSettings(index_imports=True))
 
 
-def test_run_settings_name_the_ranking_and_old_logs_keep_the_previous_one():
-    import msgspec
-
+def test_run_settings_name_the_ranking_by_which_the_custodian_ranks():
+    # A version 1 log keeps "previous" through upcasting: tests/test_schema_evolution.py.
     from magis_ray.actors.code.ranking import ranking_settings
     from magis_ray.events.schema import RunSettings
 
-    assert msgspec.json.decode(b'{"top_k": 3}', type=RunSettings).ranking == "previous"
+    assert ranking_settings(RunSettings().ranking) == RankingSettings()
     assert ranking_settings("previous") == PREVIOUS_RANKING and ranking_settings("symbols") == RankingSettings()
     with pytest.raises(ValueError, match="unknown ranking"):
         ranking_settings("bm42")
