@@ -54,7 +54,8 @@ def describe(e: ev.AnyEvent) -> str:
             who = f"{e.task_id} attempt {e.attempt}: " if e.task_id else ""
             counts = f"{len(e.passed)} passed, {len(e.failed)} failed" if e.passed or e.failed else "no test result"
             limits = f"; {'; '.join(e.limits)}" if e.limits else ""
-            return f"{who}{TEST_PURPOSES.get(e.purpose, e.purpose)} {e.outcome} ({counts}, {e.duration_s:.1f}s{limits})"
+            memory = f"; memory: {e.memory_control}, peak {e.peak_memory_mb} MiB" if e.memory_control else ""
+            return f"{who}{TEST_PURPOSES.get(e.purpose, e.purpose)} {e.outcome} ({counts}, {e.duration_s:.1f}s{limits}{memory})"
         case ev.CandidateChosen():
             return f"{e.task_id}: candidate {e.chosen} of {e.candidates} chosen ({e.reason})"
         case ev.RunResumed():

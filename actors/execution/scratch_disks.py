@@ -1,0 +1,123 @@
+"""Scratch folders on disk, each of a fixed size: a filesystem image of its own.
+
+As root, where the machine has loop devices, `losetup`, `mkfs.ext4` and `unshare`, each of a
+sandbox's scratch folders (its /tmp, the workspace, the copies of the testbed's prefix) is an ext4
+image of that size: sparse (it takes on disk only what is written), made by the caller, attached to a loop device
+(direct I/O: no second copy in the host's page cache), mounted in a mount namespace that the
+sandbox's bubblewrap then runs in, and unlinked as soon as it is attached. When the sandbox ends,
+whatever ends it (kill -9 of the caller included: bubblewrap dies with its parent), the namespace
+goes, the filesystems are unmounted, the loop devices free themselves and the images' space is
+given back.
+
+Images go to MAGIS_SCRATCH_DIR, else /var/tmp (on disk by convention); a folder on an in-memory
+filesystem (tmpfs) does not count, nor does one where the probe fails: the sandbox's scratch then
+stays in memory, counted in its memory budget.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .memory_budget import _mounts
+
+IN_MEMORY_FILESYSTEMS = {"tmpfs", "ramfs"}
+PROBE_BYTES = 16 * 1024 * 1024
+
+# Arguments: (image, mount point) pairs, then "--", then the command to run in the namespace
+# (bubblewrap). As root, on the host, in a mount namespace of the sandbox's own.
+MOUNT_SCRIPT = r"""
+set -e
+while [ "$1" != "--" ]; do
+  image=$1 folder=$2
+  shift 2
+  device=$(losetup --find --show --direct-io=on "$image")
+  mount -o noinit_itable,nosuid,nodev,noatime "$device" "$folder"
+  losetup -d "$device"
+  rm -f "$image"
+  rmdir "$folder/lost+found"
+  chmod 1777 "$folder"
+done
+shift
+exec "$@"
+"""
+
+
+def images_folder() -> str:
+    return os.environ.get("MAGIS_SCRATCH_DIR") or "/var/tmp"
+
+
+def filesystem_of(path: str) -> str:
+    """The type of the filesystem that holds `path` (its longest mount point)."""
+    try:
+        mounts = _mounts(Path("/proc/self/mountinfo").read_text())
+    except OSError:
+        return ""
+    real = os.path.realpath(path)
+    best, kind = "", ""
+    for _, point, fstype, _ in mounts:
+        if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
+            best, kind = point, fstype
+    return kind
+
+
+def make_images(disks: list[tuple[str, int, str]]) -> None:
+    """Each disk's empty filesystem image (image, size, mount point), made here rather than in the
+    sandbox's namespace, whose file size limit may be smaller than the image. OSError when one
+    cannot be made."""
+    makers = []
+    for image, size, folder in disks:
+        os.mkdir(folder, 0o700)
+        with open(image, "wb") as sparse:
+            sparse.truncate(size)
+        makers.append(subprocess.Popen(["mkfs.ext4", "-q", "-F", "-O", "^has_journal,^resize_inode",
+                                        "-E", "lazy_itable_init=1,nodiscard", "-m", "0", image],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    errors = [maker.communicate()[1].decode(errors="replace") for maker in makers]
+    failed = [error for maker, error in zip(makers, errors) if maker.returncode != 0]
+    if failed:
+        raise OSError(f"mkfs.ext4 failed: {' '.join(failed[0].split())[:200]}")
+
+
+def wrapper(disks: list[tuple[str, int, str]]) -> list[str]:
+    """The argv that mounts `disks` (made by make_images) and then runs what follows it."""
+    argv = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", MOUNT_SCRIPT, "magis-scratch"]
+    for image, _, folder in disks:
+        argv += [image, folder]
+    return [*argv, "--"]
+
+
+@functools.lru_cache(maxsize=None)
+def _probe(folder: str) -> str:
+    """"" when a scratch disk can be made in `folder`, else why not (one line)."""
+    if os.geteuid() != 0:
+        return "an ordinary user cannot mount a filesystem image"
+    missing = [tool for tool in ("unshare", "losetup", "mkfs.ext4", "mount", "truncate") if shutil.which(tool) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed"
+    if not os.path.exists("/dev/loop-control"):
+        return "no loop devices (/dev/loop-control)"
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        return f"{folder} is not a writable folder"
+    if filesystem_of(folder) in IN_MEMORY_FILESYSTEMS:
+        return f"{folder} is in memory ({filesystem_of(folder)}); set MAGIS_SCRATCH_DIR to a folder on disk"
+    place = tempfile.mkdtemp(prefix="magis-scratch-probe-", dir=folder)
+    try:
+        disks = [(f"{place}/image", PROBE_BYTES, f"{place}/disk")]
+        make_images(disks)
+        done = subprocess.run([*wrapper(disks), "true"], capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            return "a scratch disk cannot be mounted here: " + " ".join(done.stderr.split())[:200]
+        return ""
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"a scratch disk cannot be mounted here: {exc}"
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
+
+
+def why_not_on_disk() -> str:
+    """Why scratch folders stay in memory here ("" when they go to disk)."""
+    return _probe(images_folder())
