@@ -157,6 +157,27 @@ def test_a_hostile_prediction_hits_its_limits_and_an_honest_one_still_resolves(s
     assert "process limit reached" in done.stdout
 
 
+def test_a_prediction_over_its_memory_budget_is_ended_and_named(setup, tmp_path):
+    """Its conftest.py starts three processes of 1.5 GiB each under --memory 2G: the test run is
+    ended, the limit named in the details and the table, and what held the budget said."""
+    hold = "import time; hog = b'1' * (1536 * 1024 ** 2); time.sleep(60)"
+    conftest = ("import subprocess, sys\n"
+                f"hogs = [subprocess.Popen([sys.executable, '-c', {hold!r}]) for _ in range(3)]\n"
+                "[hog.wait() for hog in hogs]\n")
+    dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"], 1)])
+    preds = tmp_path / "greedy.jsonl"
+    preds.write_text(json.dumps({"instance_id": "calc__calc-1", "model_name_or_path": "greedy",
+                                 "model_patch": new_file_patch("conftest.py", conftest)}) + "\n")
+    store = tmp_path / "store"
+    done = magis(grade_args(setup, dataset, store, str(preds), "--no-ray"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    details = json.loads((store / "gradings" / "greedy@calc.details.json").read_text())["calc__calc-1"]
+    assert "memory limit reached (2 GiB)" in details["limits"] and not details["resolved"], details
+    assert details["memory"]["control"] in ("cgroup v1", "cgroup v2", "watchdog")
+    assert details["memory"]["peak_mb"] >= 1900, details
+    assert "memory limit reached (2 GiB)" in done.stdout
+
+
 def test_bad_input_is_one_line(setup, tmp_path):
     dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"])])
     for args, words in (

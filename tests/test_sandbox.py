@@ -549,3 +549,67 @@ def test_an_unprivileged_user_with_a_delegated_cgroup_gets_the_kernels_budget(de
                                         env={"PYTHON": python, "PYTHONPATH": pythonpath})
     assert_held(result, "three", "cgroup v1")
     nothing_left(scratch_dir, result["pid"], delegated_cgroup)
+
+
+# --- where the budget comes from, on each kind of host ---------------------------------------------
+
+MOUNTINFO_V1 = """\
+25 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+30 25 0:26 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+35 30 0:31 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+36 30 0:32 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+MOUNTINFO_V2 = """\
+25 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+30 25 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate
+"""
+MOUNTINFO_CONTAINER = """\
+25 1 0:50 / / rw - overlay overlay rw
+31 25 0:31 /docker/abc /sys/fs/cgroup/memory ro,nosuid - cgroup cgroup rw,memory
+"""
+
+
+def test_the_memory_controllers_cgroup_is_found_on_each_kind_of_host():
+    from magis_ray.actors.execution.memory_budget import CgroupPlace, own_place
+
+    hybrid = "4:memory:/process_api/abc\n1:cpu:/\n0::/\n"
+    assert own_place(hybrid, MOUNTINFO_V1) == CgroupPlace(1, Path("/sys/fs/cgroup/memory/process_api/abc"))
+    # v1 with memory bound to it: the unified hierarchy has no memory controller to offer
+    assert own_place("0::/user.slice\n4:cpu:/\n", MOUNTINFO_V1) is None
+    assert own_place("0::/user.slice/user-1000.slice/session-2.scope\n", MOUNTINFO_V2) == \
+        CgroupPlace(2, Path("/sys/fs/cgroup/user.slice/user-1000.slice/session-2.scope"))
+    # a container's view: its cgroup is the mount's root
+    assert own_place("6:memory:/docker/abc\n", MOUNTINFO_CONTAINER) == CgroupPlace(1, Path("/sys/fs/cgroup/memory"))
+    assert own_place("6:memory:/elsewhere\n", MOUNTINFO_CONTAINER) is None
+    assert own_place("", MOUNTINFO_V2) is None
+
+
+def test_a_v2_cgroup_without_memory_for_its_children_gives_the_watchdog(tmp_path, monkeypatch):
+    """cgroup v2 lets a cgroup with processes in it give no controller to its children: unless
+    one is delegated (memory in cgroup.subtree_control), the watchdog holds the budget."""
+    from magis_ray.actors.execution.memory_budget import WatchdogBudget, find_place, open_budget
+
+    folder = tmp_path / "delegated"
+    folder.mkdir()
+    (folder / "cgroup.controllers").write_text("cpu io memory pids\n")
+    (folder / "cgroup.subtree_control").write_text("cpu\n")
+    monkeypatch.setenv("MAGIS_SANDBOX_CGROUP", str(folder))
+    place, why = find_place()
+    assert place is None and "memory controller is not enabled for the children" in why
+    assert isinstance(open_budget(GiB), WatchdogBudget)
+    (folder / "cgroup.subtree_control").write_text("cpu memory\n")
+    assert find_place()[0].version == 2
+    monkeypatch.setenv("MAGIS_SANDBOX_CGROUP", str(tmp_path))
+    assert "not a cgroup folder" in find_place()[1]
+
+
+def test_the_workers_are_lowered_to_what_the_machines_memory_holds():
+    from magis_ray.actors.execution.memory_budget import host_memory, workers_within_memory
+
+    host = host_memory()
+    assert host > 0
+    assert workers_within_memory(2, host // 4) == (2, "")
+    workers, note = workers_within_memory(5, host // 2)
+    assert workers == 2 and note.startswith("--workers 5 at a memory budget of ") and "2 at once instead" in note
+    assert workers_within_memory(1, host + GiB)[0] == 0
+    assert workers_within_memory(3, 0) == (3, "")  # no budget, no check

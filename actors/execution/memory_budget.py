@@ -61,7 +61,7 @@ def _mounts(mountinfo: str) -> list[tuple[str, str, str, set[str]]]:
     return found
 
 
-def _inside(root: str, path: str, mount_point: str) -> Path | None:
+def _inside(root: str, mount_point: str, path: str) -> Path | None:
     """The folder of cgroup `path` under a hierarchy mounted at `mount_point` from `root`."""
     if root != "/" and path != root and not path.startswith(root.rstrip("/") + "/"):
         return None
@@ -75,18 +75,16 @@ def own_place(proc_cgroup: str, mountinfo: str) -> CgroupPlace | None:
     else the unified (v2) hierarchy."""
     mounts = _mounts(mountinfo)
     lines = [line.split(":", 2) for line in proc_cgroup.splitlines() if line.count(":") >= 2]
-    for _, controllers, path in lines:
-        if "memory" in controllers.split(","):
-            for root, point, kind, options in mounts:
-                if kind == "cgroup" and "memory" in options:
-                    folder = _inside(root, path, point)
-                    return CgroupPlace(1, folder) if folder is not None else None
-            return None
+    v1 = [(root, point) for root, point, kind, options in mounts if kind == "cgroup" and "memory" in options]
+    if v1:
+        path = next((path for _, controllers, path in lines if "memory" in controllers.split(",")), None)
+        folder = _inside(*v1[0], path) if path is not None else None
+        return CgroupPlace(1, folder) if folder is not None else None
     for number, controllers, path in lines:
         if number == "0" and controllers == "":
             for root, point, kind, _ in mounts:
                 if kind == "cgroup2":
-                    folder = _inside(root, path, point)
+                    folder = _inside(root, point, path)
                     return CgroupPlace(2, folder) if folder is not None else None
     return None
 
