@@ -28,20 +28,25 @@ IN_MEMORY_FILESYSTEMS = {"tmpfs", "ramfs"}
 PROBE_BYTES = 16 * 1024 * 1024
 
 # Arguments: (image, mount point) pairs, then "--", then the command to run in the namespace
-# (bubblewrap). As root, on the host, in a mount namespace of the sandbox's own.
+# (bubblewrap). As root, on the host, in a mount namespace of the sandbox's own; the images are
+# mounted side by side, and a loop device detached while mounted frees itself at the unmount.
 MOUNT_SCRIPT = r"""
 set -e
+mounting=""
 while [ "$1" != "--" ]; do
-  image=$1 folder=$2
+  (
+    device=$(losetup --find --show --direct-io=on "$1")
+    mount -o noinit_itable,nosuid,nodev,noatime "$device" "$2"
+    losetup -d "$device"
+    rm -f "$1"
+    rmdir "$2/lost+found"
+    chmod 1777 "$2"
+  ) &
+  mounting="$mounting $!"
   shift 2
-  device=$(losetup --find --show --direct-io=on "$image")
-  mount -o noinit_itable,nosuid,nodev,noatime "$device" "$folder"
-  losetup -d "$device"
-  rm -f "$image"
-  rmdir "$folder/lost+found"
-  chmod 1777 "$folder"
 done
 shift
+for each in $mounting; do wait "$each"; done
 exec "$@"
 """
 
