@@ -178,6 +178,25 @@ def test_a_prediction_over_its_memory_budget_is_ended_and_named(setup, tmp_path)
     assert "memory limit reached (2 GiB)" in done.stdout
 
 
+def test_more_workers_than_the_machines_memory_holds_are_lowered_and_said(setup, tmp_path):
+    from magis_ray.actors.execution.memory_budget import host_memory
+
+    host = host_memory()
+    budget = host // 2 - (1 << 20)  # two fit, three do not
+    dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"])])
+    args = grade_args(setup, dataset, tmp_path / "store", "--gold", "--no-ray", "--workers", "3")
+    args[args.index("--memory") + 1] = str(budget)
+    done = magis(args, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "resolved: 1 of 1" in done.stdout
+    notices = [line for line in done.stderr.splitlines() if line.startswith("magis-ray: notice: --workers 3 at a memory budget")]
+    assert len(notices) == 1 and notices[0].endswith(": 2 at once instead"), done.stderr
+    args[args.index("--memory") + 1] = str(host + (1 << 30))
+    refused = magis(args, tmp_path)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].startswith(f"magis-ray: error: --memory {host + (1 << 30)}: a memory budget of ")
+
+
 def test_bad_input_is_one_line(setup, tmp_path):
     dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"])])
     for args, words in (

@@ -389,16 +389,18 @@ def host_memory() -> int:
         place = own_place(Path("/proc/self/cgroup").read_text(), Path("/proc/self/mountinfo").read_text())
     except OSError:
         place = None
-    folder = place.folder if place is not None else None
-    name = "memory.limit_in_bytes" if place is not None and place.version == 1 else "memory.max"
-    while folder is not None and (folder / name).exists():
+    if place is None:
+        return total
+    name = "memory.limit_in_bytes" if place.version == 1 else "memory.max"
+    for folder in (place.folder, *place.folder.parents):
+        if not (folder / "cgroup.procs").exists():
+            break  # above the hierarchy's root
         try:
             text = (folder / name).read_text().strip()
-            if text.isdigit():
-                total = min(total, int(text))
         except OSError:
-            pass
-        folder = folder.parent if folder.parent != folder else None
+            continue  # cgroup v2: no memory controller here
+        if text.isdigit():
+            total = min(total, int(text))
     return total
 
 
