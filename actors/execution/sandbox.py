@@ -329,11 +329,8 @@ class Sandbox:
 
     def _run_bwrap(self, script, cwd, mounts, scratches, env, limits, network, log_path, identity: Identity) -> Outcome:
         tmp = str(limits.tmp_bytes)
-        on_disk = self.scratch_on_disk()
-        images = tempfile.mkdtemp(prefix="magis-scratch-", dir=scratch_disks.images_folder()) if on_disk else ""
-        # On disk: /tmp, then each scratch folder, an image of its own (image, size, mount point).
-        disks = [(f"{images}/{n}.img", size, f"{images}/{n}")
-                 for n, size in enumerate([limits.tmp_bytes] + [limits.scratch_bytes] * len(scratches))] if on_disk else []
+        images, disks = self._scratch_disks(limits, len(scratches))
+        on_disk = bool(disks)
         argv = scratch_disks.wrapper(disks) if on_disk else []
         argv += [bwrap_path() or BWRAP, *_system(), "--dev", "/dev", "--proc", "/proc"]
         argv += ["--bind", disks[0][2], "/tmp"] if on_disk else ["--perms", "1777", "--size", tmp, "--tmpfs", "/tmp"]
@@ -384,13 +381,27 @@ class Sandbox:
         tail += ["/bin/sh", "-c", _INIT, "magis-init", *checked, "--", *seeds, "--", "/bin/sh", "-c", f'mkdir -p "$HOME"; {script}']
         processes = limits.processes if identity.drop or not limits.processes else limits.processes + _own_process_count()
         try:
-            if on_disk:
-                scratch_disks.make_images(disks)
             return self._execute(argv, data_fds, tail, "/", {"PATH": os.environ.get("PATH", "")}, limits, processes, log_path,
                                  sample=True, in_memory=in_memory, scratch="disk" if on_disk else "memory")
         finally:
             if images:
                 shutil.rmtree(images, ignore_errors=True)
+
+    def _scratch_disks(self, limits: Limits, scratches: int) -> tuple[str, list[tuple[str, int, str]]]:
+        """Where the images go, and /tmp's and then each scratch folder's (image, size, mount
+        point), made; nothing when the scratch stays in memory (a disk that cannot be made now,
+        the host's disk full say, leaves it there for this run)."""
+        if not self.scratch_on_disk():
+            return "", []
+        images = tempfile.mkdtemp(prefix="magis-scratch-", dir=scratch_disks.images_folder())
+        disks = [(f"{images}/{n}.img", size, f"{images}/{n}")
+                 for n, size in enumerate([limits.tmp_bytes] + [limits.scratch_bytes] * scratches)]
+        try:
+            scratch_disks.make_images(disks)
+        except OSError:
+            shutil.rmtree(images, ignore_errors=True)
+            return "", []
+        return images, disks
 
     # --- directly on the host -----------------------------------------------------------------
 

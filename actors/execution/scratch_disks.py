@@ -25,6 +25,9 @@ from pathlib import Path
 from .memory_budget import _mounts
 
 IN_MEMORY_FILESYSTEMS = {"tmpfs", "ramfs"}
+TOOLS = os.pathsep.join(["/usr/sbin", "/sbin", "/usr/bin", "/bin"])  # where losetup, mkfs.ext4 and mount live
+MKFS = shutil.which("mkfs.ext4", path=TOOLS) or "mkfs.ext4"
+UNSHARE = shutil.which("unshare", path=TOOLS) or "unshare"
 PROBE_BYTES = 16 * 1024 * 1024
 
 # Arguments: (image, mount point) pairs, then "--", then the command to run in the namespace
@@ -32,6 +35,7 @@ PROBE_BYTES = 16 * 1024 * 1024
 # mounted side by side, and a loop device detached while mounted frees itself at the unmount.
 MOUNT_SCRIPT = r"""
 set -e
+PATH="%(tools)s"
 mounting=""
 while [ "$1" != "--" ]; do
   (
@@ -48,7 +52,7 @@ done
 shift
 for each in $mounting; do wait "$each"; done
 exec "$@"
-"""
+""" % {"tools": TOOLS}
 
 
 def images_folder() -> str:
@@ -78,7 +82,7 @@ def make_images(disks: list[tuple[str, int, str]]) -> None:
         os.mkdir(folder, 0o700)
         with open(image, "wb") as sparse:
             sparse.truncate(size)
-        makers.append(subprocess.Popen(["mkfs.ext4", "-q", "-F", "-O", "^has_journal,^resize_inode",
+        makers.append(subprocess.Popen([MKFS, "-q", "-F", "-O", "^has_journal,^resize_inode",
                                         "-E", "lazy_itable_init=1,nodiscard", "-m", "0", image],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
     errors = [maker.communicate()[1].decode(errors="replace") for maker in makers]
@@ -89,7 +93,7 @@ def make_images(disks: list[tuple[str, int, str]]) -> None:
 
 def wrapper(disks: list[tuple[str, int, str]]) -> list[str]:
     """The argv that mounts `disks` (made by make_images) and then runs what follows it."""
-    argv = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", MOUNT_SCRIPT, "magis-scratch"]
+    argv = [UNSHARE, "--mount", "--propagation", "private", "/bin/sh", "-c", MOUNT_SCRIPT, "magis-scratch"]
     for image, _, folder in disks:
         argv += [image, folder]
     return [*argv, "--"]
@@ -100,7 +104,7 @@ def _probe(folder: str) -> str:
     """"" when a scratch disk can be made in `folder`, else why not (one line)."""
     if os.geteuid() != 0:
         return "an ordinary user cannot mount a filesystem image"
-    missing = [tool for tool in ("unshare", "losetup", "mkfs.ext4", "mount", "truncate") if shutil.which(tool) is None]
+    missing = [tool for tool in ("unshare", "losetup", "mkfs.ext4", "mount") if shutil.which(tool, path=TOOLS) is None]
     if missing:
         return f"{', '.join(missing)} not installed"
     if not os.path.exists("/dev/loop-control"):
