@@ -613,3 +613,16 @@ def test_the_workers_are_lowered_to_what_the_machines_memory_holds():
     assert workers == 2 and note.startswith("--workers 5 at a memory budget of ") and "2 at once instead" in note
     assert workers_within_memory(1, host + GiB)[0] == 0
     assert workers_within_memory(3, 0) == (3, "")  # no budget, no check
+
+
+def test_the_watchdog_counts_the_pages_a_fork_shares_once(seed):
+    """1.2 GiB shared by a parent and its forked child: 2.4 GiB of resident sets, but 1.2 GiB held,
+    within a 2 GiB budget."""
+    share = ("import os, time; hog = b'1' * (1200 * 1024 ** 2); child = os.fork()\n"
+             "if child == 0:\n    time.sleep(2); os._exit(0)\n"
+             "os.waitpid(child, 0); print('both held it', len(hog))")
+    (seed / "share.py").write_text(share)
+    outcome = Sandbox(memory_control="watchdog").run("python3 share.py", cwd="/testbed", scratches=[Scratch("/testbed", str(seed))],
+                                                     limits=Limits(wall_seconds=120, memory_bytes=2 * GiB))
+    assert outcome.ok and "both held it" in outcome.output, (outcome.limits, outcome.output)
+    assert not outcome.limits and 1.1 * GiB < outcome.peak_memory_bytes < 2 * GiB
