@@ -333,7 +333,7 @@ class Sandbox:
         on_disk = bool(disks)
         argv = scratch_disks.wrapper(disks) if on_disk else []
         argv += [bwrap_path() or BWRAP, *_system(), "--dev", "/dev", "--proc", "/proc"]
-        argv += ["--bind", disks[0][2], "/tmp"] if on_disk else ["--perms", "1777", "--size", tmp, "--tmpfs", "/tmp"]
+        argv += ["--bind", f"{disks[0][2]}/{scratch_disks.ROOT}", "/tmp"] if on_disk else ["--perms", "1777", "--size", tmp, "--tmpfs", "/tmp"]
         argv += ["--perms", "1777", "--size", tmp, "--tmpfs", "/dev/shm",
                  "--dir", "/var", "--symlink", "../tmp", "/var/tmp",
                  "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -355,7 +355,7 @@ class Sandbox:
         in_memory = {"/dev/shm": limits.tmp_bytes} if on_disk else {"/dev/shm": limits.tmp_bytes, "/tmp": limits.tmp_bytes}
         for number, scratch in enumerate(scratches):
             if on_disk:
-                argv += ["--bind", disks[number + 1][2], scratch.target]
+                argv += ["--bind", f"{disks[number + 1][2]}/{scratch_disks.ROOT}", scratch.target]
             else:
                 argv += ["--perms", "1777", "--size", str(limits.scratch_bytes), "--tmpfs", scratch.target]
                 in_memory[scratch.target] = limits.scratch_bytes
@@ -393,7 +393,7 @@ class Sandbox:
         the host's disk full say, leaves it there for this run)."""
         if not self.scratch_on_disk():
             return "", []
-        images = tempfile.mkdtemp(prefix="magis-scratch-", dir=scratch_disks.images_folder())
+        images = scratch_disks.new_place()
         disks = [(f"{images}/{n}.img", size, f"{images}/{n}")
                  for n, size in enumerate([limits.tmp_bytes] + [limits.scratch_bytes] * scratches)]
         try:
