@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from .options import store_option
+
 if TYPE_CHECKING:
     from magis_ray.actors.swebench.instances import Instance
 
@@ -354,8 +356,7 @@ def coverage_png(summary: dict) -> bytes:
 
 
 @click.command("eval")
-@click.option("--store", "store_path", default=".magis", envvar="MAGIS_STORE", show_default=True,
-              help="The magis store: a folder (or its events.sqlite3 file).")
+@store_option
 @click.option("--dataset", type=click.Path(path_type=Path), required=True, help="SWE-bench instances (.jsonl or a .json list).")
 @click.option("--runs", multiple=True, metavar="RUN", help="Runs to evaluate (repeatable; ids or prefixes). Default: every run of a dataset instance.")
 @click.option("--repos-dir", type=click.Path(), help="A folder of owner__name clones (default: where each run found its repository).")
@@ -371,7 +372,7 @@ def eval_command(store_path: str, dataset: Path, runs: tuple[str, ...], repos_di
     from magis_ray.events.projections import fold, prediction
     from magis_ray.store import open_store
 
-    from .source import BadInput
+    from .errors import BadInput
 
     try:
         instances, errors = load_dataset(dataset)

@@ -25,7 +25,7 @@ from magis_ray.actors.swebench.instances import (
     Instance, apply_patch, check_applies, gold_files, load_dataset, parse_test_list, run_tests,
 )
 from magis_ray.cli.evaluate import eval_command
-from magis_ray.cli.source import BadInput
+from magis_ray.cli.errors import BadInput
 from magis_ray.actors.swebench.metrics import (
     complexity, complexity_summary, file_recall, histogram, hunk_counts, line_coverage, recall_curve, scopes,
 )

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from execfixtures import new_file_patch
+from execfixtures import new_file_patch, pyproject
 from gitfixtures import Submodule, commit_files, make_repo
 from magis_ray.actors.execution.conda import pip_equivalent
 from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, Recipe
@@ -33,18 +33,6 @@ from magis_ray.actors.swebench.grading import CustomSetup, grade, grading_limits
 
 pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
 PY = "3.11"
-PYPROJECT = """[build-system]
-requires = ["setuptools>=61"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "pkg"
-version = "0.1"
-dependencies = [{deps}]
-
-[tool.setuptools]
-packages = ["pkg"]
-"""
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +98,7 @@ def pypi_resolves() -> bool:
 def test_b_a_test_that_needs_the_internet_is_recognized_and_network_lets_it_run(caches):
     _, root = caches
     repo = root / "repos" / "net__net"
-    _, base = make_repo(repo, {"pyproject.toml": PYPROJECT.format(deps=""), "pkg/__init__.py": "HOST = 'pypi.org'\n"})
+    _, base = make_repo(repo, {"pyproject.toml": pyproject("pkg", []), "pkg/__init__.py": "HOST = 'pypi.org'\n"})
     test = new_file_patch("tests/test_net.py", "import socket\nfrom pkg import HOST\n\n\ndef test_dns():\n"
                                               "    assert socket.getaddrinfo(HOST, 443)\n")
     rec = record("net/net", base, {"f2p": ["tests/test_net.py::test_dns"]}, test_patch=test)
@@ -127,7 +115,7 @@ def test_b_a_patch_that_adds_a_dependency_needs_the_internet_to_install_again(ca
     index, which a sandboxed test run does not reach."""
     _, root = caches
     repo = root / "repos" / "dep__dep"
-    _, base = make_repo(repo, {"pyproject.toml": PYPROJECT.format(deps=""), "pkg/__init__.py": ""})
+    _, base = make_repo(repo, {"pyproject.toml": pyproject("pkg", []), "pkg/__init__.py": ""})
     patch = ("diff --git a/pyproject.toml b/pyproject.toml\n--- a/pyproject.toml\n+++ b/pyproject.toml\n"
              "@@ -7 +7 @@ version = \"0.1\"\n-dependencies = []\n+dependencies = [\"six\"]\n")
     test = new_file_patch("tests/test_six.py", "def test_six():\n    import six\n    assert six.PY3\n")
@@ -244,8 +232,8 @@ dependencies:
 def test_g_the_install_runs_at_the_instances_base_commit(caches):
     _, root = caches
     path = root / "repos" / "later__later"
-    repo, setup_commit = make_repo(path, {"pyproject.toml": PYPROJECT.format(deps=""), "pkg/__init__.py": ""})
-    base = commit_files(repo, {"pyproject.toml": PYPROJECT.format(deps='"six"'),
+    repo, setup_commit = make_repo(path, {"pyproject.toml": pyproject("pkg", []), "pkg/__init__.py": ""})
+    base = commit_files(repo, {"pyproject.toml": pyproject("pkg", ["six"]),
                                "pkg/__init__.py": "import six\n\nTEXT = six.text_type\n"}, "pkg needs six from here on")
     test = new_file_patch("tests/test_text.py", "from pkg import TEXT\n\n\ndef test_text():\n    assert TEXT is str\n")
     rec = record("later/later", base, {"f2p": ["tests/test_text.py::test_text"]}, setup_commit=setup_commit, test_patch=test)
@@ -277,7 +265,7 @@ def test_h_pips_isolated_builds_do_not_see_the_environment(caches, tmp_path):
     setuptools builds in place of the project's (pylint 3.0 then installed as UNKNOWN-0.0.0)."""
     testbeds, root = caches
     repo = root / "repos" / "iso__iso"
-    _, base = make_repo(repo, {"pyproject.toml": PYPROJECT.format(deps=""), "pkg/__init__.py": ""})
+    _, base = make_repo(repo, {"pyproject.toml": pyproject("pkg", []), "pkg/__init__.py": ""})
     test = new_file_patch("tests/test_ok.py", "def test_ok():\n    pass\n")
     rec = record("iso/iso", base, {"f2p": ["tests/test_ok.py::test_ok"]}, test_patch=test)
     result = grade_custom(caches, rec, new_file_patch("NOTES", "a change\n"))

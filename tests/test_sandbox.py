@@ -12,11 +12,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from magis_ray.actors.execution.sandbox import GiB, Limits, MiB, Mount, Sandbox, Scratch, bwrap_path
 
@@ -474,13 +474,6 @@ def nothing_left(scratch_dir: Path, pid: int, cgroups: Path | None) -> None:
         return [line for line in listed.splitlines() if str(scratch_dir) in line]
 
     wait_until(lambda: not loops_of_the_attack(), "the attack's loop devices to be freed")
-
-
-def wait_until(condition, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"waited {timeout:.0f} s for {what}"
-        time.sleep(0.05)
 
 
 def expected_control(unprivileged: bool = False) -> str:

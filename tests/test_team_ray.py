@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 
 def submit(server, store_path, issue, repo_path, run_id, **settings):
     end = run_issue(
-        store_path=str(store_path), issue=issue, settings=RunSettings(**{"top_k": 4, **settings}), repo_path=str(repo_path),
+        store_path=str(store_path), issue=issue, settings=RunSettings(tests=False, **{"top_k": 4, **settings}), repo_path=str(repo_path),
         gateway_config=GatewayConfig(base_url=server.base_url, api_key="k", model="scripted", backoff_base_s=0.01),
         run_id=run_id,
     )

@@ -43,11 +43,6 @@ def magis(*args, cwd, env_cache, timeout=600):
     return subprocess.run([*MAGIS, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def env_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("envs")
-
-
 def events_of(run_id: str, cwd: Path, env_cache: Path) -> list:
     out = magis("events", run_id, "--store", "store", cwd=cwd, env_cache=env_cache)
     assert out.returncode == 0, out.stderr

@@ -7,7 +7,7 @@ from magis_ray.events.schema import PatchProposed, QAAssigned, ReproductionWritt
 from magis_ray.events.schema import StepFailed as StepFailedEvent
 
 from magis_ray.actors.model.answers import ReproductionAnswer, ReviewAnswer
-from magis_ray.actors.model.asking import Asker, StepFailed
+from magis_ray.actors.model.asking import Asker, NoUsableAnswer
 from magis_ray.actors.roles.testing import REPRODUCTION_PATH, Evidence, Reproduction, Tester, TestRequest, reproduces
 
 
@@ -25,7 +25,7 @@ class QAEngineer:
                 answer = self._asker.ask("review_patch", ReviewAnswer, **values)
             else:
                 answer = self._asker.ask("review_patch_tested", ReviewAnswer, evidence=evidence.summary(), **values)
-        except StepFailed as exc:
+        except NoUsableAnswer as exc:
             self._asker.journal.emit(StepFailedEvent(purpose="review_patch", reason=str(exc), task_id=patch.task_id, fallback="no review"))
             return None
         approved, comment = answer.approved, answer.comment
@@ -47,7 +47,7 @@ def write_reproduction(asker: Asker, tester: Tester, issue_text: str, files: str
         try:
             answer = asker.ask("write_reproduction", ReproductionAnswer, issue=issue_text, files=files,
                                path=REPRODUCTION_PATH, feedback=feedback)
-        except StepFailed as exc:
+        except NoUsableAnswer as exc:
             asker.journal.emit(StepFailedEvent(purpose="write_reproduction", reason=str(exc), fallback="no reproduction test"))
             return None
         asker.journal.emit(ReproductionWritten(path=REPRODUCTION_PATH, content=answer.content, attempt=attempt))

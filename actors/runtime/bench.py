@@ -52,6 +52,9 @@ class BenchSetup:
     sandbox: str = "bwrap"  # "bwrap" or "none"
     env_cache: str = ""  # "" : the default cache folder
 
+    def __hash__(self) -> int:  # `record` is a dict; a worker's benches are cached by setup (services._bench_for)
+        return hash(repr(self))
+
     @classmethod
     def of(cls, issue: IssueRecord, settings: RunSettings, repo_path: str) -> BenchSetup:
         record = dict(repo=issue.repo, instance_id=issue.instance_id, base_commit=issue.base_commit,

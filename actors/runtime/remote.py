@@ -55,6 +55,12 @@ _shared: dict[str, object] = {}
 STORE_PREFIX, GATEWAY_PREFIX = "store:", "gateway:"
 
 
+def forget_shared() -> None:
+    """Drop this process's handles of the shared actors: they belong to one Ray session, so a
+    process that shuts its Ray down and starts or joins another must look them up again."""
+    _shared.clear()
+
+
 def store_name(path: str) -> str:
     return STORE_PREFIX + path
 

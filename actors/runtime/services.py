@@ -2,8 +2,8 @@
 Each talks to the shared store and gateway through handles, and rebuilds its lanes from the log."""
 from __future__ import annotations
 
+import functools
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -217,9 +217,9 @@ class DeveloperService(RoleService):
 # --- the test bench: each build and each test run a task on the run's node (remote.BenchTasks) ---
 
 BENCHES_KEPT = 16  # the most runs' benches a worker process keeps
-_benches: OrderedDict[str, object] = OrderedDict()  # this process's benches by setup, the most recent last
 
 
+@functools.lru_cache(maxsize=BENCHES_KEPT)
 def _bench_for(setup):
     """This worker process's bench for `setup`. Ray gives a run's tasks whichever worker of the
     node's pool is free, and keeps those workers: one that ran an earlier build or test of the
@@ -227,12 +227,7 @@ def _bench_for(setup):
     imports ready."""
     from magis_ray.actors.runtime.bench import ExecutionBench
 
-    key = repr(setup)
-    bench = _benches.pop(key, None) or ExecutionBench(setup)
-    _benches[key] = bench
-    while len(_benches) > BENCHES_KEPT:
-        _benches.popitem(last=False)
-    return bench
+    return ExecutionBench(setup)
 
 
 def prepare_bench(setup) -> TestsRan:

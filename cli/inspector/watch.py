@@ -12,10 +12,13 @@ from typing import Callable, TextIO
 from magis_ray.events import schema as ev
 from magis_ray.events.projections import RunView
 from magis_ray.events.projections.audit import describe
+from magis_ray.events.projections.tests import verdict as test_verdict, view_tally
 from magis_ray.events.projections.catalog import BatchSummary, Catalog, RunSummary
 from magis_ray.store import Lease
 
-from ..source import BadInput, resolve_run_id
+from ..errors import BadInput
+from ..source import resolve_run_id
+from .pages import count, money
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 GRACE_S = 2.0  # a batch counts as ended once nothing of it has run for this long (drivers pick instances up in turns)
@@ -27,10 +30,6 @@ def plain(text: object, limit: int = 200) -> str:
     line = _CONTROL.sub(lambda m: " " if m.group() in "\n\t\r" else f"\\x{ord(m.group()):02x}", str(text))
     line = " ".join(line.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def money(value: float) -> str:
-    return f"${value:,.4f}"
 
 
 def run_lines(summary: RunSummary, view: RunView, stalled: bool = False) -> list[str]:
@@ -49,7 +48,7 @@ def run_lines(summary: RunSummary, view: RunView, stalled: bool = False) -> list
     lines.append(f"  tokens {summary.prompt_tokens:,} + {summary.completion_tokens:,}  cost {money(summary.cost_usd)}  "
                  f"calls {summary.calls}  time {summary.seconds:.1f} s  events {summary.events}")
     lines.append(f"  reviews: {summary.approvals} approved, {summary.rejections} sent back  "
-                 f"test runs: {summary.test_runs} ({summary.tests_failed} not passing)")
+                 f"{view_tally(view).words()}")
     for task in view.tasks.values():
         status = task.finished.status if task.finished else "working"
         lines.append(f"  {plain(task.task_id)} {plain(task.path)}: {status}")
@@ -60,7 +59,7 @@ def run_lines(summary: RunSummary, view: RunView, stalled: bool = False) -> list
             verdict = ("approved" if review.approved else "sent back") if review else "in review"
             line = f"    {who}attempt {patch.attempt}: {verdict}"
             if tests:
-                line += "; tests " + ", ".join(t.outcome for t in tests)
+                line += "; tests " + ", ".join(test_verdict(t) for t in tests)
             if review and review.comment:
                 line += f" ({plain(review.comment, 100)})"
             lines.append(line)
@@ -71,13 +70,13 @@ def run_lines(summary: RunSummary, view: RunView, stalled: bool = False) -> list
 
 def batch_lines(batch: BatchSummary, stalled: set[str]) -> list[str]:
     runs = sorted(batch.runs, key=lambda r: r.first_time)
-    lines = [f"batch {plain(batch.name)}: {batch.ended} of {len(runs)} run(s) ended, {batch.count('running')} running, "
+    lines = [f"batch {plain(batch.name)}: {batch.ended} of {count(len(runs), 'run')} ended, {batch.count('running')} running, "
              f"{batch.count('failed')} failed, {batch.patched} patched; tokens {batch.tokens:,}, cost {money(batch.cost_usd)}"]
     for r in runs:
         status = "stalled" if r.run_id in stalled else r.status
         detail = plain(r.outcome, 80) if r.ended else plain(r.stage, 80)
         lines.append(f"  {r.run_id}  {plain(r.instance_id, 40):40}  {status:8}  {detail}  "
-                     f"{r.tokens:,} tokens  {money(r.cost_usd)}")
+                     f"{count(r.tokens, 'token')}  {money(r.cost_usd)}")
     return lines
 
 
@@ -131,7 +130,7 @@ class Watcher:
         cost = ""
         if asked:
             tokens = sum(x.prompt_tokens + x.completion_tokens for x in asked)
-            cost = f"  [{len(asked)} call(s), {tokens:,} tokens, {money(sum(x.cost_usd for x in asked))}]"
+            cost = f"  [{count(len(asked), 'call')}, {count(tokens, 'token')}, {money(sum(x.cost_usd for x in asked))}]"
         self._print([f"+{rec.time - start:7.1f}s  {plain(rec.actor, 40):24} {plain(describe(rec.event))}{cost}"])
 
     def watch_batch(self, name: str) -> int:
