@@ -394,9 +394,9 @@ def charged():
     return sum(int(line.split()[1]) for line in lines if line.split()[0] in names)
 
 HOLD = "import time; hog = b'1' * (1536 * 1024 ** 2); print('holding', len(hog), flush=True); time.sleep(60)"
-ATTACKS = {
-    "tmp": "head -c 4G /dev/zero > /tmp/fill; echo exit=$?",
-    "workspace": "head -c 4G /dev/zero > /testbed/fill; echo exit=$?",
+ATTACKS = {  # each holds what it took for a while, where the measures see it
+    "tmp": "head -c 4G /dev/zero > /tmp/fill; echo exit=$?; sleep 2",
+    "workspace": "head -c 4G /dev/zero > /testbed/fill; echo exit=$?; sleep 2",
     "three": f"for n in 1 2 3; do python3 -c \"{HOLD}\" & done; wait; echo all ended",
 }
 attack, control = sys.argv[1], sys.argv[2]
