@@ -17,7 +17,7 @@ the scratch in memory, the copies of the workspace and of the prefix count too).
 Then the fixed cost of one sandbox: `true` on a workspace copied from a small tree.
 
 Usage: python benchmarks/sandbox_memory.py [--dataset D] [--repos-dir R] [--instances ID ...]
-                                           [--per-repo 1] [--repeats 3] [--env-cache DIR]
+                                           [--repeats 3] [--env-cache DIR]
 """
 from __future__ import annotations
 
@@ -37,6 +37,10 @@ from magis_ray.actors.execution.testbeds import TestbedCache
 from magis_ray.actors.swebench.grading import grade, grading_limits, spec_for
 
 DEFAULT_DATASET = Path(__file__).resolve().parents[2] / "shared" / "swebench" / "verified-tuning.jsonl"
+# One instance of each repository of the dataset whose run takes seconds to a minute (astropy's
+# recompile of its C takes minutes, and is the same in every sandbox).
+DEFAULT_INSTANCES = ["sympy__sympy-11618", "pytest-dev__pytest-10051", "psf__requests-1142", "pallets__flask-5014",
+                     "pylint-dev__pylint-4551", "sphinx-doc__sphinx-10323", "pydata__xarray-3305"]
 SANDBOXES = {
     "before": (Sandbox(scratch="memory"), 0),
     "disk + cgroup": (Sandbox(), 8 * GiB),
@@ -113,23 +117,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
     parser.add_argument("--repos-dir", type=Path, default=Path("/work/repos"))
-    parser.add_argument("--instances", nargs="*")
-    parser.add_argument("--per-repo", type=int, default=1, help="instances per repository")
+    parser.add_argument("--instances", nargs="*", default=DEFAULT_INSTANCES)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--env-cache", type=Path, default=default_cache_root())
     args = parser.parse_args()
     print(f"memory budget here: {why_no_cgroup() or 'a cgroup of its own'}; scratch: {why_not_on_disk() or 'on disk'}")
     records = [json.loads(line) for line in args.dataset.read_text().splitlines() if line.strip()]
-    if args.instances:
-        records = [r for r in records if r["instance_id"] in args.instances]
-    else:
-        per_repo: dict[str, int] = defaultdict(int)
-        chosen = []
-        for record in records:
-            if per_repo[record["repo"]] < args.per_repo:
-                per_repo[record["repo"]] += 1
-                chosen.append(record)
-        records = chosen
+    records = [r for r in records if r["instance_id"] in set(args.instances)]
     fixed_cost(args.repeats)
     test_runs(records, args.repos_dir, args.env_cache, args.repeats)
 
