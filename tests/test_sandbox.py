@@ -1,7 +1,8 @@
 """The sandbox against an attacker, one test per attack, through the real bubblewrap sandbox as
 whoever runs the suite (root in CI), and the attacks that can be arranged again as an unprivileged
 user (uid 65534). Each attack is real: it tries to escape, read, flood, fill or exhaust, and the
-test checks both that it was stopped and that the host saw nothing of it."""
+test checks both that it was stopped and that the host saw nothing of it; an attack on the host's
+memory, that it cost the host no more than the sandbox's budget."""
 from __future__ import annotations
 
 import json
