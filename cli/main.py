@@ -272,7 +272,7 @@ def _as_user_error(exc: Exception) -> UserError | None:
 
 def _ray_error_line(exc: Exception) -> str:
     """A Ray error as one line: its root cause's first line (Ray wraps it in tracebacks)."""
-    from magis_ray.actors.runtime.team import root_cause
+    from magis_ray.actors.runtime.services import root_cause
 
     cause = root_cause(exc)
     lines = [line.strip() for line in str(cause).splitlines() if line.strip()]

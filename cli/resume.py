@@ -57,6 +57,7 @@ def resume_command(ctx, run, repo, store_path, local_port, **_settings) -> None:
     from .endpoint import default_model
     from .errors import BadInput
     from .source import repo_of, resolve_run_id
+    from .progress import Progress
     from .submit import conclude
 
     flags = given_flags(ctx)
@@ -78,8 +79,9 @@ def resume_command(ctx, run, repo, store_path, local_port, **_settings) -> None:
         llm = resolve_llm(settings.llm, settings.base_url)
         with model_endpoint(llm, settings.base_url or None, store_path, local_port) as endpoint:
             click.echo(f"resuming run {run_id} from event {point.kept_version} ({point.superseded} superseded)", err=True)
-            end = resume_issue(
-                store_path=store_path, run_id=run_id, point=point, repo_path=repo_path, liveness=liveness, fence=fence,
-                gateway_config=gateway_config(endpoint, settings, default_model(llm, settings.model), recorded.roles),
-            )
+            with Progress(store_path, run_id):
+                end = resume_issue(
+                    store_path=store_path, run_id=run_id, point=point, repo_path=repo_path, liveness=liveness, fence=fence,
+                    gateway_config=gateway_config(endpoint, settings, default_model(llm, settings.model), recorded.roles),
+                )
     conclude(store_path, run_id, end)

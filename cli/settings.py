@@ -81,7 +81,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, rename="kebab", forbid
     candidates: AtLeastOne = 1
     tests: Literal["on", "off"] = "on"
     env_setup: str = ""
-    test_cmd: str = ""  # the project's test command: `apply` prints it to check its branch
+    test_cmd: str = ""  # the project's test command: the team's test runs (the tests to run follow it), and `apply`'s check of its branch
     sandbox: Literal["bwrap", "none"] = "bwrap"
     models: RoleModels = RoleModels()
 

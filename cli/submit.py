@@ -62,16 +62,19 @@ def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instanc
         from magis_ray.actors.runtime.deployment import new_run_id, run_issue  # imports Ray: after every check
         from magis_ray.actors.runtime.liveness import Liveness
 
+        from .progress import Progress
+
         ensure_store(store_path)
         run_id = new_run_id()
         with Liveness(store_path) as liveness:
             fence = liveness.take(run_id)  # before the id is shown: resume can tell a run that never started
             click.echo(f"run {run_id}: {issue_record.instance_id} ({issue_record.repo} @ {issue_record.base_commit[:10]})", err=True)
-            end = run_issue(
-                store_path=store_path, issue=issue_record, settings=run_config, repo_path=issue_record.repo_path,
-                gateway_config=gateway_config(endpoint, settings, run_config.model, run_config.roles),
-                run_id=run_id, liveness=liveness, fence=fence,
-            )
+            with Progress(store_path, run_id, waiting="starting the team"):
+                end = run_issue(
+                    store_path=store_path, issue=issue_record, settings=run_config, repo_path=issue_record.repo_path,
+                    gateway_config=gateway_config(endpoint, settings, run_config.model, run_config.roles),
+                    run_id=run_id, liveness=liveness, fence=fence,
+                )
     conclude(store_path, run_id, end)
 
 
@@ -88,7 +91,7 @@ def run_settings(effective, llm: str, *, use_qa: bool = True, use_hints: bool = 
         top_k=settings.top_k, max_files=settings.max_files, max_review_rounds=settings.max_review_rounds, use_qa=use_qa,
         use_hints=use_hints, use_memory=use_memory, token_budget=settings.token_budget,
         model=default_model(llm, settings.model), memory_any_model=memory_any_model, tests=settings.tests == "on",
-        env_setup=settings.env_setup, sandbox=settings.sandbox, candidates=settings.candidates,
+        env_setup=settings.env_setup, test_cmd=settings.test_cmd, sandbox=settings.sandbox, candidates=settings.candidates,
         test_python=f"{sys.version_info.major}.{sys.version_info.minor}", llm=model_settings(llm, settings),
         roles=role_models(effective),
     )

@@ -93,6 +93,7 @@ class RunSettings(msgspec.Struct, frozen=True):
     tests: bool = True
     candidates: int = 1
     env_setup: str = ""  # the user's install step for the test environment ("": SWE-bench's spec, or the default)
+    test_cmd: str = ""  # the user's test command, followed by the tests to run ("": the spec's runner, or pytest)
     test_python: str = ""  # the interpreter version for a user's repository's environment
     sandbox: str = "bwrap"  # "none" runs tests unconfined (the user asked for it)
     # The Custodian's file ranking (actors.code.ranking.RANKINGS): "symbols" weighs BM25 with
@@ -273,8 +274,10 @@ class TestsRan(Event, frozen=True, tag="TestsRan"):
     """One test command on a workspace: the base commit with `patches` applied (their digest names
     them), the outcome, the parsed per-test results and the output cut to a sane size.
 
-    purpose: "reproduce" (the reproduction test on the base commit), "baseline" (the regression
-    candidates on the base commit), "check" (a patch, with the reproduction and regression tests)."""
+    purpose: "prepare" (the environment made ready; `command` is the one the run's tests use, empty
+    in logs written before it said: pytest's), "reproduce" (the reproduction test on the base
+    commit), "baseline" (the regression candidates on the base commit), "check" (a patch, with the
+    reproduction and regression tests)."""
 
     purpose: str
     command: str

@@ -304,5 +304,6 @@ def test_a_missing_repository_is_named_missing(tmp_path):
             opener(tmp_path / "gone")
     issue = tmp_path / "issue.md"
     issue.write_text("# mean is wrong\n\nIt divides by n - 1.\n")
-    line = one_line_error(cli("submit", issue, "--repo", tmp_path / "gone", "--llm", "scripted", "--store", tmp_path / "s"))
+    line = one_line_error(cli("submit", issue, "--repo", tmp_path / "gone", "--llm", f"scripted:{Path(__file__).resolve().parents[1] / 'examples/calc/script.json'}",
+                               "--store", tmp_path / "s"))
     assert line == f"magis-ray: error: {tmp_path / 'gone'} does not exist"

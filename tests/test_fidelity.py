@@ -5,7 +5,8 @@ the same steps on the real ones, where the fetched repositories are present):
 A  an exact pin of the spec wins over the date (flask pins setuptools==70.0.0 of May 2024)
 B  tests that need the internet are recognized; --network gives them the network (requests)
 C  the install writes files the tests import (setuptools_scm's version file: pytest)
-D  the spec's pre-install file edits run; an apt-get names a system package (sphinx, astropy)
+D  the spec's pre-install file edits run; an apt-get names a system package (sphinx, astropy),
+   required, or only for some tests and then named while grading goes on (matplotlib)
 E  git submodules come from a local mirror, or "needs the internet" (astropy 1.3)
 F  a conda environment.yml as pip packages (xarray)
 G  the install runs at each instance's base commit (pylint-5859 needs toml there)
@@ -171,6 +172,27 @@ def test_d_pre_install_edits_run_and_a_system_package_must_be_on_the_machine(cac
     missing = TestbedRecipe(env=env, repo="edit/edit", commit=base, system_packages=("magis-ray-no-such-package",))
     with pytest.raises(SystemPackagesMissing, match="needs system packages not on this machine: magis-ray-no-such-package"):
         testbeds.get(missing, repo)
+
+
+def test_d_a_package_only_some_tests_use_is_named_and_grading_goes_on(caches, monkeypatch):
+    """matplotlib's spec installs texlive, ffmpeg and ImageMagick for some of its tests only: one
+    missing is named with its install command, and the instance is graded (those tests skip)."""
+    import dataclasses
+
+    from magis_ray.actors.swebench import grading
+
+    _, root = caches
+    repo = root / "repos" / "optional__optional"
+    _, base = make_repo(repo, {"pyproject.toml": pyproject("pkg", []), "pkg/__init__.py": ""})
+    test = new_file_patch("tests/test_one.py", "def test_one():\n    assert True\n")
+    rec = record("optional/optional", base, {"f2p": ["tests/test_one.py::test_one"]}, test_patch=test)
+    spec_for = grading.spec_for
+    monkeypatch.setattr(grading, "spec_for", lambda *args, **kwargs: dataclasses.replace(
+        spec_for(*args, **kwargs), optional_packages=("bash", "magis-ray-no-such-package")))
+    result = grade_custom(caches, rec, new_file_patch("NOTES", "a change\n"))
+    assert result.resolved, (result.error, result.output_tail)
+    assert result.warnings == ["some tests skip without the system packages magis-ray-no-such-package "
+                               "(apt-get install magis-ray-no-such-package)"]
 
 
 # --- E: git submodules ----------------------------------------------------------------------

@@ -316,6 +316,28 @@ def test_watch_follows_a_run_until_it_ends(tmp_path):
     assert "reviews: 1 approved, 1 sent back" in text
 
 
+def test_watch_names_a_quiet_phase_again_with_how_long_it_has_lasted():
+    store = InMemoryStore()
+    started = ev.RunStarted(instance_id="i-1", repo="r", base_commit="c" * 40, problem_statement="x",
+                            settings=ev.RunSettings(tests=True))
+    store.append("env", 0, [new_event(started, "supervisor")])
+
+    def finish_after_a_minute(n):
+        if n == 7:
+            store.append("env", 1, [new_event(ev.RunFinished(outcome="no_patch"), "supervisor")])
+
+    clock, out = Clock(finish_after_a_minute), io.StringIO()
+    assert Watcher(store, out, 10.0, now=lambda: clock.now, sleep=clock.sleep, redraw=False).watch_run("env") == 0
+    lines = out.getvalue().splitlines()
+    assert "  preparing the test environment" in lines
+    assert "  preparing the test environment (30 s)" in lines and "  preparing the test environment (1 min 0 s)" in lines
+    out = io.StringIO()
+    store.append("live", 0, [new_event(started, "supervisor")])
+    clock = Clock(lambda n: store.append("live", 1, [new_event(ev.RunFinished(outcome="no_patch"), "supervisor")]) if n == 4 else None)
+    Watcher(store, out, 10.0, now=lambda: clock.now, sleep=clock.sleep, redraw=True).watch_run("live")
+    assert "stage: preparing the test environment (30 s)" in out.getvalue()  # the redrawn view counts too
+
+
 def test_watch_says_when_a_run_failed_or_lost_its_driver(tmp_path):
     store = InMemoryStore()
     started = ev.RunStarted(instance_id="i-1", repo="r", base_commit="c" * 40, problem_statement=f"x {CONTROL}")

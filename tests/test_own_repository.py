@@ -156,7 +156,7 @@ def test_your_own_repository_as_the_readme_says(tmp_path, env_cache):
     assert [line for line in pr.stdout.splitlines() if line.startswith("### ")] == [
         "### The issue", "### The plan", "### Changes", "### Tests", "### Cost"]
     assert "#### `calc/stats.py`" in pr.stdout and "+    return total / len(values)" in pr.stdout
-    assert "| before the change | reproduction test (must fail) | failed | 0 | 1 |" in pr.stdout
+    assert "| before the change | reproduction test (must fail) | failed as expected | 0 | 1 |" in pr.stdout
     assert re.search(r"\| with the change \| tests of the patch: `[^`]*` \| passed \| 3 \| 0 \|", pr.stdout), pr.stdout
     assert f"audit {run_id}` (.magis/runs/{run_id}/audit.html)" in pr.stdout
 

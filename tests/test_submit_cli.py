@@ -44,6 +44,11 @@ def test_submit_fixes_the_bug_and_the_failing_test_passes(calc_repo, tmp_path):
     with ScriptedServer(ScriptedTeam({"calc/stats.py": [MEAN_FIX]})) as server:
         result = magis("submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "scripted", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
+    # progress on stderr as plain lines, one per phase the run went through long enough to be seen
+    # (RunSummary's stage, as the inspector shows it); stdout keeps the summary alone
+    progress = [line.strip() for line in result.stderr.splitlines() if line.startswith("  ")]
+    assert progress and progress[0] in ("starting the team", "preparing the test environment"), result.stderr
+    assert "\x1b" not in result.stderr and not any(line.startswith("  ") for line in result.stdout.splitlines())
     lines = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)
     assert lines["outcome"].strip() == "patched"
     diff_path = tmp_path / lines["diff"].strip()

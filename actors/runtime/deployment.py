@@ -16,7 +16,7 @@ from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.liveness import Liveness
 from magis_ray.actors.runtime.remote import NAMESPACE, answers, gateway_actor, gateway_name, pool_actor, store_actor, supervisor_actor
 from magis_ray.actors.runtime.replay import issue_of
-from magis_ray.actors.runtime.team import root_cause
+from magis_ray.actors.runtime.services import root_cause
 from magis_ray.store import Fenced
 
 INTERRUPTED = "interrupted by the user"

@@ -2,7 +2,8 @@
 (`magis-ray serve`) and the audit page (`magis-ray audit RUN --format html`, and the audit.html
 `submit` writes), which is the inspector's run page in a standalone mode: its style inline, no
 script, no link out of the page. A run's sections are rendered from its audit JSON
-(events/projections/audit.py) by templates/run_sections.html, for both.
+(events/projections/audit.py) by templates/run_sections.html, for both. `magis-ray eval --plots`
+draws its charts with templates/chart.svg, escaped the same way.
 
 Autoescaping is on, and every plain string printed first loses its control characters, shown as
 \\xNN (a NUL truncates or breaks a page in browsers and tools). Nothing here needs Starlette."""
@@ -18,6 +19,8 @@ from markupsafe import Markup, escape
 
 from magis_ray.events.projections.audit import TEST_PURPOSES, describe
 from magis_ray.events.projections.inspection import diff_lines
+
+from ..wording import count, money
 
 HERE = files(__package__)
 # Control characters (tabs and line ends aside), as model text may hold them.
@@ -47,18 +50,6 @@ def environment() -> Environment:
                        models_of=models_of, role_model_rows=role_model_rows, count=count,
                        now=time.time)
     return env
-
-
-IRREGULAR = {"summary": "summaries", "time": "times", "match": "matches"}
-
-
-def count(n: int, word: str) -> str:
-    """"1 run", "3 runs", "2 summaries": a number and its noun, singular or plural."""
-    return f"{n:,} {word if n == 1 else IRREGULAR.get(word, word + 's')}"
-
-
-def money(value: float) -> str:
-    return f"${value:,.4f}"
 
 
 def num(value: int | float) -> str:

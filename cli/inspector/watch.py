@@ -17,8 +17,9 @@ from magis_ray.events.projections.catalog import BatchSummary, Catalog, RunSumma
 from magis_ray.store import Lease
 
 from ..errors import BadInput
+from ..progress import PhaseTicker
 from ..source import resolve_run_id
-from .pages import count, money
+from ..wording import count, duration, money
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 GRACE_S = 2.0  # a batch counts as ended once nothing of it has run for this long (drivers pick instances up in turns)
@@ -32,8 +33,9 @@ def plain(text: object, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def run_lines(summary: RunSummary, view: RunView, stalled: bool = False) -> list[str]:
-    """The run's view: status, stage, cost, then each task with its attempts, reviews and tests."""
+def run_lines(summary: RunSummary, view: RunView, stalled: bool = False, lasted: str = "") -> list[str]:
+    """The run's view: status, stage (and for how long, `lasted`), cost, then each task with its
+    attempts, reviews and tests."""
     status = "stalled" if stalled else summary.status
     head = f"run {summary.run_id}  {plain(summary.instance_id)}  [{status}]"
     if summary.status == "finished":
@@ -44,7 +46,7 @@ def run_lines(summary: RunSummary, view: RunView, stalled: bool = False) -> list
                      + (f"  batch {plain(summary.batch)}" if summary.batch else ""))
     if summary.status == "failed":
         lines.append(f"  failed: {plain(summary.outcome)}")
-    lines.append(f"  stage: {plain(summary.stage)}")
+    lines.append(f"  stage: {plain(summary.stage)}" + (f" ({lasted})" if lasted and not summary.ended else ""))
     lines.append(f"  tokens {summary.prompt_tokens:,} + {summary.completion_tokens:,}  cost {money(summary.cost_usd)}  "
                  f"calls {summary.calls}  time {summary.seconds:.1f} s  events {summary.events}")
     lines.append(f"  reviews: {summary.approvals} approved, {summary.rejections} sent back  "
@@ -95,7 +97,7 @@ class Watcher:
 
     def watch_run(self, run: str) -> int:
         run_id = resolve_run_id(self.store, run)
-        summary, view = RunSummary(run_id), RunView()
+        summary, view, ticker = RunSummary(run_id), RunView(), PhaseTicker()
         version, start = 0, None
         pending: dict[str, list[ev.LLMExchanged]] = {}
         shown: list[str] | None = None
@@ -107,9 +109,13 @@ class Watcher:
                 start = rec.time if start is None else start
                 if not self.redraw:
                     self._decision_line(rec, pending, start)
+            now = self.now()
+            phase = ticker.tick(summary, now)  # a quiet phase (an environment, a slow model) is no hang
+            if not self.redraw and phase:
+                self._print(phase)
             lease = self._leases(run_id).get(run_id)
-            stalled = not summary.ended and lease is not None and not lease.live(self.now())
-            lines = run_lines(summary, view, stalled)
+            stalled = not summary.ended and lease is not None and not lease.live(now)
+            lines = run_lines(summary, view, stalled, duration(now - ticker.since) if ticker.stage else "")
             if self.redraw and lines != shown:
                 self.out.write(CLEAR)
                 self._print(lines)

@@ -15,6 +15,7 @@ from magis_ray.events import schema as ev
 
 ON_THE_BASE = ("reproduce", "baseline")  # runs on the unchanged code, where failures are expected
 _COLLECTING = re.compile(r"^ERROR collecting (\S+)", re.MULTILINE)
+UNIMPORTED = "(unittest.loader._FailedTest"
 
 
 def counted(run: ev.TestsRan) -> bool:
@@ -24,8 +25,10 @@ def counted(run: ev.TestsRan) -> bool:
 
 def uncollected(run: ev.TestsRan) -> list[str]:
     """The test files pytest could not collect: reported as an error of the file itself (a result
-    named by the file, with no "::test"), or as "ERROR collecting FILE" in the output."""
-    files = [name for name in run.failed if "::" not in name]
+    named by the file, with no "::test"), or as "ERROR collecting FILE" in the output; and the
+    modules unittest could not import (Django's runner: `name (unittest.loader._FailedTest)`),
+    whose other results name no file at all (`test_x (app.tests.Class)`)."""
+    files = [name for name in run.failed if ("::" not in name and name.endswith(".py")) or UNIMPORTED in name]
     files += [m.group(1) for m in _COLLECTING.finditer(run.output) if m.group(1) not in files]
     return files if run.outcome != "passed" else []
 
