@@ -33,6 +33,12 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
         items = [i for i in items if i.instance_id in set(instances)]
     if workers < 1:
         raise BadInput("--workers must be at least 1")
+    if run_config.tests:
+        from magis_ray.actors.runtime.bench import TEST_LIMITS
+
+        from .grade import workers_for_memory
+
+        workers = workers_for_memory(workers, TEST_LIMITS.memory_bytes, "tests on")
     with model_endpoint(llm, settings.base_url or None, store_path, local_port) as endpoint:
         open_store(store_path, create=True).close()
         deployment = Deployment(store_path, gateway_config(endpoint, settings, run_config.model, run_config.roles))

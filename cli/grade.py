@@ -63,6 +63,19 @@ def parse_pythons(values: tuple[str, ...]) -> dict[str, str]:
     return found
 
 
+def workers_for_memory(workers: int, budget: int, what: str) -> int:
+    """--workers lowered to what the machine's memory holds at `budget` bytes a sandbox, said in
+    one line; BadInput when not even one fits."""
+    from magis_ray.actors.execution.memory_budget import workers_within_memory
+
+    fit, note = workers_within_memory(workers, budget)
+    if not fit:
+        raise BadInput(f"{what}: {note}")
+    if note:
+        click.echo(f"magis-ray: notice: {note}", err=True)
+    return fit
+
+
 def parse_memory(value: str) -> int:
     units = {"k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
     text = value.strip().lower().rstrip("b")
@@ -89,7 +102,8 @@ def parse_memory(value: str) -> int:
 @click.option("--timeout", type=float, default=1800.0, show_default=True, help="Seconds a test run may take.")
 @click.option("--network", is_flag=True, help="Give the tests the network (some need the internet); only for predictions "
                                                "you trust.")
-@click.option("--memory", default="8G", show_default=True, help="Address space per process in a test run (0: no limit).")
+@click.option("--memory", default="8G", show_default=True, help="The memory budget of each test run: all its processes and "
+                                                                "its in-memory scratch together (0: no limit).")
 @click.option("--python", "pythons", multiple=True, help="An interpreter to use: PATH, or VERSION=PATH (repeatable).")
 @click.option("--env-cache", type=click.Path(), envvar="MAGIS_ENV_CACHE",
               help="Where environments are cached (default ~/.cache/magis-ray/envs).")
@@ -121,6 +135,7 @@ def grade_command(predictions, dataset, repos_dir, gold, empty, instances, worke
     if timeout <= 0:
         raise BadInput("--timeout must be positive")
     memory_bytes = parse_memory(memory)
+    workers = workers_for_memory(workers, memory_bytes, f"--memory {memory}")
     repos = Path(repos_dir)
     if not repos.is_dir():
         raise BadInput(f"--repos-dir {repos_dir}: not a folder")

@@ -292,6 +292,8 @@ class TestsRan(Event, frozen=True, tag="TestsRan"):
     output: str = ""
     duration_s: float = 0.0
     limits: list[str] = []  # the sandbox's limits the run ran into, in words ("process limit reached (1024)")
+    memory_control: str = ""  # what held the sandbox's memory budget: "cgroup v1", "cgroup v2", "watchdog"
+    peak_memory_mb: int = 0  # the most memory the run held at once (what cannot be reclaimed)
 
 
 class CandidateChosen(Event, frozen=True, tag="CandidateChosen"):
@@ -398,6 +400,8 @@ class InstanceGraded(Event, frozen=True, tag="InstanceGraded"):
     testbed_key: str = ""
     testbed_build_seconds: float = 0.0
     testbed_built_now: bool = False
+    memory_control: str = ""  # what held the test run's memory budget: "cgroup v1", "cgroup v2", "watchdog"
+    peak_memory_mb: int = 0  # the most memory the test run held at once (what cannot be reclaimed)
 
 AnyEvent = Union[
     RunStarted,

@@ -157,6 +157,46 @@ def test_a_hostile_prediction_hits_its_limits_and_an_honest_one_still_resolves(s
     assert "process limit reached" in done.stdout
 
 
+def test_a_prediction_over_its_memory_budget_is_ended_and_named(setup, tmp_path):
+    """Its conftest.py starts three processes of 1.5 GiB each under --memory 2G: the test run is
+    ended, the limit named in the details and the table, and what held the budget said."""
+    hold = "import time; hog = b'1' * (1536 * 1024 ** 2); time.sleep(60)"
+    conftest = ("import subprocess, sys\n"
+                f"hogs = [subprocess.Popen([sys.executable, '-c', {hold!r}]) for _ in range(3)]\n"
+                "[hog.wait() for hog in hogs]\n")
+    dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"], 1)])
+    preds = tmp_path / "greedy.jsonl"
+    preds.write_text(json.dumps({"instance_id": "calc__calc-1", "model_name_or_path": "greedy",
+                                 "model_patch": new_file_patch("conftest.py", conftest)}) + "\n")
+    store = tmp_path / "store"
+    done = magis(grade_args(setup, dataset, store, str(preds), "--no-ray"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    details = json.loads((store / "gradings" / "greedy@calc.details.json").read_text())["calc__calc-1"]
+    assert "memory limit reached (2 GiB)" in details["limits"] and not details["resolved"], details
+    assert details["memory"]["control"] in ("cgroup v1", "cgroup v2", "watchdog")
+    assert details["memory"]["peak_mb"] >= 1900, details
+    assert "memory limit reached (2 GiB)" in done.stdout
+
+
+def test_more_workers_than_the_machines_memory_holds_are_lowered_and_said(setup, tmp_path):
+    from magis_ray.actors.execution.memory_budget import host_memory
+
+    host = host_memory()
+    budget = host // 2 - (1 << 20)  # two fit, three do not
+    dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"])])
+    args = grade_args(setup, dataset, tmp_path / "store", "--gold", "--no-ray", "--workers", "3")
+    args[args.index("--memory") + 1] = str(budget)
+    done = magis(args, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "resolved: 1 of 1" in done.stdout
+    notices = [line for line in done.stderr.splitlines() if line.startswith("magis-ray: notice: --workers 3 at a memory budget")]
+    assert len(notices) == 1 and notices[0].endswith(": 2 at once instead"), done.stderr
+    args[args.index("--memory") + 1] = str(host + (1 << 30))
+    refused = magis(args, tmp_path)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].startswith(f"magis-ray: error: --memory {host + (1 << 30)}: a memory budget of ")
+
+
 def test_bad_input_is_one_line(setup, tmp_path):
     dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"])])
     for args, words in (

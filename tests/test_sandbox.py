@@ -1,7 +1,8 @@
 """The sandbox against an attacker, one test per attack, through the real bubblewrap sandbox as
 whoever runs the suite (root in CI), and the attacks that can be arranged again as an unprivileged
 user (uid 65534). Each attack is real: it tries to escape, read, flood, fill or exhaust, and the
-test checks both that it was stopped and that the host saw nothing of it."""
+test checks both that it was stopped and that the host saw nothing of it; an attack on the host's
+memory, that it cost the host no more than the sandbox's budget."""
 from __future__ import annotations
 
 import json
@@ -16,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from magis_ray.actors.execution.sandbox import GiB, Limits, MiB, Mount, Sandbox, Scratch, bwrap_path
 
@@ -297,6 +299,9 @@ report["cpu"] = list(o.limits)
 print(json.dumps(report))
 """
 
+NOBODY = 65534
+SANDBOX_MODULES = ("sandbox.py", "capture.py", "identities.py", "memory_budget.py", "scratch_disks.py")
+
 
 @pytest.fixture
 def public_tmp():
@@ -307,40 +312,50 @@ def public_tmp():
     shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.mark.skipif(not ROOT or shutil.which("setpriv") is None, reason="needs root to become an unprivileged user")
-def test_the_attacks_fail_the_same_as_an_unprivileged_user(public_tmp):
-    """The sandbox's own modules, run as uid 65534 by an interpreter that user can reach."""
-    tmp_path = public_tmp
+def as_nobody(*argv: str) -> list[str]:
+    return ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", *argv]
+
+
+@pytest.fixture
+def nobody_python(public_tmp):
+    """(an interpreter uid 65534 can run, the PYTHONPATH of a copy of the sandbox's own modules)."""
+    if not ROOT or shutil.which("setpriv") is None:
+        pytest.skip("needs root to become an unprivileged user")
     python = next((p for p in (sys.executable, shutil.which("python3"), "/usr/bin/python3")
-                   if p and subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", p, "-c",
-                                            "import sys; assert sys.version_info >= (3, 10)"],
+                   if p and subprocess.run(as_nobody(p, "-c", "import sys; assert sys.version_info >= (3, 10)"),
                                            capture_output=True).returncode == 0), None)
     if python is None:
         pytest.skip("no Python >= 3.10 that uid 65534 can run")
-    package = tmp_path / "pkg" / "magis_ray" / "actors" / "execution"
+    package = public_tmp / "pkg" / "magis_ray" / "actors" / "execution"
     package.mkdir(parents=True)
     source = Path(__file__).resolve().parents[1] / "actors" / "execution"
-    for name in ("sandbox.py", "capture.py", "identities.py"):
+    for name in SANDBOX_MODULES:
         shutil.copy(source / name, package / name)
     for folder in (package, package.parent):
         (folder / "__init__.py").write_text("")
-    seed = tmp_path / "seed"
+    subprocess.run(["chmod", "-R", "a+rX", str(public_tmp)], check=True)
+    return python, str(public_tmp / "pkg")
+
+
+def test_the_attacks_fail_the_same_as_an_unprivileged_user(nobody_python, public_tmp):
+    """The sandbox's own modules, run as uid 65534 by an interpreter that user can reach."""
+    python, pythonpath = nobody_python
+    seed = public_tmp / "seed"
     seed.mkdir()
     (seed / "bomb.py").write_text(BOMB)
     secret = Path.home() / f".magis-secret-{uuid.uuid4().hex}"
     secret.write_text("the host's secret\n")
-    subprocess.run(["chmod", "-R", "a+rX", str(tmp_path)], check=True)
-    tmp_path.chmod(0o755)
+    subprocess.run(["chmod", "-R", "a+rX", str(seed)], check=True)
     try:
         done = subprocess.run(
-            ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", python, "-c", UNPRIVILEGED, str(secret), str(seed)],
+            as_nobody(python, "-c", UNPRIVILEGED, str(secret), str(seed)),
             capture_output=True, text=True, timeout=600, cwd="/",
-            env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": str(tmp_path / "pkg"), "OPENAI_API_KEY": "sk-secret"})
+            env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": pythonpath, "OPENAI_API_KEY": "sk-secret"})
     finally:
         secret.unlink()
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["uid"] == 65534
+    assert report["uid"] == NOBODY
     assert "REMOUNTED" not in report["remount"] and "NESTED" not in report["remount"]
     assert "the host's secret" not in report["remount"] and "CapEff:\t0000000000000000" in report["remount"]
     assert "sk-secret" not in report["env"]
@@ -349,3 +364,262 @@ def test_the_attacks_fail_the_same_as_an_unprivileged_user(public_tmp):
     assert "CPU time limit reached (2 s per process)" in report["cpu"]
     output, limits, peak = report["bomb"]
     assert "fork refused" in output and "process limit reached (64)" in limits and peak <= 64 + 2, report["bomb"]
+
+
+# --- the host's memory: one budget per sandbox -----------------------------------------------------
+# Each attack runs in a process of its own (as root, or as uid 65534), which measures what the
+# sandbox cost the host: how far the host's available memory fell below what it was at the start
+# (and, where that process is in a memory cgroup, how far what the kernel charged to it rose).
+
+MEMORY_ATTACK = r"""
+import json, sys, threading, time
+from pathlib import Path
+from magis_ray.actors.execution.memory_budget import own_place
+from magis_ray.actors.execution.sandbox import GiB, Limits, Sandbox, Scratch
+
+def available():
+    with open("/proc/meminfo") as meminfo:
+        return next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+
+PLACE = own_place(Path("/proc/self/cgroup").read_text(), Path("/proc/self/mountinfo").read_text())
+
+def charged():
+    # What the kernel charges to this process's memory cgroup and those beneath (the sandbox's):
+    # anonymous memory and tmpfs, which cannot be reclaimed (its statistics may lag a moment behind
+    # a fast allocation, never a held one). 0 without a memory cgroup.
+    names = ("total_rss", "total_shmem") if PLACE and PLACE.version == 1 else ("anon", "shmem")
+    try:
+        lines = (PLACE.folder / "memory.stat").read_text().splitlines() if PLACE else []
+    except OSError:
+        return 0
+    return sum(int(line.split()[1]) for line in lines if line.split()[0] in names)
+
+HOLD = "import time; hog = b'1' * (1536 * 1024 ** 2); print('holding', len(hog), flush=True); time.sleep(60)"
+ATTACKS = {  # each holds what it took for a while, where the measures see it
+    "tmp": "head -c 4G /dev/zero > /tmp/fill; echo exit=$?; sleep 2",
+    "workspace": "head -c 4G /dev/zero > /testbed/fill; echo exit=$?; sleep 2",
+    "three": f"for n in 1 2 3; do python3 -c \"{HOLD}\" & done; wait; echo all ended",
+}
+attack, control = sys.argv[1], sys.argv[2]
+start = lowest = available()
+charged_at_start = highest = charged()
+done = threading.Event()
+
+def watch():
+    global lowest, highest
+    while not done.wait(0.01):
+        lowest, highest = min(lowest, available()), max(highest, charged())
+
+watcher = threading.Thread(target=watch)
+watcher.start()
+try:
+    outcome = Sandbox(memory_control=control).run(
+        ATTACKS[attack], cwd="/testbed", scratches=[Scratch("/testbed")],
+        limits=Limits(wall_seconds=300, memory_bytes=2 * GiB, tmp_bytes=3 * GiB, scratch_bytes=3 * GiB))
+finally:
+    done.set()
+    watcher.join()
+# The host's available memory also moves with whatever else the machine runs (other users' work);
+# what the kernel charged to this process's cgroup moves with this process's own work alone. The
+# sandbox's cost shows in both; the lower of the two leaves out the noise that only one of them has.
+measures = {"available": start - lowest, **({"charged": highest - charged_at_start} if PLACE else {})}
+print(json.dumps({"cost": min(measures.values()), "measures": measures, "limits": list(outcome.limits), "control": outcome.memory_control,
+                  "scratch": outcome.scratch, "peak": outcome.peak_memory_bytes, "output": outcome.output[-2000:],
+                  "pid": __import__("os").getpid()}))
+"""
+MARGIN = 512 * MiB  # what the host may lose beyond the budget: the kernel's and the watchdog's lag, and the noise
+EXPECTED = {  # the limit each attack runs into, by where the scratch is
+    ("tmp", "disk"): "/tmp full (3 GiB)", ("workspace", "disk"): "/testbed full (3 GiB)",
+    ("three", "disk"): "memory limit reached (2 GiB)",
+    ("tmp", "memory"): "memory limit reached (2 GiB)", ("workspace", "memory"): "memory limit reached (2 GiB)",
+    ("three", "memory"): "memory limit reached (2 GiB)",
+}
+
+
+def own_memory_cgroup() -> Path | None:
+    from magis_ray.actors.execution.memory_budget import own_place
+
+    place = own_place(Path("/proc/self/cgroup").read_text(), Path("/proc/self/mountinfo").read_text())
+    return place.folder if place is not None else None
+
+
+def attack_through_the_sandbox(attack: str, control: str, scratch_dir: Path, wrap=(), env=None) -> dict:
+    environment = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": "/tmp", "MAGIS_SCRATCH_DIR": str(scratch_dir), **(env or {})}
+    done = subprocess.run([*wrap, environment.pop("PYTHON", sys.executable), "-c", MEMORY_ATTACK, attack, control],
+                          capture_output=True, text=True, timeout=600, cwd="/", env=environment)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def assert_held(result: dict, attack: str, control: str) -> None:
+    assert EXPECTED[(attack, result["scratch"])] in result["limits"], result
+    assert result["control"] == control, result
+    # The lower of the two measures, and the one that only this test's own work moves on its own.
+    assert result["cost"] <= 2 * GiB + MARGIN, f"the host lost {result['cost'] / GiB:.2f} GiB: {result}"
+    assert result["measures"].get("charged", 0) <= 2 * GiB + MARGIN, result
+    # what the cgroup or the watchdog saw: it really got to the budget, and not far past it
+    assert result["peak"] <= 2 * GiB + MARGIN, result
+    if "memory limit reached (2 GiB)" in result["limits"]:
+        assert result["peak"] >= 2 * GiB - 64 * MiB, result
+    assert "all ended" not in result["output"] or attack != "three"
+
+
+def nothing_left(scratch_dir: Path, pid: int, cgroups: Path | None) -> None:
+    """The attack's cgroup is gone, and so are its images and their loop devices."""
+    if cgroups is not None:
+        assert not list(cgroups.glob(f"magis-sandbox-{pid}-*"))
+    assert not list(scratch_dir.iterdir())
+
+    def loops_of_the_attack() -> list[str]:
+        listed = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout if shutil.which("losetup") else ""
+        return [line for line in listed.splitlines() if str(scratch_dir) in line]
+
+    wait_until(lambda: not loops_of_the_attack(), "the attack's loop devices to be freed")
+
+
+def expected_control(unprivileged: bool = False) -> str:
+    from magis_ray.actors.execution.memory_budget import find_place, why_no_cgroup
+
+    if unprivileged or why_no_cgroup():
+        return "watchdog"
+    return f"cgroup v{find_place()[0].version}"
+
+
+@pytest.mark.parametrize("attack", ["tmp", "workspace", "three"])
+def test_a_memory_attack_costs_the_host_at_most_its_budget(attack, tmp_path):
+    """As whoever runs the suite (root in CI: a cgroup of its own, scratch on disk)."""
+    scratch_dir = tmp_path / "scratch"
+    scratch_dir.mkdir()
+    control = expected_control()
+    result = attack_through_the_sandbox(attack, "auto", scratch_dir)
+    assert_held(result, attack, control)
+    nothing_left(scratch_dir, result["pid"], own_memory_cgroup())
+
+
+def test_three_processes_over_the_budget_are_ended_by_the_watchdog_too(tmp_path):
+    """What a machine without a cgroup for it gets (cgroup v2 without delegation, say)."""
+    scratch_dir = tmp_path / "scratch"
+    scratch_dir.mkdir()
+    result = attack_through_the_sandbox("three", "watchdog", scratch_dir)
+    assert_held(result, "three", "watchdog")
+    nothing_left(scratch_dir, result["pid"], own_memory_cgroup())
+
+
+@pytest.mark.parametrize("attack", ["tmp", "workspace", "three"])
+def test_a_memory_attack_costs_the_host_at_most_its_budget_as_an_unprivileged_user(attack, nobody_python, public_tmp):
+    """uid 65534: no cgroup of its own here and no filesystem images: scratch in memory, counted
+    in the budget, which the watchdog holds."""
+    python, pythonpath = nobody_python
+    scratch_dir = public_tmp / "scratch"
+    scratch_dir.mkdir(mode=0o777)
+    scratch_dir.chmod(0o777)
+    result = attack_through_the_sandbox(attack, "auto", scratch_dir, wrap=as_nobody(),
+                                        env={"PYTHON": python, "PYTHONPATH": pythonpath})
+    assert result["scratch"] == "memory"
+    assert_held(result, attack, expected_control(unprivileged=True))
+    nothing_left(scratch_dir, result["pid"], own_memory_cgroup())
+
+
+@pytest.fixture
+def delegated_cgroup():
+    """A memory cgroup beneath ours, given to uid 65534 (as a cgroup v2 host delegates one)."""
+    parent = own_memory_cgroup() if ROOT else None
+    if parent is None or not (parent / "memory.limit_in_bytes").exists() or not os.access(parent, os.W_OK):
+        pytest.skip("needs root and a cgroup v1 memory hierarchy to delegate from")
+    folder = parent / f"magis-test-delegated-{uuid.uuid4().hex[:12]}"
+    folder.mkdir()
+    subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(folder)], check=True)
+    yield folder
+    wait_until(lambda: not (folder / "cgroup.procs").read_text().split(), "the delegated cgroup to empty")
+    left = [child.name for child in folder.iterdir() if child.is_dir()]
+    folder.rmdir()
+    assert not left, f"cgroups left behind: {left}"
+
+
+def test_an_unprivileged_user_with_a_delegated_cgroup_gets_the_kernels_budget(delegated_cgroup, nobody_python, public_tmp):
+    python, pythonpath = nobody_python
+    scratch_dir = public_tmp / "scratch"
+    scratch_dir.mkdir(mode=0o777)
+    scratch_dir.chmod(0o777)
+    enter = ["sh", "-c", f'echo $$ > {delegated_cgroup}/cgroup.procs && exec "$@"', "enter"]
+    result = attack_through_the_sandbox("three", "auto", scratch_dir, wrap=[*enter, *as_nobody()],
+                                        env={"PYTHON": python, "PYTHONPATH": pythonpath})
+    assert_held(result, "three", "cgroup v1")
+    nothing_left(scratch_dir, result["pid"], delegated_cgroup)
+
+
+# --- where the budget comes from, on each kind of host ---------------------------------------------
+
+MOUNTINFO_V1 = """\
+25 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+30 25 0:26 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+35 30 0:31 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+36 30 0:32 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+MOUNTINFO_V2 = """\
+25 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+30 25 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate
+"""
+MOUNTINFO_CONTAINER = """\
+25 1 0:50 / / rw - overlay overlay rw
+31 25 0:31 /docker/abc /sys/fs/cgroup/memory ro,nosuid - cgroup cgroup rw,memory
+"""
+
+
+def test_the_memory_controllers_cgroup_is_found_on_each_kind_of_host():
+    from magis_ray.actors.execution.memory_budget import CgroupPlace, own_place
+
+    hybrid = "4:memory:/process_api/abc\n1:cpu:/\n0::/\n"
+    assert own_place(hybrid, MOUNTINFO_V1) == CgroupPlace(1, Path("/sys/fs/cgroup/memory/process_api/abc"))
+    # v1 with memory bound to it: the unified hierarchy has no memory controller to offer
+    assert own_place("0::/user.slice\n4:cpu:/\n", MOUNTINFO_V1) is None
+    assert own_place("0::/user.slice/user-1000.slice/session-2.scope\n", MOUNTINFO_V2) == \
+        CgroupPlace(2, Path("/sys/fs/cgroup/user.slice/user-1000.slice/session-2.scope"))
+    # a container's view: its cgroup is the mount's root
+    assert own_place("6:memory:/docker/abc\n", MOUNTINFO_CONTAINER) == CgroupPlace(1, Path("/sys/fs/cgroup/memory"))
+    assert own_place("6:memory:/elsewhere\n", MOUNTINFO_CONTAINER) is None
+    assert own_place("", MOUNTINFO_V2) is None
+
+
+def test_a_v2_cgroup_without_memory_for_its_children_gives_the_watchdog(tmp_path, monkeypatch):
+    """cgroup v2 lets a cgroup with processes in it give no controller to its children: unless
+    one is delegated (memory in cgroup.subtree_control), the watchdog holds the budget."""
+    from magis_ray.actors.execution.memory_budget import WatchdogBudget, find_place, open_budget
+
+    folder = tmp_path / "delegated"
+    folder.mkdir()
+    (folder / "cgroup.controllers").write_text("cpu io memory pids\n")
+    (folder / "cgroup.subtree_control").write_text("cpu\n")
+    monkeypatch.setenv("MAGIS_SANDBOX_CGROUP", str(folder))
+    place, why = find_place()
+    assert place is None and "memory controller is not enabled for the children" in why
+    assert isinstance(open_budget(GiB), WatchdogBudget)
+    (folder / "cgroup.subtree_control").write_text("cpu memory\n")
+    assert find_place()[0].version == 2
+    monkeypatch.setenv("MAGIS_SANDBOX_CGROUP", str(tmp_path))
+    assert "not a cgroup folder" in find_place()[1]
+
+
+def test_the_workers_are_lowered_to_what_the_machines_memory_holds():
+    from magis_ray.actors.execution.memory_budget import host_memory, workers_within_memory
+
+    host = host_memory()
+    assert host > 0
+    assert workers_within_memory(2, host // 4) == (2, "")
+    workers, note = workers_within_memory(5, host // 2)
+    assert workers == 2 and note.startswith("--workers 5 at a memory budget of ") and "2 at once instead" in note
+    assert workers_within_memory(1, host + GiB)[0] == 0
+    assert workers_within_memory(3, 0) == (3, "")  # no budget, no check
+
+
+def test_the_watchdog_counts_the_pages_a_fork_shares_once(seed):
+    """1.2 GiB shared by a parent and its forked child: 2.4 GiB of resident sets, but 1.2 GiB held,
+    within a 2 GiB budget."""
+    share = ("import os, time; hog = b'1' * (1200 * 1024 ** 2); child = os.fork()\n"
+             "if child == 0:\n    time.sleep(2); os._exit(0)\n"
+             "os.waitpid(child, 0); print('both held it', len(hog))")
+    (seed / "share.py").write_text(share)
+    outcome = Sandbox(memory_control="watchdog").run("python3 share.py", cwd="/testbed", scratches=[Scratch("/testbed", str(seed))],
+                                                     limits=Limits(wall_seconds=120, memory_bytes=2 * GiB))
+    assert outcome.ok and "both held it" in outcome.output, (outcome.limits, outcome.output)
+    assert not outcome.limits and 1.1 * GiB < outcome.peak_memory_bytes < 2 * GiB

@@ -111,6 +111,9 @@ def test_a_patch_the_reproduction_test_rejects_is_sent_back_and_the_next_one_app
     assert "## Reproduction" in audit and "Regression tests that passed before" not in audit
     assert "T1 attempt 1: tests of the patch failed (2 passed, 3 failed" in audit and "still FAILS" in audit
     assert "T1 attempt 2: tests of the patch failed (4 passed, 1 failed" in audit  # test_shout, as on the base commit
+    # and says what held each run's memory budget, and the most it took
+    assert all(c.memory_control in ("cgroup v1", "cgroup v2", "watchdog") and c.peak_memory_mb > 0 for c in checks), checks
+    assert f"; memory: {checks[0].memory_control}, peak " in audit
 
     # replay reuses every recorded test run and runs none: no environment, no workspace
     empty_cache, scratch = tmp_path / "replay-envs", tmp_path / "replay-tmp"

@@ -9,9 +9,10 @@ selection) and the grader share:
     run.exit_code, run.timed_out, run.results, run.output, run.limits, run.duration_s
 
 The script sees a copy of the testbed's tree at /testbed (its working folder) and copies of its
-prefix's bin/ and site-packages, in memory, bounded and thrown away at the end; `inputs` (patches, files) are
-read-only under /.magis-inputs. The environment, the system and the repository's objects are
-read-only; the network is off unless asked for; HOME and TMPDIR are a private, bounded tmpfs.
+prefix's bin/ and site-packages, each bounded (on disk where the sandbox can, else in memory) and
+thrown away at the end; `inputs` (patches, files) are read-only under /.magis-inputs. The
+environment, the system and the repository's objects are read-only; the network is off unless
+asked for; HOME and TMPDIR are a private, bounded /tmp; all of it within one memory budget.
 """
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ class TestRun:
     memory_exhausted: bool = False
     limits: tuple[str, ...] = ()  # the limits it ran into, in words
     log_path: str = ""  # the output, up to the limits' log_bytes
+    memory_control: str = ""  # what held the memory budget: "cgroup v1", "cgroup v2", "watchdog"
+    peak_memory_bytes: int = 0  # the most memory it held at once (what cannot be reclaimed)
 
     @property
     def passed(self) -> list[str]:
@@ -102,7 +105,8 @@ class TestRunner:
                 command=script, exit_code=outcome.exit_code, timed_out=outcome.timed_out, duration_s=outcome.duration_s,
                 output=outcome.output, results=results, leftover_processes=outcome.leftover_processes,
                 memory_exhausted=outcome.memory_exhausted, limits=outcome.limits,
-                log_path=str(log) if logs_dir is not None else "",
+                log_path=str(log) if logs_dir is not None else "", memory_control=outcome.memory_control,
+                peak_memory_bytes=outcome.peak_memory_bytes,
             )
         finally:
             shutil.rmtree(scratch_dir, ignore_errors=True)

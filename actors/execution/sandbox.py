@@ -10,20 +10,26 @@ repository's setup.py). What it gets:
   links) and /etc, read-only, and what the caller mounts: the environment, the interpreter, the
   repository's objects. No home folder, no magis-ray store, cache or key, no /work, /opt or /var.
 - **No network** (its own network namespace), unless a build asks for it (pip needs PyPI).
-- **Limits**, each reported in `Outcome.limits` when hit: wall-clock time (the whole tree is
-  killed), CPU time and address space per process, file size, processes (RLIMIT_NPROC, counted
-  per uid: as root each sandbox has a uid of its own), a size for the private /tmp and /dev/shm
-  and for every scratch folder (in-memory filesystems), and output: streamed to the log file up
-  to a cap, kept in memory only as a head and a tail (capture.py).
+- **One memory budget** (`Limits.memory_bytes`) for all its processes and its in-memory scratch
+  together: a cgroup of its own where the kernel's memory controller lets this process make one,
+  else a watchdog (memory_budget.py); each process's address space is limited to it as well.
+  Reaching it ends the whole sandbox.
+- **Scratch on disk, bounded**: its /tmp and every scratch folder are filesystem images of a fixed
+  size where they can be made (as root; scratch_disks.py), else in-memory filesystems of that
+  size, which the memory budget counts. /dev/shm is always in memory (shared memory), counted too.
+- **Other limits**, each reported in `Outcome.limits` when hit: wall-clock time (the whole tree is
+  killed), CPU time per process, file size, processes (RLIMIT_NPROC, counted per uid: as root
+  each sandbox has a uid of its own), the size of each scratch folder, and output: streamed to the
+  log file up to a cap, kept in memory only as a head and a tail (capture.py).
 - **Nothing left behind.** Its own PID namespace: when the command ends, a tiny init counts what
   is still running and exits, and the kernel kills the rest.
 
-Scratch folders (`Scratch`) are how the workspace is given: an in-memory folder of a fixed size at
-`target`, filled at the start with a copy of a host folder that the sandbox only reads. Whatever the
-code writes there is bounded and is gone at the end.
+Scratch folders (`Scratch`) are how the workspace is given: a folder of a fixed size at `target`,
+filled at the start with a copy of a host folder that the sandbox only reads. Whatever the code
+writes there is bounded and is gone at the end.
 
 `mode="none"` runs the same script directly on the host (only when the user trusts the code): the
-same rlimits and output capture, scratch folders as temporary folders, no isolation.
+same rlimits, memory budget and output capture, scratch folders as temporary folders, no isolation.
 """
 from __future__ import annotations
 
@@ -38,8 +44,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import scratch_disks
 from .capture import OutputCapture, size_text
 from .identities import Identity, IdentityLease, running_as_root
+from .memory_budget import open_budget
 
 BWRAP = "bwrap"
 MiB = 1024 * 1024
@@ -59,11 +67,13 @@ class SandboxUnavailable(Exception):
 @dataclass(frozen=True)
 class Limits:
     wall_seconds: float = 1800.0
-    memory_bytes: int = 8 * GiB  # address space per process (RLIMIT_AS); 0: no limit
+    # The sandbox's memory budget: all its processes and its in-memory scratch together (and each
+    # process's address space); 0: no limit.
+    memory_bytes: int = 8 * GiB
     cpu_seconds: int = 3600  # CPU time per process (RLIMIT_CPU); 0: no limit
     processes: int = 1024  # processes and threads at once (RLIMIT_NPROC); 0: no limit
     file_bytes: int = 4 * GiB  # the largest file it may write (RLIMIT_FSIZE); 0: no limit
-    tmp_bytes: int = 1 * GiB  # the private /tmp, and /dev/shm
+    tmp_bytes: int = 1 * GiB  # the private /tmp, and /dev/shm (in memory)
     scratch_bytes: int = 4 * GiB  # each scratch folder (the workspace)
     log_bytes: int = 64 * MiB  # the log file of the output
     output_bytes: int = 64 * 1024  # kept in memory: the output's head and tail
@@ -80,8 +90,9 @@ class Mount:
 
 @dataclass(frozen=True)
 class Scratch:
-    """An in-memory folder at `target` of at most Limits.scratch_bytes, filled at the start with a
-    copy of the host folder `seed` (which the sandbox only reads); gone at the end."""
+    """A folder at `target` of at most Limits.scratch_bytes (on disk where it can be, else in
+    memory), filled at the start with a copy of the host folder `seed` (which the sandbox only
+    reads); gone at the end."""
 
     target: str
     seed: str | None = None
@@ -96,10 +107,13 @@ class Outcome:
     output: str  # stdout and stderr interleaved: the head and the tail, within Limits.output_bytes
     output_bytes: int  # the full length
     leftover_processes: int = 0  # still running when the command ended; all killed
-    memory_exhausted: bool = False  # an allocation failed (the output says so)
+    memory_exhausted: bool = False  # the memory budget was reached, or an allocation failed (the output says so)
     limits: tuple[str, ...] = ()  # every limit the command ran into, in words
     peak_processes: int = 0  # the most processes seen at once (0: not sampled)
     log_path: str = ""  # the output, up to Limits.log_bytes
+    memory_control: str = ""  # what held the memory budget: "cgroup v1", "cgroup v2", "watchdog" ("": no budget)
+    peak_memory_bytes: int = 0  # the most it held at once, as that saw it (what cannot be reclaimed)
+    scratch: str = ""  # where /tmp and the scratch folders were: "disk", "memory" (tmpfs), "host" (no sandbox)
 
     @property
     def ok(self) -> bool:
@@ -279,9 +293,14 @@ def _count_in_namespace(namespace: str) -> int:
 @dataclass
 class Sandbox:
     """Where the sandbox's command runs. `mode` "bwrap" is the real sandbox; "none" runs the same
-    script directly on the host (only when the user asks for it) with the same rlimits."""
+    script directly on the host (only when the user asks for it) with the same rlimits and budget.
+    `memory_control` "auto" holds the budget with a cgroup where one can be made, else with the
+    watchdog; "watchdog" always with the watchdog. `scratch` "auto" puts /tmp and the scratch
+    folders on disk where they can be, else in memory; "memory" always in memory."""
 
     mode: str = "bwrap"
+    memory_control: str = "auto"
+    scratch: str = "auto"
 
     def run(self, script: str, *, cwd: str, mounts: list[Mount] = (), scratches: list[Scratch] = (),
             env: dict[str, str] | None = None, limits: Limits = Limits(), network: bool = False,
@@ -303,16 +322,22 @@ class Sandbox:
                 return self._run_direct(script, cwd, list(mounts), list(scratches), env, limits, log_path)
             return self._run_bwrap(script, cwd, list(mounts), list(scratches), env, limits, network, log_path, identity)
 
+    def scratch_on_disk(self) -> bool:
+        return self.mode == "bwrap" and self.scratch == "auto" and not scratch_disks.why_not_on_disk()
+
     # --- bubblewrap ---------------------------------------------------------------------------
 
     def _run_bwrap(self, script, cwd, mounts, scratches, env, limits, network, log_path, identity: Identity) -> Outcome:
         tmp = str(limits.tmp_bytes)
-        argv = [bwrap_path() or BWRAP, *_system(), "--dev", "/dev", "--proc", "/proc",
-                "--perms", "1777", "--size", tmp, "--tmpfs", "/tmp",
-                "--perms", "1777", "--size", tmp, "--tmpfs", "/dev/shm",
-                "--dir", "/var", "--symlink", "../tmp", "/var/tmp",
-                "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-                "--die-with-parent", "--new-session", "--clearenv"]
+        images, disks = self._scratch_disks(limits, len(scratches))
+        on_disk = bool(disks)
+        argv = scratch_disks.wrapper(disks) if on_disk else []
+        argv += [bwrap_path() or BWRAP, *_system(), "--dev", "/dev", "--proc", "/proc"]
+        argv += ["--bind", f"{disks[0][2]}/{scratch_disks.ROOT}", "/tmp"] if on_disk else ["--perms", "1777", "--size", tmp, "--tmpfs", "/tmp"]
+        argv += ["--perms", "1777", "--size", tmp, "--tmpfs", "/dev/shm",
+                 "--dir", "/var", "--symlink", "../tmp", "/var/tmp",
+                 "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                 "--die-with-parent", "--new-session", "--clearenv"]
         if not network:
             argv.append("--unshare-net")
         if identity.drop:
@@ -327,8 +352,13 @@ class Sandbox:
         for mount in mounts:
             argv += ["--bind" if mount.writable else "--ro-bind", mount.source, mount.target]
         seeds: list[str] = []
+        in_memory = {"/dev/shm": limits.tmp_bytes} if on_disk else {"/dev/shm": limits.tmp_bytes, "/tmp": limits.tmp_bytes}
         for number, scratch in enumerate(scratches):
-            argv += ["--perms", "1777", "--size", str(limits.scratch_bytes), "--tmpfs", scratch.target]
+            if on_disk:
+                argv += ["--bind", f"{disks[number + 1][2]}/{scratch_disks.ROOT}", scratch.target]
+            else:
+                argv += ["--perms", "1777", "--size", str(limits.scratch_bytes), "--tmpfs", scratch.target]
+                in_memory[scratch.target] = limits.scratch_bytes
             if scratch.seed is not None:
                 argv += ["--ro-bind", scratch.seed, f"{SEEDS}/{number}"]
                 seeds += [f"{SEEDS}/{number}", scratch.target]
@@ -350,8 +380,28 @@ class Sandbox:
         checked = ["/tmp", "/dev/shm", *(s.target for s in scratches)]
         tail += ["/bin/sh", "-c", _INIT, "magis-init", *checked, "--", *seeds, "--", "/bin/sh", "-c", f'mkdir -p "$HOME"; {script}']
         processes = limits.processes if identity.drop or not limits.processes else limits.processes + _own_process_count()
-        return self._execute(argv, data_fds, tail, "/", {"PATH": os.environ.get("PATH", "")}, limits, processes, log_path,
-                             sample=True)
+        try:
+            return self._execute(argv, data_fds, tail, "/", {"PATH": os.environ.get("PATH", "")}, limits, processes, log_path,
+                                 sample=True, in_memory=in_memory, scratch="disk" if on_disk else "memory")
+        finally:
+            if images:
+                shutil.rmtree(images, ignore_errors=True)
+
+    def _scratch_disks(self, limits: Limits, scratches: int) -> tuple[str, list[tuple[str, int, str]]]:
+        """Where the images go, and /tmp's and then each scratch folder's (image, size, mount
+        point), made; nothing when the scratch stays in memory (a disk that cannot be made now,
+        the host's disk full say, leaves it there for this run)."""
+        if not self.scratch_on_disk():
+            return "", []
+        images = scratch_disks.new_place()
+        disks = [(f"{images}/{n}.img", size, f"{images}/{n}")
+                 for n, size in enumerate([limits.tmp_bytes] + [limits.scratch_bytes] * scratches)]
+        try:
+            scratch_disks.make_images(disks)
+        except OSError:
+            shutil.rmtree(images, ignore_errors=True)
+            return "", []
+        return images, disks
 
     # --- directly on the host -----------------------------------------------------------------
 
@@ -377,16 +427,19 @@ class Sandbox:
         argv = ["/bin/sh", "-c", _INIT, "magis-init", "--", *seeds, "--", "/bin/sh", "-c", script]
         try:
             return self._execute(argv, lambda: [], [], host_cwd, env, limits,
-                                 limits.processes and limits.processes + _own_process_count(), log_path, sample=False)
+                                 limits.processes and limits.processes + _own_process_count(), log_path, sample=False,
+                                 in_memory={}, scratch="host")
         finally:
             for folder in made:
                 shutil.rmtree(folder, ignore_errors=True)
 
     # --- running and watching -----------------------------------------------------------------
 
-    def _execute(self, head, make_fds, tail, cwd, env, limits: Limits, processes: int, log_path, sample: bool) -> Outcome:
+    def _execute(self, head, make_fds, tail, cwd, env, limits: Limits, processes: int, log_path, sample: bool,
+                 in_memory: dict[str, int], scratch: str) -> Outcome:
         """Run `head + tail` (`make_fds` may add to `head` the descriptors it makes, which the child
-        inherits). The init reports on descriptor 3: a pipe of its own, apart from the output."""
+        inherits) within the memory budget. The init reports on descriptor 3: a pipe of its own,
+        apart from the output."""
         rlimits = _rlimits(limits, processes)
 
         def apply_limits() -> None:
@@ -395,6 +448,7 @@ class Sandbox:
                 # SIGKILL a little later for a process that ignores it.
                 resource.setrlimit(kind, (value, value + CPU_GRACE_S if kind == resource.RLIMIT_CPU else value))
 
+        budget = open_budget(limits.memory_bytes, self.memory_control, in_memory)
         output_read, output_write = os.pipe()
         status_read, status_write = os.pipe()
         fds = make_fds()
@@ -402,36 +456,53 @@ class Sandbox:
         try:
             process = subprocess.Popen(
                 [*head, *tail], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=output_write, stderr=output_write,
-                start_new_session=True, preexec_fn=_child_setup(apply_limits, status_write), pass_fds=(3, *fds),
+                start_new_session=True, preexec_fn=_child_setup(apply_limits, status_write, budget), pass_fds=(3, *fds),
             )
+        except BaseException:
+            for fd in (output_read, status_read):
+                os.close(fd)
+            if budget is not None:
+                budget.close()
+            raise
         finally:
             for fd in (output_write, status_write, *fds):
                 os.close(fd)
         capture = OutputCapture(output_read, log_path, limits.log_bytes, limits.output_bytes).start()
         status = OutputCapture(status_read, None, 0, 64 * 1024).start()
-        timed_out, peak, namespace = False, 0, None
+        timed_out, over_budget, peak, namespace = False, False, 0, None
         deadline = start + limits.wall_seconds
+        next_sample = start
         try:
             while True:
+                wait = SAMPLE_S if sample else max(deadline - time.monotonic(), 0.001)
                 try:
-                    process.wait(timeout=SAMPLE_S if sample else max(deadline - time.monotonic(), 0.001))
+                    process.wait(timeout=min(wait, budget.poll_s) if budget is not None else wait)
                     break
                 except subprocess.TimeoutExpired:
-                    if time.monotonic() >= deadline:
-                        timed_out = True
-                        break
-                    if sample:
-                        namespace = namespace or _namespace_of_child(process.pid)
-                        if namespace:
-                            peak = max(peak, _count_in_namespace(namespace))
+                    pass
+                if budget is not None and budget.over(process.pid):
+                    over_budget = True
+                    break
+                if time.monotonic() >= deadline:
+                    timed_out = True
+                    break
+                if sample and time.monotonic() >= next_sample:
+                    next_sample = time.monotonic() + SAMPLE_S
+                    namespace = namespace or _namespace_of_child(process.pid)
+                    if namespace:
+                        peak = max(peak, _count_in_namespace(namespace))
         finally:
             # The whole session: bwrap, its init and everything they started (with "none",
-            # whatever stayed in the process group).
+            # whatever stayed in the process group; the cgroup's close ends the rest).
             try:
                 os.killpg(process.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             process.wait()
+            if budget is not None:
+                # The kernel may have killed a process at the limit just as the command ended.
+                over_budget = over_budget or (budget.control.startswith("cgroup") and budget.over(process.pid))
+                budget.close()
         duration = time.monotonic() - start
         capture.finish()
         status.finish()
@@ -442,12 +513,15 @@ class Sandbox:
         # A sample every SAMPLE_S can miss a short peak on a busy machine; what was still running
         # when the command ended was there at once too (plus the init and bubblewrap's reaper).
         peak = max(peak, leftover + 2 if leftover else 0)
+        allocation_failed = any(sign in text for sign in _SIGNS["memory"])
         return Outcome(
             exit_code=exit_code, timed_out=timed_out, duration_s=duration, output=text, output_bytes=capture.total,
             leftover_processes=leftover,
-            memory_exhausted=any(sign in text for sign in _SIGNS["memory"]),
-            limits=_limits_hit(limits, processes, text, reports, timed_out, capture, peak, exit_code),
+            memory_exhausted=over_budget or allocation_failed,
+            limits=_limits_hit(limits, processes, text, reports, timed_out, capture, peak, exit_code, over_budget),
             peak_processes=peak, log_path=str(log_path or ""),
+            memory_control=budget.control if budget is not None else "", peak_memory_bytes=budget.peak if budget is not None else 0,
+            scratch=scratch,
         )
 
 
@@ -466,9 +540,12 @@ def host_paths(text: str, places: dict[str, str]) -> str:
     return text
 
 
-def _child_setup(apply_limits, status_write: int):
-    """In the child, before exec: the limits, and the init's report channel as descriptor 3."""
+def _child_setup(apply_limits, status_write: int, budget):
+    """In the child, before exec: into the memory budget's cgroup, the limits, and the init's report
+    channel as descriptor 3."""
     def setup() -> None:
+        if budget is not None:
+            budget.join()
         apply_limits()
         if status_write != 3:
             os.dup2(status_write, 3)
@@ -476,14 +553,14 @@ def _child_setup(apply_limits, status_write: int):
 
 
 def _limits_hit(limits: Limits, processes: int, text: str, reports: list[list[str]], timed_out: bool,
-                capture: OutputCapture, peak: int, exit_code: int | None) -> tuple[str, ...]:
+                capture: OutputCapture, peak: int, exit_code: int | None, over_budget: bool) -> tuple[str, ...]:
     hit = []
     if timed_out:
         hit.append(f"time limit reached ({limits.wall_seconds:.0f} s)")
     if capture.total > limits.log_bytes:
         hit.append(f"output cut at {size_text(limits.log_bytes)} (of {size_text(capture.total)})")
-    if any(sign in text for sign in _SIGNS["memory"]) and limits.memory_bytes:
-        hit.append(f"memory limit reached ({size_text(limits.memory_bytes)} per process)")
+    if limits.memory_bytes and (over_budget or any(sign in text for sign in _SIGNS["memory"])):
+        hit.append(f"memory limit reached ({size_text(limits.memory_bytes)})")
     # The namespace's count leaves out bubblewrap's monitor (and, for an ordinary user, the few
     # processes the user had at the start): a peak within a handful of the limit is the limit.
     if limits.processes and (peak >= limits.processes - 4 or any(sign in text for sign in _SIGNS["processes"])

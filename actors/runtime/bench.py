@@ -187,6 +187,7 @@ class ExecutionBench:
         return TestsRan(
             purpose=request.purpose, command=command, outcome=outcome, exit_code=run.exit_code, passed=run.passed,
             failed=run.failed, output=run.output[-OUTPUT_KEPT:], duration_s=round(run.duration_s, 3), limits=list(run.limits),
+            memory_control=run.memory_control, peak_memory_mb=run.peak_memory_bytes // MiB,
         )
 
     @staticmethod

@@ -67,6 +67,8 @@ class GradeResult:
     timed_out: bool = False
     tests_parsed: int = 0
     output_tail: str = ""
+    memory_control: str = ""  # what held the test run's memory budget
+    peak_memory_mb: int = 0
     node: str = ""
     warnings: list = field(default_factory=list)
 
@@ -162,6 +164,7 @@ def _run(result: GradeResult, record: dict, patch: str | None, spec: InstanceSpe
     run = runner.run(testbed, "\n".join(shell), inputs=inputs, name="run", logs_dir=folder, installs=reinstall)
     result.test_seconds, result.test_exit_code, result.timed_out = run.duration_s, run.exit_code, run.timed_out
     result.limits = list(run.limits)
+    result.memory_control, result.peak_memory_mb = run.memory_control, run.peak_memory_bytes // MiB
     full = Path(run.log_path).read_text(encoding="utf-8", errors="replace")
     Path(run.log_path).unlink()  # split below into the harness's two logs
     before, _, after = full.partition(EVAL_BEGINS)

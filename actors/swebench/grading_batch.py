@@ -99,7 +99,8 @@ def graded_event(result: GradeResult, sha: str) -> InstanceGraded:
         fail_to_fail_success=list(f2f.get("success", [])), fail_to_fail_failure=list(f2f.get("failure", [])),
         pass_to_fail_success=list(p2f.get("success", [])), pass_to_fail_failure=list(p2f.get("failure", [])),
         testbed_key=result.testbed_key, testbed_build_seconds=result.testbed_build_seconds,
-        testbed_built_now=result.testbed_built_now,
+        testbed_built_now=result.testbed_built_now, memory_control=result.memory_control,
+        peak_memory_mb=result.peak_memory_mb,
     )
 
 
@@ -256,6 +257,8 @@ def instance_details(results: list[InstanceGraded]) -> dict:
                                 "testbed_built_now": r.testbed_built_now,
                                 "testbed_build_seconds": round(r.testbed_build_seconds, 1)}
         entry["test_seconds"] = round(r.test_seconds, 1)
+        if r.memory_control:
+            entry["memory"] = {"control": r.memory_control, "peak_mb": r.peak_memory_mb}
         details[r.instance_id] = entry
     return details
 

@@ -59,7 +59,8 @@ def describe(e: ev.AnyEvent) -> str:
             # a baseline runs before any attempt, on the base commit: it belongs to no attempt
             who = "" if not e.task_id else f"{e.task_id}: " if e.purpose == "baseline" else f"{e.task_id} attempt {e.attempt}: "
             limits = f"; {'; '.join(e.limits)}" if e.limits else ""
-            return f"{who}{TEST_PURPOSES.get(e.purpose, e.purpose)} {verdict(e)} ({counts(e)}, {e.duration_s:.1f}s{limits})"
+            memory = f"; memory: {e.memory_control}, peak {e.peak_memory_mb} MiB" if e.memory_control else ""
+            return f"{who}{TEST_PURPOSES.get(e.purpose, e.purpose)} {verdict(e)} ({counts(e)}, {e.duration_s:.1f}s{limits}{memory})"
         case ev.CandidateChosen():
             return f"{e.task_id}: candidate {e.chosen} of {e.candidates} chosen ({e.reason})"
         case ev.RunResumed():
