@@ -42,6 +42,7 @@ from .install_inputs import DIFFERENT, SAME, InstallInputs, TreeState
 INPUTS_FILE = "inputs.json"  # a donor's inputs, beside its ready.json
 SKIPPED_PARTS = ("__pycache__",)
 SKIPPED_SUFFIXES = (".pyc", ".pyo")
+UNINSTALL_METADATA = ("PKG-INFO", "entry_points.txt")
 
 
 @dataclass
@@ -120,14 +121,27 @@ def _cache(path: str) -> bool:
     return path.endswith(SKIPPED_SUFFIXES) or any(part in SKIPPED_PARTS for part in path.split("/"))
 
 
-def copy_installed(donor_tree: Path, tree: Path, record: InstallRecord, metadata_only: bool = False) -> None:
-    """Put what the donor's install wrote into `tree` (times kept: an incremental build compares
-    them); with `metadata_only`, only its egg-info folders."""
-    for path in [] if metadata_only else record.removed:
+def metadata(path: str) -> bool:
+    """A file of an egg-info folder (the project's metadata, which pip reads to uninstall it)."""
+    return any(part.endswith(".egg-info") for part in path.split("/")[:-1])
+
+
+def to_copy(record: InstallRecord, incremental: bool) -> list[str]:
+    """What of the donor's tree outputs an install run again starts from: of its egg-info, the
+    PKG-INFO and entry points pip reads to uninstall the donor's install first (the rest, a file
+    list or setuptools_scm's caches, could leak into this commit's); with `incremental`, also its
+    other outputs (compiled extensions, kept where their sources are the same; setup_requires'
+    eggs; generated sources)."""
+    return [path for path in record.made
+            if (path.rsplit("/", 1)[-1] in UNINSTALL_METADATA if metadata(path) else incremental)]
+
+
+def copy_installed(donor_tree: Path, tree: Path, paths: list[str], removed: list[str] = ()) -> None:
+    """Put `paths` of the donor's tree into `tree` (times kept: an incremental build compares them)
+    and take `removed` away."""
+    for path in removed:
         (tree / path).unlink(missing_ok=True)
-    for path in record.made:
-        if metadata_only and not any(part.endswith(".egg-info") for part in path.split("/")[:-1]):
-            continue
+    for path in paths:
         source, target = donor_tree / path, tree / path
         if not (source.is_symlink() or source.exists()):
             continue
@@ -141,6 +155,18 @@ def copy_installed(donor_tree: Path, tree: Path, record: InstallRecord, metadata
             shutil.copy2(source, target)
         info = source.lstat()
         os.chown(target, info.st_uid, info.st_gid, follow_symlinks=False)
+
+
+def drop_untouched(donor_tree: Path, tree: Path, paths: list[str]) -> list[str]:
+    """Remove the copied egg-info files the install run again did not write: the donor's own,
+    which this commit's install does not make. Returns them."""
+    dropped = []
+    for path in paths:
+        ours, theirs = tree / path, donor_tree / path
+        if metadata(path) and ours.is_file() and theirs.is_file() and ours.stat().st_mtime_ns == theirs.stat().st_mtime_ns:
+            ours.unlink()
+            dropped.append(path)
+    return dropped
 
 
 def _same_owner(donor_tree: Path, tree: Path, relative: Path) -> None:

@@ -44,6 +44,7 @@ from .environments import (SYSTEM_PREFIXES, BuildSteps, Environment, Environment
 from .identities import build_identity, give_to
 from .install_inputs import DIFFERENT, INCREMENTAL, SAME, InstallInputs, Trace, TreeState
 from .testbed_reuse import (INPUTS_FILE, Donors, InstallRecord, copy_installed, copy_prefix, date_unchanged, distributions,
+                            drop_untouched, to_copy,
                             installed_files, link_folder, mentions_of, project_requirements,
                             requested_extras)
 from .era import constraints_from_report, requirement_name
@@ -312,7 +313,7 @@ class TestbedCache:
         """The donor's install, copied: its prefix and wheelhouse linked, what it wrote into its
         tree copied."""
         copy_prefix(donor, folder, record.mentions, copy_own=False)
-        copy_installed(donor / "tree", folder / "tree", record)
+        copy_installed(donor / "tree", folder / "tree", record.made, record.removed)
         link_folder(donor / "wheelhouse", folder / "wheelhouse")
         for name in record.constraints:
             shutil.copy2(donor / name, folder / name)
@@ -327,7 +328,8 @@ class TestbedCache:
         requirements or the installed distributions are not the donor's."""
         tree, prefix = folder / "tree", folder / "python"
         copy_prefix(donor, folder, record.mentions, copy_own=True)
-        copy_installed(donor / "tree", tree, record, metadata_only=not incremental)
+        copied = to_copy(record, incremental)
+        copy_installed(donor / "tree", tree, copied)
         if incremental and record.inputs.compiled is not None:
             date_unchanged(tree, before, record)
         for name in record.constraints:
@@ -342,6 +344,7 @@ class TestbedCache:
                 steps.run(f"install-{number}", pinned(command, dated), extra={**unpinned_env(command, dated), **tracing})
         finally:
             _stop_trace(prefix)
+        drop_untouched(donor / "tree", tree, copied)
         found = distributions(prefix)
         if found != record.distributions:
             changed = sorted(f"{n} {record.distributions.get(n, '-')} -> {found.get(n, '-')}"
