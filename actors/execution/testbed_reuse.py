@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -223,54 +224,47 @@ def mentions_of(folder: Path) -> list[str]:
 
 
 def copy_prefix(donor: Path, folder: Path, mentions: list[str], copy_own: bool) -> None:
-    """The donor's prefix at FOLDER/python: every file hard-linked, but those naming the donor's
-    folder (written anew, naming this one) and, with `copy_own`, the files an install may change
-    (copied: an install is about to run on them, and must not change the donor's)."""
+    """The donor's prefix at FOLDER/python: every file hard-linked (`cp -al`, owners and modes
+    kept), but those naming the donor's folder (written anew, naming this one) and, with
+    `copy_own`, the files an install may change (copied: an install is about to run on them, and
+    must not change the donor's)."""
     old, new = str(donor).encode(), str(folder).encode()
     if len(old) != len(new):
         raise ValueError(f"testbed folders of different lengths: {donor} and {folder}")
     source_prefix, target_prefix = donor / "python", folder / "python"
-    rewritten = set(mentions)
-    own = {str(p.relative_to(source_prefix)) for p in own_files(source_prefix)} if copy_own else set()
-    for root, folders, files in os.walk(source_prefix):
-        here = Path(root)
-        relative = here.relative_to(source_prefix)
-        target_dir = target_prefix / relative
-        target_dir.mkdir(exist_ok=True)
-        _copy_owner_and_mode(here, target_dir)
+    done = subprocess.run(["cp", "-a", "--link", str(source_prefix), str(target_prefix)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise OSError(f"cannot link {source_prefix} to {target_prefix}: {done.stderr.strip()[:300]}")
+    for root, folders, files in os.walk(target_prefix):
         for name in folders + files:
-            source, target = here / name, target_dir / name
-            key = str(relative / name) if str(relative) != "." else name
-            if source.is_symlink():
-                link = os.readlink(source)
-                target.symlink_to(link.replace(str(donor), str(folder)))
-                os.chown(target, *_owner(source), follow_symlinks=False)
-                if name in folders:
-                    folders.remove(name)  # a linked folder is not walked into
-            elif name in files:
-                if key in rewritten:
-                    target.write_bytes(source.read_bytes().replace(old, new))
-                    _copy_owner_and_mode(source, target)
-                elif key in own:
-                    shutil.copy2(source, target)
-                    _copy_owner_and_mode(source, target)
-                else:
-                    try:
-                        os.link(source, target)
-                    except OSError:
-                        shutil.copy2(source, target)
-                        _copy_owner_and_mode(source, target)
+            path = Path(root) / name
+            if path.is_symlink() and str(donor) in os.readlink(path):
+                target, owner = os.readlink(path).replace(str(donor), str(folder)), _owner(path)
+                path.unlink()
+                path.symlink_to(target)
+                os.chown(path, *owner, follow_symlinks=False)
+    for relative in mentions:
+        _replace(target_prefix / relative, (source_prefix / relative).read_bytes().replace(old, new), source_prefix / relative)
+    if copy_own:
+        rewritten = set(mentions)
+        for path in list(own_files(target_prefix)):
+            if str(path.relative_to(target_prefix)) not in rewritten and path.stat().st_nlink > 1:
+                _replace(path, path.read_bytes(), path)
+
+
+def _replace(path: Path, data: bytes, like: Path) -> None:
+    """`path` as a file of its own holding `data`, with the owner, mode and times of `like`."""
+    fresh = path.with_name(f".{path.name}.magis-new")
+    fresh.write_bytes(data)
+    shutil.copystat(like, fresh)
+    info = like.stat()
+    os.chown(fresh, info.st_uid, info.st_gid)
+    os.replace(fresh, path)
 
 
 def _owner(path: Path) -> tuple[int, int]:
     info = path.lstat()
     return info.st_uid, info.st_gid
-
-
-def _copy_owner_and_mode(source: Path, target: Path) -> None:
-    info = source.stat()
-    os.chown(target, info.st_uid, info.st_gid)
-    os.chmod(target, info.st_mode & 0o7777)
 
 
 def link_folder(source: Path, target: Path) -> None:
