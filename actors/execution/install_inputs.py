@@ -35,7 +35,7 @@ from .workspaces import git_env
 ALWAYS_READ = ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "requirements.txt")
 # .gitattributes that make a checkout's files differ from the repository's blobs (line endings,
 # filters): then a blob id no longer stands for what the install reads.
-CONVERTING = re.compile(r"(?<![\w-])-?(?:text|eol|crlf|filter|ident|working-tree-encoding)\b")
+CONVERTING = re.compile(r"(?<![\w-])(?:text|eol|crlf|filter|ident|working-tree-encoding)\b")
 COMPILED_SUFFIXES = (".c", ".h", ".cc", ".cpp", ".cxx", ".c++", ".hpp", ".hh", ".hxx", ".h++", ".pyx", ".pxd", ".pxi",
                      ".f", ".f90", ".f95", ".for", ".cu", ".m", ".mm", ".s", ".S", ".inc", ".tcc", ".ipp", ".def",
                      ".src", ".tp", ".templ", ".in", ".cmake", ".build")
@@ -43,6 +43,9 @@ COMPILED_NAMES = ("Makefile", "makefile", "GNUmakefile", "CMakeLists.txt", "conf
 COMPILERS = re.compile(r"^(?:.*-)?(?:gcc|g\+\+|cc|c\+\+|clang|clang\+\+|gfortran|f77|f95|ld|ar|ranlib|nvcc|cpp|as)(?:-[0-9.]+)?$")
 # Programs pip asks for its user agent; they read nothing of the tree.
 TREE_BLIND = ("uname", "lsb_release")
+# Version control, which setuptools_scm and versioneer ask for the version: what they answer is the
+# commit's own, so an install that asks runs again.
+VERSION_CONTROL = ("git", "hg")
 PYTHON = re.compile(r"^python[0-9.]*$")
 PYC = re.compile(r"^(?:(.*)/)?__pycache__/([^/.]+)\.[^/]+\.pyc$")
 
@@ -216,7 +219,7 @@ class InstallInputs:
             inputs.listings[folder] = before.names(folder)
         for executable, argv, _ in trace.runs:
             name = Path(executable).name
-            if name == "git":
+            if name in VERSION_CONTROL:
                 inputs.asks_git = True
             elif COMPILERS.match(name):
                 inputs.compiled = before.compiled()
@@ -265,7 +268,7 @@ def _refusal(trace: Trace, prefix: str) -> str:
                 return f"its install ran another Python ({executable}), whose reads are not traced"
             if any(arg.startswith("-") and not arg.startswith("--") and "S" in arg for arg in _options(argv[1:])):
                 return f"its install ran Python without site ({' '.join(argv[:3])}), whose reads are not traced"
-        elif name != "git" and name not in TREE_BLIND and not COMPILERS.match(name):
+        elif name not in VERSION_CONTROL and name not in TREE_BLIND and not COMPILERS.match(name):
             return f"its install ran {name}, whose reads cannot be traced"
     return ""
 
