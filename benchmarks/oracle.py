@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.instances:
         instances = [i for i in instances if i.instance_id in set(args.instances)]
         errors = [e for e in errors if e.instance_id in set(args.instances)]
-    settings = RunSettings(top_k=args.top_k, model="oracle", ranking=args.ranking)
+    settings = RunSettings(tests=False, top_k=args.top_k, model="oracle", ranking=args.ranking)
     total = len(instances) + len(errors)
     reproduced = 0
     width = max([len(i.instance_id) for i in instances] + [20])

@@ -9,13 +9,15 @@ from pathlib import Path
 
 import click
 
-from .source import BadInput
+from .errors import BadInput
+from .options import store_option
 
 
 def patched_view(store_path: str, run: str):
     """The run's view when it ended with a patch; BadInput says why not (still running, cut off,
     failed, no patch)."""
     from magis_ray.events.projections import final_diff, fold
+    from magis_ray.events.projections.ending import ending
     from magis_ray.store import open_store
 
     from .source import load_run, resolve_run_id
@@ -35,11 +37,8 @@ def patched_view(store_path: str, run: str):
 
             raise BadInput(f"{describe_holder(live[0], f'run {view.run_id}')}; apply it once it has finished")
         raise BadInput(f"run {view.run_id} was cut off before it finished; resume it with `magis-ray resume {view.run_id}`")
-    if view.failed is not None:
-        raise BadInput(f"run {view.run_id} failed ({view.failed.reason}); it has no patch to apply")
-    if not final_diff(view):
-        why = view.finished.summary or view.finished.outcome if view.finished else view.status
-        raise BadInput(f"run {view.run_id} has no patch ({why})")
+    if view.failed is not None or not final_diff(view):
+        raise BadInput(f"run {view.run_id} has no patch to apply: {ending(view) or view.status}")
     return view
 
 
@@ -56,8 +55,7 @@ def default_branch(view) -> str:
 @click.option("--branch", help="The new branch's name (default: magis/ISSUE-SLUG-RUN). An existing branch is refused.")
 @click.option("--worktree", type=click.Path(), help="Also check the branch out in a new working tree at this path.")
 @click.option("--repo", type=click.Path(), help="Where the repository is now, if it moved since the run.")
-@click.option("--store", "store_path", default=".magis", envvar="MAGIS_STORE", show_default=True,
-              help="The magis store: a folder (or its events.sqlite3 file).")
+@store_option
 def apply_command(run: str, branch: str | None, worktree: str | None, repo: str | None, store_path: str) -> None:
     """Make a branch from the run's base commit with one commit, the run's diff; its message is the
     issue's title, the run and what changed. Your working tree, index and current branch are left
@@ -97,7 +95,20 @@ def apply_command(run: str, branch: str | None, worktree: str | None, repo: str 
         tree = worktree or f"{str(repo_path).rstrip('/')}-{branch.replace('/', '-')}"
         add = "" if worktree else f"git -C {shlex.quote(str(repo_path))} worktree add {shlex.quote(tree)} {q} && "
         click.echo(f"  {add}(cd {shlex.quote(tree)} && {test_cmd})")
-    click.echo(f"  git push -u origin {q}")
+    remotes = remote_names(repo_path)
+    if not remotes:
+        click.echo(f"  # the repository has no remote to push to: add one with "
+                   f"`git -C {shlex.quote(str(repo_path))} remote add origin URL`, then push the branch")
+        return
+    remote = "origin" if "origin" in remotes else remotes[0]
+    click.echo(f"  git push -u {shlex.quote(remote)} {q}")
     click.echo(f"  gh pr create --head {q} --fill")
     click.echo(f"  # or with the run's description: magis-ray audit {view.run_id}{store} --format pr > pr.md && "
                f"gh pr create --head {q} --title {shlex.quote(issue_title(view))} --body-file pr.md")
+
+
+def remote_names(repo_path) -> list[str]:
+    """The repository's remotes, by name."""
+    import pygit2
+
+    return sorted(remote.name for remote in pygit2.Repository(str(repo_path)).remotes)

@@ -8,18 +8,19 @@ from pathlib import Path
 
 import click
 
-from .submit import gateway_config, model_endpoint
+from .endpoint import gateway_config, model_endpoint
 
 
 def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_budget, batch_name, store_path, llm,
-                 base_url, local_port, limits, run_config) -> None:
+                 local_port, settings, run_config) -> None:
+    """`settings`: the effective Settings (cli/settings.py); `run_config`: the RunSettings each run records."""
     from tqdm import tqdm
 
     from magis_ray.actors.runtime.batch import BatchRunner, batch_settings, read_batch_items
     from magis_ray.actors.runtime.deployment import Deployment
     from magis_ray.store import open_store
 
-    from .source import BadInput
+    from .errors import BadInput
 
     try:
         items = read_batch_items(dataset.read_bytes().splitlines(), dataset.name)
@@ -32,23 +33,23 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
         items = [i for i in items if i.instance_id in set(instances)]
     if workers < 1:
         raise BadInput("--workers must be at least 1")
-    with model_endpoint(llm, base_url, store_path, local_port) as endpoint:
+    with model_endpoint(llm, settings.base_url or None, store_path, local_port) as endpoint:
         open_store(store_path, create=True).close()
-        deployment = Deployment(store_path, gateway_config(endpoint, run_config.model, limits, run_config.roles))
+        deployment = Deployment(store_path, gateway_config(endpoint, settings, run_config.model, run_config.roles))
         try:
             with open_store(store_path) as store:
-                settings = batch_settings(run_config, batch_name)
+                run_config = batch_settings(run_config, batch_name)
                 with tqdm(total=len(items), unit="instance", desc=f"batch {batch_name}", file=sys.stderr) as bar:
                     def progress(result) -> None:
                         bar.update(1)
                         bar.set_postfix_str(f"{result.instance_id}: {result.status}", refresh=True)
 
                     try:
-                        results = BatchRunner(deployment, store, settings, repos_dir, workers, progress, batch_budget).run(items)
+                        results = BatchRunner(deployment, store, run_config, repos_dir, workers, progress, batch_budget).run(items)
                     except KeyboardInterrupt:
                         click.echo(f"magis-ray: interrupted; run the same command again to resume batch {batch_name}", err=True)
                         sys.exit(130)
-                write_predictions(store, results, out, settings.model)
+                write_predictions(store, results, out, run_config.model)
         finally:
             deployment.close()  # gives up this driver's leases
     print_batch_summary(results, out)

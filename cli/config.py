@@ -1,6 +1,6 @@
 """`magis-ray config`: the effective settings and where each came from; and the same resolution
-for `submit` (flags, then the environment, then the project's file, then the user's, then the
-defaults)."""
+for `submit` and `resume` (flags, then the run's record, then the environment, then the project's
+file, then the user's, then the defaults)."""
 from __future__ import annotations
 
 import os
@@ -8,7 +8,10 @@ from pathlib import Path
 
 import click
 
-from .settings import SETTINGS, Resolved, describe, project_layer, resolve, role_flags, user_layer
+from .settings import (
+    FIELDS, SCALARS, Effective, Layer, describe, env_layer, flag_layer, project_layer, resolve, role_flags, user_file,
+    user_layer, value_of,
+)
 
 
 def project_root(repo: str | None, cwd: str = ".") -> Path | None:
@@ -22,62 +25,45 @@ def project_root(repo: str | None, cwd: str = ".") -> Path | None:
         return None
 
 
-def command_defaults(command: click.Command) -> dict:
-    """The settings' defaults, as the command's options declare them."""
-    by_param = {s.param: s.key for s in SETTINGS}
-    # an option without a default holds click's UNSET marker: for a setting, that is ""
-    defaults = {by_param[p.name]: p.default if isinstance(p.default, (str, int, float)) else ""
-                for p in command.params if p.name in by_param}
-    defaults.setdefault("test-cmd", "")
-    return defaults
-
-
-def given_flags(ctx: click.Context) -> dict:
-    """The settings given on this command line, by key."""
+def given_flags(ctx: click.Context) -> Layer:
+    """The settings given on this command line (an option's default is the struct's: no layer)."""
     from click.core import ParameterSource
 
-    flags = {s.key: ctx.params[s.param] for s in SETTINGS
-             if s.param in ctx.params and ctx.get_parameter_source(s.param) == ParameterSource.COMMANDLINE}
-    flags.update(role_flags(ctx.params.get("role_model", ()), "--role-model"))
-    flags.update(role_flags(ctx.params.get("role_base_url", ()), "--role-base-url"))
-    return flags
+    values = {key: ctx.params[FIELDS[key].name] for key in SCALARS
+              if FIELDS[key].name in ctx.params and ctx.get_parameter_source(FIELDS[key].name) == ParameterSource.COMMANDLINE}
+    values.update(role_flags(ctx.params.get("role_model", ()), "--role-model"))
+    values.update(role_flags(ctx.params.get("role_base_url", ()), "--role-base-url"))
+    return flag_layer(values)
 
 
-def effective_settings(ctx: click.Context, root: Path | None, environ=None) -> dict[str, Resolved]:
+def below_flags(root: Path | None, environ=None) -> list[Layer]:
+    """The layers under the command line and the run's record: environment, project, user."""
     environ = os.environ if environ is None else environ
-    layers = [project_layer(root), user_layer(environ)]
-    return resolve(given_flags(ctx), environ, layers, command_defaults(ctx.command))
+    return [env_layer(environ), project_layer(root), user_layer(environ)]
+
+
+def effective_settings(flags: Layer, root: Path | None, record: Layer | None = None) -> Effective:
+    return resolve([flags, *([record] if record else []), *below_flags(root)])
 
 
 def setting_value(key: str, root: Path | None):
     """One setting's value as the environment, the project and the user give it (no flags here)."""
-    got = resolve({}, os.environ, [project_layer(root), user_layer(os.environ)], {}).get(key)
-    return got.value if got else None
+    return value_of(resolve(below_flags(root)).settings, key)
 
 
 @click.command("config")
 @click.option("--repo", type=click.Path(), help="The project whose settings apply (default: the current folder's repository).")
-@click.pass_context
-def config_command(ctx: click.Context, repo: str | None) -> None:
+def config_command(repo: str | None) -> None:
     """Print the effective settings of `submit` here, and where each came from: a flag, the
     environment, the project's magis.toml (or pyproject.toml's [tool.magis-ray]), the user's
     ~/.config/magis-ray/config.toml, or the default. Never the API key."""
     root = project_root(repo)
-    project, user = project_layer(root), user_layer(os.environ)
-    submit = ctx.parent.command.get_command(ctx.parent, "submit") if ctx.parent else None
-    defaults = command_defaults(submit) if submit is not None else {}
-    values = resolve({}, os.environ, [project, user], defaults)
+    env, project, user = below_flags(root)
     click.echo(f"project:  {project.path or '(none' + (f' in {root}' if root else '') + ')'}")
-    click.echo(f"user:     {user.path or '(none: ' + str(_user_path()) + ')'}")
+    click.echo(f"user:     {user.path or '(none: ' + str(user_file(os.environ)) + ')'}")
     click.echo("")
-    for line in describe(values):
+    for line in describe(resolve([env, project, user])):
         click.echo(line)
     key = "set in OPENAI_API_KEY (never shown)" if os.environ.get("OPENAI_API_KEY") else "not set (OPENAI_API_KEY)"
     click.echo(f"\napi key:  {key}")
     click.echo("flags given to `magis-ray submit` come before all of these.")
-
-
-def _user_path() -> Path:
-    from .settings import user_file
-
-    return user_file(os.environ)

@@ -3,8 +3,8 @@
 Per run: applied (the diff passes `git apply --check` on the base commit), file-localization
 recall, line-localization coverage, the change complexity of the run's diff and of the gold
 patch, and, with --test-cmd, resolved. Then the totals, the recall curve, the complexity table
-(the paper's Table 5) per repository and overall; as text, as JSON (--json) and as PNG plots
-(--plots: recall.png and coverage.png, the paper's figures 3 and 5).
+(the paper's Table 5) per repository and overall; as text, as JSON (--json) and as SVG plots
+(--plots: recall.svg and coverage.svg, the paper's figures 3 and 5).
 
 Bad input never stops the evaluation: a dataset line missing a field, a repository missing, a
 base commit absent, an unknown run: each becomes an error row, and the rest goes on.
@@ -12,8 +12,6 @@ base commit absent, an unknown run: each becomes an error row, and the rest goes
 from __future__ import annotations
 
 import json
-import struct
-import zlib
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,6 +19,9 @@ from statistics import mean
 from typing import TYPE_CHECKING
 
 import click
+
+from .options import store_option
+from .wording import count
 
 if TYPE_CHECKING:
     from magis_ray.actors.swebench.instances import Instance
@@ -240,127 +241,87 @@ def report_text(rows: list[Row], summary: dict) -> str:
     return "\n".join(out)
 
 
-# --- PNG plots, drawn here: no plotting library is a dependency -----------------------------
-
-# 3x5 pixel digits for tick labels (rows top to bottom, 3 bits each).
-_GLYPHS = {
-    "0": (7, 5, 5, 5, 7), "1": (2, 6, 2, 2, 7), "2": (7, 1, 7, 4, 7), "3": (7, 1, 7, 1, 7), "4": (5, 5, 7, 1, 1),
-    "5": (7, 4, 7, 1, 7), "6": (7, 4, 7, 5, 7), "7": (7, 1, 1, 1, 1), "8": (7, 5, 7, 5, 7), "9": (7, 5, 7, 1, 7),
-    ".": (0, 0, 0, 0, 2), "%": (5, 1, 2, 4, 5),
-}
-WHITE, BLACK, GREY, BLUE, RED = (255, 255, 255), (0, 0, 0), (215, 215, 215), (31, 119, 180), (214, 39, 40)
-
-
-class Canvas:
-    """An RGB image with just enough drawing for two charts."""
-
-    def __init__(self, width: int, height: int) -> None:
-        self.width, self.height = width, height
-        self.pixels = bytearray(WHITE * (width * height))
-
-    def fill(self, x0: int, y0: int, x1: int, y1: int, color: tuple[int, int, int]) -> None:
-        """The rectangle of pixels x0..x1, y0..y1 (inclusive, clipped to the canvas)."""
-        x0, x1 = max(0, min(x0, x1)), min(self.width - 1, max(x0, x1))
-        y0, y1 = max(0, min(y0, y1)), min(self.height - 1, max(y0, y1))
-        for y in range(y0, y1 + 1):
-            start = (y * self.width + x0) * 3
-            self.pixels[start : start + (x1 - x0 + 1) * 3] = bytes(color) * (x1 - x0 + 1)
-
-    def line(self, x0: int, y0: int, x1: int, y1: int, color: tuple[int, int, int], width: int = 1) -> None:
-        steps = max(abs(x1 - x0), abs(y1 - y0), 1)
-        for i in range(steps + 1):
-            x, y = round(x0 + (x1 - x0) * i / steps), round(y0 + (y1 - y0) * i / steps)
-            self.fill(x - width // 2, y - width // 2, x + (width - 1) // 2, y + (width - 1) // 2, color)
-
-    def text(self, x: int, y: int, text: str, color: tuple[int, int, int] = BLACK, scale: int = 2) -> None:
-        for n, char in enumerate(text):
-            for row, bits in enumerate(_GLYPHS.get(char, (0,) * 5)):
-                for col in range(3):
-                    if bits & (4 >> col):
-                        left, top = x + (n * 4 + col) * scale, y + row * scale
-                        self.fill(left, top, left + scale - 1, top + scale - 1, color)
-
-    def png(self) -> bytes:
-        rows = b"".join(b"\x00" + bytes(self.pixels[y * self.width * 3 : (y + 1) * self.width * 3]) for y in range(self.height))
-
-        def chunk(kind: bytes, data: bytes) -> bytes:
-            return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-        header = struct.pack(">IIBBBBB", self.width, self.height, 8, 2, 0, 0, 0)  # 8-bit RGB
-        return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b"")
+# --- plots: SVG from the inspector's template set (templates/chart.svg), escaped as its pages ---
 
 
 class Chart:
-    """A plot area with axes: data x in [0, x_max], y in [0, y_max]."""
+    """Where a chart draws: a plot area with axes, data x in [0, x_max] and y in [0, y_max], and
+    what it holds, as the context of templates/chart.svg."""
 
-    LEFT, RIGHT, TOP, BOTTOM = 60, 20, 20, 40
+    LEFT, RIGHT, TOP, BOTTOM = 70, 20, 30, 50
 
-    def __init__(self, x_max: float, y_max: float, width: int = 640, height: int = 400) -> None:
-        self.canvas = Canvas(width, height)
+    def __init__(self, title: str, x_label: str, y_label: str, x_max: float, y_max: float,
+                 width: int = 640, height: int = 400) -> None:
         self.x_max, self.y_max = x_max or 1, y_max or 1
-        self.x0, self.x1 = self.LEFT, width - self.RIGHT
-        self.y0, self.y1 = height - self.BOTTOM, self.TOP  # y grows upwards
+        self.context: dict = {
+            "title": title, "x_label": x_label, "y_label": y_label, "width": width, "height": height,
+            "left": self.LEFT, "right": width - self.RIGHT, "top": self.TOP, "bottom": height - self.BOTTOM,
+            "grid": [], "ticks": [], "bars": [], "series": [], "marks": [], "legend": [],
+        }
 
-    def at(self, x: float, y: float) -> tuple[int, int]:
-        return (round(self.x0 + (self.x1 - self.x0) * x / self.x_max), round(self.y0 - (self.y0 - self.y1) * y / self.y_max))
+    def at(self, x: float, y: float) -> dict:
+        c = self.context
+        return {"x": round(c["left"] + (c["right"] - c["left"]) * x / self.x_max, 1),
+                "y": round(c["bottom"] - (c["bottom"] - c["top"]) * y / self.y_max, 1)}
 
     def axes(self, x_ticks: list[tuple[float, str]], y_ticks: list[tuple[float, str]]) -> None:
-        c = self.canvas
-        for y, label in y_ticks:
-            _, py = self.at(0, y)
-            c.line(self.x0, py, self.x1, py, GREY)
-            c.text(self.x0 - 8 - 8 * len(label), py - 5, label)
-        for x, label in x_ticks:
-            px, _ = self.at(x, 0)
-            c.line(px, self.y0, px, self.y0 + 5, BLACK)
-            c.text(px - 4 * len(label), self.y0 + 10, label)
-        c.line(self.x0, self.y0, self.x1, self.y0, BLACK)
-        c.line(self.x0, self.y0, self.x0, self.y1, BLACK)
+        self.context["grid"] = [{"y": self.at(0, y)["y"], "label": label} for y, label in y_ticks]
+        self.context["ticks"] = [{"x": self.at(x, 0)["x"], "label": label} for x, label in x_ticks]
+
+    def svg(self) -> str:
+        from .inspector.pages import render
+
+        return render("chart.svg", c=self.context)
 
 
-def recall_png(summary: dict) -> bytes:
+def recall_svg(summary: dict, subject: str) -> str:
     """Recall against the number of files located: BM25's top k (blue line), the runs (red square)."""
     curve, located = summary["recall"]["bm25"], summary["recall"]["located"]
     x_max = max([p["files"] for p in curve] + [located["files"] if located else 0, 1])
-    chart = Chart(x_max * 1.05, 100)
+    chart = Chart(f"File-localization recall: {subject}", "files located", "recall", x_max * 1.05, 100)
     chart.axes([(k, str(k)) for k in range(0, int(x_max) + 1)], [(y, f"{y}%") for y in range(0, 101, 20)])
-    points = [chart.at(p["files"], 100 * p["recall"]) for p in curve]
-    for a, b in zip(points, points[1:]):
-        chart.canvas.line(*a, *b, BLUE, width=3)
-    for x, y in points:
-        chart.canvas.fill(x - 3, y - 3, x + 3, y + 3, BLUE)
+    if curve:
+        points = [{**chart.at(p["files"], 100 * p["recall"]),
+                   "title": f"BM25 top {p['k']}: {p['files']:.2f} files, recall {_pct(p['recall'])}"} for p in curve]
+        chart.context["series"].append({"title": "BM25 top k", "points": points})
+        chart.context["legend"].append({"kind": "dot", "label": "BM25 top k"})
     if located:
-        x, y = chart.at(located["files"], 100 * located["recall"])
-        chart.canvas.fill(x - 6, y - 6, x + 6, y + 6, RED)
-    return chart.canvas.png()
+        chart.context["marks"].append({**chart.at(located["files"], 100 * located["recall"]),
+                                       "title": f"the runs: {located['files']:.2f} files, recall {_pct(located['recall'])}"})
+        chart.context["legend"].append({"kind": "mark", "label": "files the runs located"})
+    return chart.svg()
 
 
-def coverage_png(summary: dict) -> bytes:
+def coverage_svg(summary: dict, subject: str) -> str:
     """The runs' line-coverage histogram: bars per 10% bin."""
     counts = summary["coverage"]["histogram"]
     top = max(counts + [1])
     step = max(1, -(-top // 5))
-    chart = Chart(len(counts), step * -(-top // step))
+    y_max = step * -(-top // step)
+    chart = Chart(f"Line-localization coverage: {subject}", "coverage of the gold patch's lines (%)", "runs",
+                  len(counts), y_max)
     chart.axes([(i, f"{100 * i // len(counts)}") for i in range(0, len(counts) + 1, 2)],
-               [(y, str(y)) for y in range(0, step * -(-top // step) + 1, step)])
-    for i, count in enumerate(counts):
-        if count:
-            (left, bottom), (right, top_) = chart.at(i + 0.1, 0), chart.at(i + 0.9, count)
-            chart.canvas.fill(left, top_, right, bottom - 1, BLUE)
-    return chart.canvas.png()
+               [(y, str(y)) for y in range(0, y_max + 1, step)])
+    width = 100 // len(counts)
+    for i, runs in enumerate(counts):
+        if runs:
+            corner, base = chart.at(i + 0.1, runs), chart.at(i + 0.9, 0)
+            chart.context["bars"].append({**corner, "width": round(base["x"] - corner["x"], 1),
+                                          "height": round(base["y"] - corner["y"], 1),
+                                          "title": f"{i * width}-{(i + 1) * width}%: {count(runs, 'run')}"})
+    return chart.svg()
 
 
 # --- the command -----------------------------------------------------------------------------
 
 
 @click.command("eval")
-@click.option("--store", "store_path", default=".magis", envvar="MAGIS_STORE", show_default=True,
-              help="The magis store: a folder (or its events.sqlite3 file).")
+@store_option
 @click.option("--dataset", type=click.Path(path_type=Path), required=True, help="SWE-bench instances (.jsonl or a .json list).")
 @click.option("--runs", multiple=True, metavar="RUN", help="Runs to evaluate (repeatable; ids or prefixes). Default: every run of a dataset instance.")
 @click.option("--repos-dir", type=click.Path(), help="A folder of owner__name clones (default: where each run found its repository).")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), help="Write every row and the totals as JSON.")
-@click.option("--plots", type=click.Path(path_type=Path), help="Write recall.png and coverage.png into this folder.")
+@click.option("--plots", type=click.Path(path_type=Path), help="Write recall.svg and coverage.svg into this folder.")
 @click.option("--test-cmd", help='Run the tests: e.g. "python -m pytest -x {tests}" ({tests}: FAIL_TO_PASS and PASS_TO_PASS).')
 @click.option("--predictions", type=click.Path(path_type=Path),
               help="Write the SWE-bench predictions file here (default when Docker is present: predictions.jsonl).")
@@ -371,7 +332,7 @@ def eval_command(store_path: str, dataset: Path, runs: tuple[str, ...], repos_di
     from magis_ray.events.projections import fold, prediction
     from magis_ray.store import open_store
 
-    from .source import BadInput
+    from .errors import BadInput
 
     try:
         instances, errors = load_dataset(dataset)
@@ -392,10 +353,10 @@ def eval_command(store_path: str, dataset: Path, runs: tuple[str, ...], repos_di
         click.echo(f"json:      {json_out}")
     if plots:
         plots.mkdir(parents=True, exist_ok=True)
-        (plots / "recall.png").write_bytes(recall_png(summary))
-        (plots / "coverage.png").write_bytes(coverage_png(summary))
-        click.echo(f"plots:     {plots / 'recall.png'} (BM25 top-k: blue line; files the runs located: red square), "
-                   f"{plots / 'coverage.png'}")
+        (plots / "recall.svg").write_text(recall_svg(summary, dataset.name), encoding="utf-8")
+        (plots / "coverage.svg").write_text(coverage_svg(summary, dataset.name), encoding="utf-8")
+        click.echo(f"plots:     {plots / 'recall.svg'} (BM25 top-k: blue line; files the runs located: red square), "
+                   f"{plots / 'coverage.svg'}")
     docker = docker_available()
     if predictions or docker:
         predictions = predictions or Path("predictions.jsonl")

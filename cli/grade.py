@@ -14,7 +14,8 @@ from pathlib import Path
 
 import click
 
-from .source import BadInput
+from .errors import BadInput, require_extra
+from .options import store_option
 
 
 def load_predictions(path: Path) -> dict[str, dict]:
@@ -98,7 +99,7 @@ def parse_memory(value: str) -> int:
 @click.option("--report", type=click.Path(path_type=Path), help="Write the report (official shape) here "
                                                                "(default: STORE/gradings/NAME.json).")
 @click.option("--no-ray", is_flag=True, help="Grade in this process (threads) instead of Ray tasks.")
-@click.option("--store", "store_path", default=".magis", envvar="MAGIS_STORE", show_default=True, help="The magis store.")
+@store_option
 def grade_command(predictions, dataset, repos_dir, gold, empty, instances, workers, name, sandbox, timeout, network, memory,
                   pythons, env_cache, env_setup, test_cmd, env_python, report, no_ray, store_path) -> None:
     """Grade predictions on SWE-bench without Docker: per instance resolved, FAIL_TO_PASS and
@@ -125,6 +126,7 @@ def grade_command(predictions, dataset, repos_dir, gold, empty, instances, worke
         raise BadInput(f"--repos-dir {repos_dir}: not a folder")
     custom = CustomSetup(env_python, env_setup, test_cmd) if (env_setup or test_cmd) else None
     if custom is None:
+        require_extra("grade", "magis-ray grade")
         try:
             harness()
         except HarnessMissing as exc:

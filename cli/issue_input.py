@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from .source import BadInput
+from .errors import BadInput
 
 
 class PreparedIssue(NamedTuple):

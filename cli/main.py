@@ -2,35 +2,33 @@
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from pathlib import Path
 
 import click
 
-from .batch import submit_batch
 from .divergence import describe_side, first_difference
-from .submit import (
-    configured_run, gateway_config, model_endpoint, model_options, report, resume_model, settings_options, write_outputs,
-)
-
-DEFAULT_STORE = ".magis"
-store_option = click.option(
-    "--store", "store_path", default=DEFAULT_STORE, envvar="MAGIS_STORE", show_default=True,
-    help="The magis store: a folder (or its events.sqlite3 file).",
-)
+from .errors import UserError
+from .options import store_option
 
 
-class UserError(click.ClickException):
-    """A one-line error with exit code 2 and no traceback."""
+class Commands(click.Group):
+    def invoke(self, ctx: click.Context):
+        """Every command, with a closed pipe as no error: the reader of our output went away
+        (`magis-ray events RUN | head -1`), which is how pipes end. Stdout then points at /dev/null
+        so the interpreter's last flush does not raise again, and the exit code is 0."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            import os
 
-    exit_code = 2
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            raise click.exceptions.Exit(0) from None
 
-    def show(self, file=None) -> None:
-        click.echo(f"magis-ray: error: {self.format_message()}", err=True)
 
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="magis-ray")
 def cli() -> None:
     """magis-ray: a team of LLM agents (MAGIS) resolving GitHub issues, as an event-sourced Ray actor system."""
@@ -61,7 +59,16 @@ def runs_command(store_path: str) -> None:
     header = ("RUN", "INSTANCE", "STATUS", "EVENTS", "OUTCOME")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
     for row in [header, *rows]:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4][:80])
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + shorten(row[4], 80))
+
+
+def shorten(text: str, width: int) -> str:
+    """`text` on one line, cut at a word with an ellipsis when longer than `width`."""
+    line = " ".join(text.split())
+    if len(line) <= width:
+        return line
+    cut = line[: width - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(" ,;:.") + "…"
 
 
 @cli.command("events")
@@ -104,7 +111,7 @@ def diff_command(run: str, store_path: str) -> None:
 def audit_command(run: str, fmt: str, store_path: str) -> None:
     """Print the run's audit trail: every decision, who made it, why and at what cost. `--format
     pr`: a pull request's description (the issue, the plan, the changes, the tests, the cost)."""
-    from magis_ray.events.projections import audit_html, audit_json, audit_markdown, fold, pr_description
+    from magis_ray.events.projections import audit_json, audit_markdown, fold, pr_description
 
     from .source import load_run
 
@@ -115,111 +122,11 @@ def audit_command(run: str, fmt: str, store_path: str) -> None:
     elif fmt == "json":
         click.echo(json.dumps(audit_json(view), indent=2))
     elif fmt == "html":
-        click.echo(audit_html(view), nl=False)
+        from .inspector.pages import audit_page
+
+        click.echo(audit_page(audit_json(view)), nl=False)
     else:
         click.echo(audit_markdown(view), nl=False)
-
-
-@cli.command("submit")
-@click.argument("issue", metavar="ISSUE")
-@click.option("--repo", "repo", type=click.Path(), help="The issue's repository (default: the current folder's repository).")
-@click.option("--base", metavar="REV", help="The commit the run starts from (default: the record's base_commit, else HEAD).")
-@click.option("--repos-dir", type=click.Path(), help="A folder of owner__name repository checkouts.")
-@click.option("--out", type=click.Path(path_type=Path), default=Path("preds.jsonl"), show_default=True,
-              help="Batch: the SWE-bench predictions file to write.")
-@click.option("--workers", type=int, default=2, show_default=True, help="Batch: runs at once.")
-@click.option("--instances", multiple=True, help="Batch: only these instance ids (repeatable).")
-@click.option("--batch-budget", type=int, default=0, help="Batch: most tokens all its runs may spend together (0: no limit).")
-@click.option("--batch", "batch_name", default="", help="Batch: its name, which resume goes by (default: the --out file's name).")
-@click.option("--role-model", multiple=True, metavar="ROLE=MODEL",
-              help="A role's own model (repeatable; custodian, manager, developer, qa).")
-@click.option("--role-base-url", multiple=True, metavar="ROLE=URL", help="Where a role's model is served (default: --base-url).")
-@store_option
-@model_options
-@settings_options
-@click.pass_context
-def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instances, batch_name, store_path, local_port,
-                   no_qa, no_hints, no_memory, memory_any_model, **_options) -> None:
-    """Resolve ISSUE with the MAGIS team: a Markdown or text file (`-`: standard input), the JSON of
-    `gh issue view N --json number,title,body,url`, or a SWE-bench record; or, for a .jsonl
-    dataset, every instance in it as a batch (resumable: run the same command again). Settings
-    come from flags, the environment, magis.toml (or pyproject.toml's [tool.magis-ray]) and
-    ~/.config/magis-ray/config.toml, in that order (`magis-ray config` shows them)."""
-    from .config import effective_settings, project_root
-    from .issue_input import prepare_issue
-
-    batch = issue.endswith(".jsonl")
-    prepared = None if batch else prepare_issue(issue, repo, repos_dir, base)
-    resolved = effective_settings(ctx, Path(prepared.issue.repo_path) if prepared else project_root(repo))
-    llm, base_url, limits, run_config = configured_run(resolved, no_qa, no_hints, no_memory, memory_any_model)
-    if batch:
-        return submit_batch(Path(issue), repos_dir, out, workers, instances, resolved["batch-budget"].value,
-                            batch_name or out.stem, store_path, llm, base_url, local_port, limits, run_config)
-    from magis_ray.actors.runtime.deployment import new_run_id, run_issue
-    from magis_ray.actors.runtime.liveness import Liveness
-
-    issue_record = prepared.issue
-    if prepared.notice:
-        click.echo(f"magis-ray: notice: {prepared.notice}", err=True)
-    with model_endpoint(llm, base_url, store_path, local_port) as endpoint:
-        _ensure_store(store_path)
-        run_id = new_run_id()
-        with Liveness(store_path) as liveness:
-            liveness.take(run_id)  # before the id is shown: resume can tell a run that never started
-            click.echo(f"run {run_id}: {issue_record.instance_id} ({issue_record.repo} @ {issue_record.base_commit[:10]})", err=True)
-            end = run_issue(
-                store_path=store_path, issue=issue_record, settings=run_config, repo_path=issue_record.repo_path,
-                gateway_config=gateway_config(endpoint, run_config.model, limits, run_config.roles),
-                run_id=run_id, liveness=liveness,
-            )
-    conclude(store_path, run_id, end)
-
-
-@cli.command("resume")
-@click.argument("run")
-@click.option("--repo", "repo", type=click.Path(), help="Where the repository is now, if it moved.")
-@store_option
-@model_options
-@click.pass_context
-def resume_command(ctx, run, repo, store_path, llm, base_url, local_port, model, timeout, concurrency, response_format,
-                   rpm, tpm) -> None:
-    """Go on with a run cut off by a crash, kill -9, Ctrl-C or a lost model: recorded answers
-    are reused, never paid for again, and nothing is written twice. The run's own model and
-    model options are used, except those given here."""
-    from click.core import ParameterSource
-
-    from magis_ray.actors.runtime.continuation import CannotResume, resume_point
-    from magis_ray.actors.runtime.deployment import resume_issue
-    from magis_ray.actors.runtime.liveness import Liveness, RunIsLive
-    from magis_ray.store import open_store
-
-    from .source import BadInput, resolve_run_id
-
-    with open_store(store_path) as store:
-        run_id = resolve_run_id(store, run)
-    with Liveness(store_path) as liveness:
-        try:
-            liveness.take(run_id)  # before reading where to go on from: no other driver appends meanwhile
-        except RunIsLive as exc:
-            raise BadInput(str(exc)) from None
-        with open_store(store_path) as store:
-            try:
-                point = resume_point(store.read(run_id))
-            except CannotResume as exc:
-                raise BadInput(str(exc)) from None
-        repo_path = repo_of(point.started, repo)
-        llm, base_url, model, limits = resume_model(
-            lambda name: ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE, point.started.settings,
-            llm, base_url, model,
-            dict(timeout=timeout, concurrency=concurrency, response_format=response_format, rpm=rpm, tpm=tpm),
-        )
-        with model_endpoint(llm, base_url, store_path, local_port) as endpoint:
-            click.echo(f"resuming run {run_id} from event {point.kept_version} ({point.superseded} superseded)", err=True)
-            end = resume_issue(
-                store_path=store_path, run_id=run_id, point=point, repo_path=repo_path,
-                gateway_config=gateway_config(endpoint, model, limits, point.started.settings.roles), liveness=liveness,
-            )
-    conclude(store_path, run_id, end)
 
 
 @cli.command("replay")
@@ -235,7 +142,8 @@ def replay_command(run, repo, store_path) -> None:
     from magis_ray.store import open_store
     from magis_ray.store.memory import InMemoryStore
 
-    from .source import BadInput, load_run
+    from .errors import BadInput
+    from .source import load_run, repo_of
 
     events = load_run(store_path, run)
     view = fold(events)
@@ -279,7 +187,7 @@ def stop_command(force: bool, store_path: str) -> None:
     from magis_ray.actors.runtime.liveness import describe_holder, holder_state
     from magis_ray.store import NotAStore, open_store
 
-    from .source import BadInput
+    from .errors import BadInput
 
     try:
         with open_store(store_path) as store:
@@ -303,47 +211,11 @@ def stop_command(force: bool, store_path: str) -> None:
                + (f"; left {', '.join(shared)}: other stores' drivers use it too" if shared else ""))
 
 
-def repo_of(started, repo: str | None) -> str:
-    """Where the run's repository is: the --repo given, else where the run found it."""
-    from magis_ray.actors.code.repository import RepoError, RepoSnapshot
+from .submit import submit_command  # noqa: E402 - click commands; their heavy imports are inside them
+from .resume import resume_command  # noqa: E402
 
-    from .source import BadInput
-
-    path = repo or (started.repo_path if started else "")
-    if not path:
-        raise BadInput("the log does not say where the repository is; give --repo")
-    try:
-        RepoSnapshot.open(path, started.base_commit)
-    except RepoError as exc:
-        raise BadInput(str(exc)) from None
-    return path
-
-
-def conclude(store_path: str, run_id: str, end) -> None:
-    """Write the diff and the audit, print the summary; a failed run exits non-zero."""
-    from magis_ray.actors.runtime.deployment import INTERRUPTED
-    from magis_ray.events.schema import RunFailed
-
-    report(run_id, end, *write_outputs(store_path, run_id))
-    if isinstance(end, RunFailed):
-        store = "" if store_path == DEFAULT_STORE else f" --store {shlex.quote(store_path)}"
-        hint = f"; resume it with `magis-ray resume {run_id}{store}`" if end.resumable else ""
-        if end.reason == INTERRUPTED:
-            click.echo(f"magis-ray: interrupted{hint}", err=True)
-            sys.exit(130)
-        raise UserError(f"run {run_id} failed: {end.reason}{hint}")
-
-
-def _ensure_store(store_path: str) -> None:
-    from magis_ray.store import open_store
-
-    open_store(store_path, create=True).close()
-    folder = Path(store_path)
-    if folder.is_dir() and not (folder / ".gitignore").exists():
-        # the store often sits in the user's repository (`cd repo && magis-ray submit issue.md`): keep it out of git
-        (folder / ".gitignore").write_text("# made by magis-ray: the store is no part of the repository\n*\n")
-
-
+cli.add_command(submit_command)
+cli.add_command(resume_command)
 from .evaluate import eval_command  # noqa: E402 - a click command; its heavy imports are inside it
 
 cli.add_command(eval_command)
@@ -385,11 +257,13 @@ def main(argv: list[str] | None = None) -> None:
 def _as_user_error(exc: Exception) -> UserError | None:
     from magis_ray.store import StoreError
 
-    from .source import BadInput
+    from .errors import BadInput, extra_of, missing_extra
 
     if isinstance(exc, (StoreError, BadInput)):
         return UserError(str(exc))
-    if isinstance(exc, OSError) and not isinstance(exc, (BrokenPipeError,)):
+    if isinstance(exc, ModuleNotFoundError) and (extra := extra_of(exc)):
+        return UserError(missing_extra(extra, "this command", [exc.name]))
+    if isinstance(exc, OSError):
         return UserError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
     if "ray" in sys.modules and isinstance(exc, sys.modules["ray"].exceptions.RayError):
         return UserError(_ray_error_line(exc))
@@ -398,7 +272,7 @@ def _as_user_error(exc: Exception) -> UserError | None:
 
 def _ray_error_line(exc: Exception) -> str:
     """A Ray error as one line: its root cause's first line (Ray wraps it in tracebacks)."""
-    from magis_ray.actors.runtime.team import root_cause
+    from magis_ray.actors.runtime.services import root_cause
 
     cause = root_cause(exc)
     lines = [line.strip() for line in str(cause).splitlines() if line.strip()]

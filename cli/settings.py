@@ -1,4 +1,4 @@
-"""Settings in a file, and where each effective setting comes from.
+"""The settings of a run: one struct, filled by layer, and where each value came from.
 
 Files: `magis.toml` at the repository's root, or else the `[tool.magis-ray]` table of its
 `pyproject.toml` (the project), and `config.toml` under `~/.config/magis-ray/` (the user;
@@ -9,15 +9,20 @@ and a `[models]` table that gives a role its own model:
     custodian = "gpt-4o-mini"
     developer = { model = "qwen2.5-coder:32b", base-url = "http://gpu-box:8000/v1" }
 
-Precedence: flags, then the environment, then the project, then the user, then the defaults.
+Precedence: flags, then (on resume) the run's record, then the environment, then the project, then
+the user, then the defaults of `Settings`. Every layer is checked by converting it to `Settings`
+(msgspec), and the merged layers are converted once more into the one struct a run is given.
 An API key is never a setting: it is read from OPENAI_API_KEY only, and never shown."""
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
-from .source import BadInput
+import msgspec
+
+from .errors import BadInput
 
 try:
     import tomllib
@@ -31,49 +36,169 @@ PROJECT_FILE = "magis.toml"
 PYPROJECT_TABLE = "magis-ray"  # [tool.magis-ray]
 USER_FILE = "config.toml"
 ROLES = ("custodian", "manager", "developer", "qa")  # as the gateway routes them (gateway.ROLES)
-ON_OFF = ("on", "off")
+
+LLM_KINDS = ("auto", "local", "openai", "scripted:FILE")
+LlmKind = Annotated[str, msgspec.Meta(pattern=r"^(auto|local|openai|scripted:.+)$")]
+AtLeastOne = Annotated[int, msgspec.Meta(ge=1)]
+NotNegative = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class RoleModelSetting(msgspec.Struct, frozen=True, kw_only=True, rename="kebab", forbid_unknown_fields=True):
+    model: str = ""
+    base_url: str = ""
+
+
+RoleEntry = typing.Union[str, RoleModelSetting, None]  # a file writes a model's name, or the table
+
+
+class RoleModels(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    custodian: RoleEntry = None
+    manager: RoleEntry = None
+    developer: RoleEntry = None
+    qa: RoleEntry = None
+
+    def of(self, role: str) -> RoleModelSetting:
+        entry = getattr(self, role)
+        return RoleModelSetting(model=entry) if isinstance(entry, str) else entry or RoleModelSetting()
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True, rename="kebab", forbid_unknown_fields=True):
+    """Every setting of `submit`, by the name files and flags give it (`top-k`, `--top-k`)."""
+
+    llm: LlmKind = "auto"  # LLM_KINDS
+    model: str = ""
+    base_url: str = ""
+    response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
+    timeout: Annotated[float, msgspec.Meta(gt=0)] = 120.0
+    concurrency: AtLeastOne = 8
+    rpm: NotNegative = 0
+    tpm: NotNegative = 0
+    token_budget: NotNegative = 0
+    batch_budget: NotNegative = 0
+    top_k: AtLeastOne = 10
+    max_files: AtLeastOne = 3
+    max_review_rounds: AtLeastOne = 3
+    candidates: AtLeastOne = 1
+    tests: Literal["on", "off"] = "on"
+    env_setup: str = ""
+    test_cmd: str = ""  # the project's test command: the team's test runs (the tests to run follow it), and `apply`'s check of its branch
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    models: RoleModels = RoleModels()
+
+
+DEFAULTS = Settings()
+FIELDS = {f.encode_name: f for f in msgspec.structs.fields(Settings)}
+SCALARS = tuple(name for name in FIELDS if name != "models")
+# the settings as `config` lists them and layers hold them: "top-k", ..., "models.qa", "models.qa.base-url"
+KEYS = (*SCALARS, *(f"models.{role}" for role in ROLES), *(f"models.{role}.base-url" for role in ROLES))
+NO_FLAG = ("test-cmd",)  # set in a file or the environment only
+ENV_NAMES = {"base-url": "OPENAI_BASE_URL"}
+
+
+def env_name(key: str) -> str:
+    """The environment variable of a setting: MAGIS_TOP_K, MAGIS_MODEL_QA, MAGIS_BASE_URL_QA."""
+    if key.startswith("models."):
+        role = key.split(".")[1]
+        return f"MAGIS_BASE_URL_{role.upper()}" if key.endswith(".base-url") else f"MAGIS_MODEL_{role.upper()}"
+    return ENV_NAMES.get(key) or "MAGIS_" + key.upper().replace("-", "_")
+
+
+def flag_name(key: str) -> str:
+    if key.startswith("models."):
+        return "--role-base-url" if key.endswith(".base-url") else "--role-model"
+    return "" if key in NO_FLAG else f"--{key}"
+
+
+def value_of(settings: Settings, key: str) -> Any:
+    if key.startswith("models."):
+        role = settings.models.of(key.split(".")[1])
+        return role.base_url if key.endswith(".base-url") else role.model
+    return getattr(settings, FIELDS[key].name)
+
+
+# --- layers ---------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Setting:
-    key: str  # as files write it, like the flag without its dashes: "token-budget"
-    env: str  # the environment variable
-    kind: Any  # int, float, str, or a tuple of the allowed words
-    flag: str = ""  # the option that sets it ("" : none; `config` says so)
+class Layer:
+    """One layer's values by key (KEYS), checked; `name` says where they came from."""
 
-    @property
-    def param(self) -> str:
-        return self.key.replace("-", "_")
+    name: str  # "flag", "env", "record ...", "project PATH", "user PATH"
+    path: Path | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def source(self, key: str) -> str:
+        if self.name == "flag":
+            return f"flag {flag_name(key)}"
+        if self.name == "env":
+            return f"env {env_name(key)}"
+        return self.name
 
 
-def _s(key: str, env: str, kind: Any, flag: str | None = None) -> Setting:
-    return Setting(key, env, kind, f"--{key}" if flag is None else flag)
+def _nested(values: Mapping[str, Any]) -> dict:
+    """Keys as KEYS name them, as the table `Settings` converts from."""
+    out: dict = {}
+    for key, value in values.items():
+        if key.startswith("models."):
+            _, role, *rest = key.split(".")
+            out.setdefault("models", {}).setdefault(role, {})["base-url" if rest else "model"] = value
+        else:
+            out[key] = value
+    return out
 
 
-SETTINGS: tuple[Setting, ...] = (
-    _s("llm", "MAGIS_LLM", str),
-    _s("model", "MAGIS_MODEL", str),
-    _s("base-url", "OPENAI_BASE_URL", str),
-    _s("response-format", "MAGIS_RESPONSE_FORMAT", ("json_schema", "json_object", "none")),
-    _s("timeout", "MAGIS_TIMEOUT", float),
-    _s("concurrency", "MAGIS_CONCURRENCY", int),
-    _s("rpm", "MAGIS_RPM", int),
-    _s("tpm", "MAGIS_TPM", int),
-    _s("token-budget", "MAGIS_TOKEN_BUDGET", int),
-    _s("batch-budget", "MAGIS_BATCH_BUDGET", int),
-    _s("top-k", "MAGIS_TOP_K", int),
-    _s("max-files", "MAGIS_MAX_FILES", int),
-    _s("max-review-rounds", "MAGIS_MAX_REVIEW_ROUNDS", int),
-    _s("candidates", "MAGIS_CANDIDATES", int),
-    _s("tests", "MAGIS_TESTS", ON_OFF),
-    _s("env-setup", "MAGIS_ENV_SETUP", str),
-    # the team's own test runs are pytest's; `apply` prints this as the command to check its branch
-    _s("test-cmd", "MAGIS_TEST_CMD", str, flag=""),
-    _s("sandbox", "MAGIS_SANDBOX", ("bwrap", "none")),
-    *(Setting(f"models.{role}", f"MAGIS_MODEL_{role.upper()}", str, "--role-model") for role in ROLES),
-    *(Setting(f"models.{role}.base-url", f"MAGIS_BASE_URL_{role.upper()}", str, "--role-base-url") for role in ROLES),
-)
-BY_KEY = {s.key: s for s in SETTINGS}
+def _given(settings: Settings, table: Mapping) -> dict[str, Any]:
+    """The values `table` gives, read off the struct it converted to, by key."""
+    values = {key: value_of(settings, key) for key in table if key != "models"}
+    for role, entry in (table.get("models") or {}).items():
+        converted = settings.models.of(role)
+        if isinstance(entry, str) or "model" in entry:
+            values[f"models.{role}"] = converted.model
+        if isinstance(entry, Mapping) and "base-url" in entry:
+            values[f"models.{role}.base-url"] = converted.base_url
+    return values
+
+
+def _converted(table: Mapping, where, strict: bool = True) -> Settings:
+    """`table` as Settings; BadInput names the layer (`where(key)`) and the setting."""
+    try:
+        return msgspec.convert(table, Settings, strict=strict)
+    except msgspec.ValidationError as exc:
+        key, why = _explain(str(exc), table)
+        raise BadInput(f"{where(key)}: {why}") from None
+
+
+def _explain(message: str, table: Mapping) -> tuple[str, str]:
+    """msgspec's message about `table`, as the setting's key and what is wrong, in the user's words."""
+    what, _, at = message.partition(" - at `$")
+    path = [part for part in at.rstrip("`").split(".") if part]
+    key = ".".join(path)
+    value: Any = table
+    for part in path:
+        value = value.get(part) if isinstance(value, Mapping) else None
+    if what.startswith("Object contains unknown field"):
+        name = what.split("`")[1]
+        if not path:
+            known = ", ".join(SCALARS)
+            return name, f"unknown setting {name!r} (known: {known}, and a [models] table)"
+        if path == ["models"]:
+            return "models", f"[models] has no role {name!r} (roles: {', '.join(ROLES)})"
+        return key, f"[models] {path[1]} takes model and base-url, not {name!r}"
+    if path == ["models"]:
+        return key, "[models] must be a table of role = \"model\""
+    if len(path) == 2 and path[0] == "models":
+        return key, f"[models] {path[1]} must be a model's name, or {{ model = ..., base-url = ... }}"
+    if key == "llm" and "matching regex" in what:
+        return key, f"{key} must be one of {', '.join(LLM_KINDS)}, not {value!r}"
+    if what.startswith("Invalid enum value"):
+        allowed = typing.get_args(FIELDS[key].type) if key in FIELDS else ()
+        return key, f"{key} must be one of {', '.join(allowed)}, not {value!r}"
+    for bound, words in ((">= 1", "at least 1"), (">= 0", "not negative"), ("> 0", "more than 0")):
+        if what.endswith(f"` {bound}"):
+            return key, f"{key} must be {words}, not {value!r}"
+    kind = what.split("`")[1] if "`" in what else ""
+    noun = {"int": "an integer", "float": "a number", "str": "a string"}.get(kind, kind or "something else")
+    return key, f"{key} must be {noun}, not {value!r}"
 
 
 def _is_secret(key: str) -> bool:
@@ -81,22 +206,20 @@ def _is_secret(key: str) -> bool:
     return key.endswith(("key", "secret", "password")) or key in ("token", "api-token", "access-token")
 
 
-@dataclass(frozen=True)
-class Layer:
-    """One settings file's values, checked; `name` says where they came from."""
-
-    name: str
-    path: Path | None = None
-    values: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Resolved:
-    value: Any
-    source: str  # "flag --top-k", "env MAGIS_TOP_K", "project /r/magis.toml", "user ...", "default"
-
-
-# --- reading --------------------------------------------------------------------------------------
+def _kebab(table: Mapping, where: str) -> dict:
+    """A file's table with `top_k` read as `top-k`, as the flags name it; `tests = false` as off."""
+    out: dict = {}
+    for raw, value in table.items():
+        key = raw.replace("_", "-")
+        if _is_secret(key):
+            raise BadInput(f"{where}: {raw} does not belong in a settings file; set OPENAI_API_KEY in the environment")
+        if key == "tests" and isinstance(value, bool):
+            value = "on" if value else "off"
+        if key == "models" and isinstance(value, Mapping):
+            value = {role: {k.replace("_", "-"): v for k, v in entry.items()} if isinstance(entry, Mapping) else entry
+                     for role, entry in value.items()}
+        out[key] = value
+    return out
 
 
 def _parse_toml(path: Path) -> dict:
@@ -111,61 +234,13 @@ def _parse_toml(path: Path) -> dict:
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
 
 
-def _checked(key: str, value: Any, where: str, base: Path | None) -> Any:
-    """`value` as the setting `key` takes it; BadInput names the file and the key."""
-    setting = BY_KEY[key]
-    kind = setting.kind
-    if kind is ON_OFF and isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(kind, tuple):
-        if value not in kind:
-            raise BadInput(f"{where}: {key} must be one of {', '.join(kind)}, not {value!r}")
-        return value
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise BadInput(f"{where}: {key} must be {'an integer' if kind is int else 'a number' if kind is float else 'a string'}, "
-                       f"not {value!r}")
-    if key == "llm" and value.startswith("scripted:") and base is not None:
+def file_layer(name: str, path: Path, table: Mapping, where: str, base: Path) -> Layer:
+    table = _kebab(table, where)
+    values = _given(_converted(table, lambda key: where), table)
+    if str(values.get("llm", "")).startswith("scripted:"):
         # a script named in a file is found beside the file, wherever the command runs
-        value = "scripted:" + str((base / value.removeprefix("scripted:")).resolve())
-    return value
-
-
-def _flatten(table: Mapping, where: str, base: Path | None) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for raw, value in table.items():
-        key = raw.replace("_", "-")
-        if _is_secret(key):
-            raise BadInput(f"{where}: {raw} does not belong in a settings file; set OPENAI_API_KEY in the environment")
-        if key == "models":
-            if not isinstance(value, Mapping):
-                raise BadInput(f"{where}: [models] must be a table of role = \"model\"")
-            values.update(_role_models(value, where))
-            continue
-        if key not in BY_KEY or key.startswith("models."):
-            known = ", ".join(s.key for s in SETTINGS if not s.key.startswith("models."))
-            raise BadInput(f"{where}: unknown setting {raw!r} (known: {known}, and a [models] table)")
-        values[key] = _checked(key, value, where, base)
-    return values
-
-
-def _role_models(table: Mapping, where: str) -> dict[str, str]:
-    values = {}
-    for role, value in table.items():
-        if role not in ROLES:
-            raise BadInput(f"{where}: [models] has no role {role!r} (roles: {', '.join(ROLES)})")
-        if isinstance(value, str):
-            value = {"model": value}
-        if not isinstance(value, Mapping):
-            raise BadInput(f"{where}: [models] {role} must be a model's name, or {{ model = ..., base-url = ... }}")
-        for raw, item in value.items():
-            name = raw.replace("_", "-")
-            if name not in ("model", "base-url"):
-                raise BadInput(f"{where}: [models] {role} takes model and base-url, not {raw!r}")
-            key = f"models.{role}" if name == "model" else f"models.{role}.base-url"
-            values[key] = _checked(key, item, where, None)
-    return values
+        values["llm"] = "scripted:" + str((base / values["llm"].removeprefix("scripted:")).resolve())
+    return Layer(name, path, values)
 
 
 def project_layer(root: str | Path | None) -> Layer:
@@ -175,13 +250,13 @@ def project_layer(root: str | Path | None) -> Layer:
     root = Path(root)
     own = root / PROJECT_FILE
     if own.is_file():
-        return Layer(f"project {own}", own, _flatten(_parse_toml(own), str(own), root))
+        return file_layer(f"project {own}", own, _parse_toml(own), str(own), root)
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
         table = _parse_toml(pyproject).get("tool", {}).get(PYPROJECT_TABLE)
         if table is not None:
             where = f"{pyproject} [tool.{PYPROJECT_TABLE}]"
-            return Layer(f"project {where}", pyproject, _flatten(table, where, root))
+            return file_layer(f"project {where}", pyproject, table, where, root)
     return Layer("project")
 
 
@@ -197,39 +272,21 @@ def user_layer(environ: Mapping[str, str]) -> Layer:
     path = user_file(environ)
     if not path.is_file():
         return Layer("user")
-    return Layer(f"user {path}", path, _flatten(_parse_toml(path), str(path), path.parent))
+    return file_layer(f"user {path}", path, _parse_toml(path), str(path), path.parent)
 
 
-def _from_env(setting: Setting, text: str) -> Any:
-    where = f"{setting.env}={text!r}"
-    if setting.kind in (int, float):
-        try:
-            return setting.kind(text)
-        except ValueError:
-            raise BadInput(f"{where}: {setting.key} must be {'an integer' if setting.kind is int else 'a number'}") from None
-    return _checked(setting.key, text, where, None)
+def env_layer(environ: Mapping[str, str]) -> Layer:
+    """The settings the environment gives (MAGIS_TOP_K=5): text, converted as the setting's type."""
+    given = {key: environ[env_name(key)] for key in KEYS if environ.get(env_name(key))}
+    table = _nested(given)
+    settings = _converted(table, lambda key: f"{env_name(key)}={given.get(key, '')!r}", strict=False)
+    return Layer("env", values=_given(settings, table))
 
 
-# --- resolving ------------------------------------------------------------------------------------
-
-
-def resolve(flags: Mapping[str, Any], environ: Mapping[str, str], layers: list[Layer], defaults: Mapping[str, Any]
-            ) -> dict[str, Resolved]:
-    """Every setting's effective value and its source. `flags`: the values given on the command
-    line, by key; `layers`: the project's, then the user's; `defaults`: by key (a role's model and
-    base URL default to none: the run's own)."""
-    out: dict[str, Resolved] = {}
-    for setting in SETTINGS:
-        key = setting.key
-        if key in flags:
-            out[key] = Resolved(flags[key], f"flag {setting.flag}")
-        elif environ.get(setting.env):
-            out[key] = Resolved(_from_env(setting, environ[setting.env]), f"env {setting.env}")
-        elif layer := next((layer for layer in layers if key in layer.values), None):
-            out[key] = Resolved(layer.values[key], layer.name)
-        elif key in defaults:
-            out[key] = Resolved(defaults[key], "default")
-    return out
+def flag_layer(values: Mapping[str, Any]) -> Layer:
+    """The settings given on the command line, by key (role_flags reads --role-model's pairs)."""
+    table = _nested(values)
+    return Layer("flag", values=_given(_converted(table, lambda key: flag_name(key) or key), table))
 
 
 def role_flags(pairs: tuple[str, ...], option: str) -> dict[str, str]:
@@ -243,29 +300,55 @@ def role_flags(pairs: tuple[str, ...], option: str) -> dict[str, str]:
     return out
 
 
-def role_models(values: Mapping[str, Resolved]) -> tuple:
+# --- resolving ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Effective:
+    """The settings a command runs with, and where each came from (by key; "default" when no layer
+    gave it)."""
+
+    settings: Settings
+    sources: dict[str, str]
+
+    def source(self, key: str) -> str:
+        return self.sources.get(key, "default")
+
+
+def resolve(layers: list[Layer]) -> Effective:
+    """The layers merged, the first that gives a key winning, into one Settings."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for layer in reversed(layers):
+        for key, value in layer.values.items():
+            values[key], sources[key] = value, layer.source(key)
+    settings = _converted(_nested(values), lambda key: sources.get(key, "settings"))
+    return Effective(settings, sources)
+
+
+def role_models(effective: Effective) -> tuple:
     """The run's RunSettings.roles: each role given a model (a base URL alone changes no model)."""
     from magis_ray.events.schema import RoleModel
 
     roles = []
     for role in ROLES:
-        model = values.get(f"models.{role}")
-        base_url = values.get(f"models.{role}.base-url")
-        if model is None and base_url is not None:
-            raise BadInput(f"models.{role}.base-url is set ({base_url.source}) but models.{role} is not: give the role a model")
-        if model is not None:
-            roles.append(RoleModel(role=role, model=model.value, base_url=base_url.value if base_url else ""))
+        given = effective.settings.models.of(role)
+        if given.base_url and not given.model:
+            raise BadInput(f"models.{role}.base-url is set ({effective.source(f'models.{role}.base-url')}) "
+                           f"but models.{role} is not: give the role a model")
+        if given.model:
+            roles.append(RoleModel(role=role, model=given.model, base_url=given.base_url))
     return tuple(roles)
 
 
-def describe(values: Mapping[str, Resolved]) -> list[str]:
-    """`magis-ray config`'s lines: each setting, its value and its source."""
-    width = max(len(s.key) for s in SETTINGS)
+def describe(effective: Effective) -> list[str]:
+    """`magis-ray config`'s lines: each setting, its value and its source (a role's model: when set)."""
+    width = max(len(key) for key in KEYS)
     lines = []
-    for setting in SETTINGS:
-        if setting.key not in values:
+    for key in KEYS:
+        if key.startswith("models.") and key not in effective.sources:
             continue
-        got = values[setting.key]
-        shown = "" if got.value in ("", None) else str(got.value)
-        lines.append(f"{setting.key.ljust(width)}  {(shown or '-').ljust(24)}  {got.source}")
+        value = value_of(effective.settings, key)
+        shown = "" if value in ("", None) else str(value)
+        lines.append(f"{key.ljust(width)}  {(shown or '-').ljust(24)}  {effective.source(key)}")
     return lines

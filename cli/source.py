@@ -8,9 +8,7 @@ from magis_ray.events.codec import DecodeError, decode_recorded
 from magis_ray.events.schema import Recorded
 from magis_ray.store import EventStore, UnknownRun, open_store
 
-
-class BadInput(Exception):
-    """Input the user gave that we cannot use; shown as one line, exit code 2."""
+from .errors import BadInput
 
 
 def resolve_run_id(store: EventStore, run: str) -> str:
@@ -62,3 +60,17 @@ def load_run(store_path: str, run: str) -> list[Recorded]:
         return store.read(resolve_run_id(store, run))
     finally:
         store.close()
+
+
+def repo_of(started, repo: str | None) -> str:
+    """Where the run's repository is: the --repo given, else where the run found it."""
+    from magis_ray.actors.code.repository import RepoError, RepoSnapshot
+
+    path = repo or (started.repo_path if started else "")
+    if not path:
+        raise BadInput("the log does not say where the repository is; give --repo")
+    try:
+        RepoSnapshot.open(path, started.base_commit)
+    except RepoError as exc:
+        raise BadInput(str(exc)) from None
+    return path

@@ -1,19 +1,119 @@
-"""`magis-ray submit ISSUE.json`: validate the input, run the team on Ray, write the diff and audit."""
+"""`magis-ray submit ISSUE`: validate the input, settle the run's settings, run the team on Ray
+(the lease taken once, before the run's id is shown), write the diff and the audit."""
 from __future__ import annotations
 
 import os
+import shlex
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
 
 import click
 
-from .source import BadInput
+from .endpoint import default_model, gateway_config, model_endpoint, resolve_llm
+from .errors import UserError
+from .options import DEFAULT_STORE, model_options, settings_options, store_option
+from .settings import DEFAULTS
 
 
-def write_outputs(store_path: str, run_id: str) -> tuple[Path, Path, dict]:
-    from magis_ray.events.projections import audit_html, audit_markdown, final_diff, fold, metrics
+@click.command("submit")
+@click.argument("issue", metavar="ISSUE")
+@click.option("--repo", "repo", type=click.Path(), help="The issue's repository (default: the current folder's repository).")
+@click.option("--base", metavar="REV", help="The commit the run starts from (default: the record's base_commit, else HEAD).")
+@click.option("--repos-dir", type=click.Path(), help="A folder of owner__name repository checkouts.")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("preds.jsonl"), show_default=True,
+              help="Batch: the SWE-bench predictions file to write.")
+@click.option("--workers", type=int, default=2, show_default=True, help="Batch: runs at once.")
+@click.option("--instances", multiple=True, help="Batch: only these instance ids (repeatable).")
+@click.option("--batch-budget", type=int, default=DEFAULTS.batch_budget, help="Batch: most tokens all its runs may spend together (0: no limit).")
+@click.option("--batch", "batch_name", default="", help="Batch: its name, which resume goes by (default: the --out file's name).")
+@click.option("--role-model", multiple=True, metavar="ROLE=MODEL",
+              help="A role's own model (repeatable; custodian, manager, developer, qa).")
+@click.option("--role-base-url", multiple=True, metavar="ROLE=URL", help="Where a role's model is served (default: --base-url).")
+@store_option
+@model_options
+@settings_options
+@click.pass_context
+def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instances, batch_name, store_path, local_port,
+                   no_qa, no_hints, no_memory, memory_any_model, **_settings) -> None:
+    """Resolve ISSUE with the MAGIS team: a Markdown or text file (`-`: standard input), the JSON of
+    `gh issue view N --json number,title,body,url`, or a SWE-bench record; or, for a .jsonl
+    dataset, every instance in it as a batch (resumable: run the same command again). Settings
+    come from flags, the environment, magis.toml (or pyproject.toml's [tool.magis-ray]) and
+    ~/.config/magis-ray/config.toml, in that order (`magis-ray config` shows them)."""
+    from .batch import submit_batch
+    from .config import effective_settings, given_flags, project_root
+    from .issue_input import prepare_issue
+
+    flags = given_flags(ctx)  # a bad flag (--llm bogus) is refused before the issue is read or Ray imported
+    batch = issue.endswith(".jsonl")
+    prepared = None if batch else prepare_issue(issue, repo, repos_dir, base)
+    effective = effective_settings(flags, Path(prepared.issue.repo_path) if prepared else project_root(repo))
+    settings = effective.settings
+    llm = resolve_llm(settings.llm, settings.base_url)
+    run_config = run_settings(effective, llm, use_qa=not no_qa, use_hints=not no_hints, use_memory=not no_memory,
+                              memory_any_model=memory_any_model)
+    if batch:
+        return submit_batch(Path(issue), repos_dir, out, workers, instances, settings.batch_budget, batch_name or out.stem,
+                            store_path, llm, local_port, settings, run_config)
+    issue_record = prepared.issue
+    if prepared.notice:
+        click.echo(f"magis-ray: notice: {prepared.notice}", err=True)
+    with model_endpoint(llm, settings.base_url or None, store_path, local_port) as endpoint:
+        from magis_ray.actors.runtime.deployment import new_run_id, run_issue  # imports Ray: after every check
+        from magis_ray.actors.runtime.liveness import Liveness
+
+        from .progress import Progress
+
+        ensure_store(store_path)
+        run_id = new_run_id()
+        with Liveness(store_path) as liveness:
+            fence = liveness.take(run_id)  # before the id is shown: resume can tell a run that never started
+            click.echo(f"run {run_id}: {issue_record.instance_id} ({issue_record.repo} @ {issue_record.base_commit[:10]})", err=True)
+            with Progress(store_path, run_id, waiting="starting the team"):
+                end = run_issue(
+                    store_path=store_path, issue=issue_record, settings=run_config, repo_path=issue_record.repo_path,
+                    gateway_config=gateway_config(endpoint, settings, run_config.model, run_config.roles),
+                    run_id=run_id, liveness=liveness, fence=fence,
+                )
+    conclude(store_path, run_id, end)
+
+
+def run_settings(effective, llm: str, *, use_qa: bool = True, use_hints: bool = True, use_memory: bool = True,
+                 memory_any_model: bool = False):
+    """The RunSettings a run records, from its effective settings (cli/settings.py) and the
+    ablation flags: what resume and replay need, with no flag and no settings file again."""
+    from magis_ray.events.schema import RunSettings
+
+    from .settings import role_models
+
+    settings = effective.settings
+    return RunSettings(
+        top_k=settings.top_k, max_files=settings.max_files, max_review_rounds=settings.max_review_rounds, use_qa=use_qa,
+        use_hints=use_hints, use_memory=use_memory, token_budget=settings.token_budget,
+        model=default_model(llm, settings.model), memory_any_model=memory_any_model, tests=settings.tests == "on",
+        env_setup=settings.env_setup, test_cmd=settings.test_cmd, sandbox=settings.sandbox, candidates=settings.candidates,
+        test_python=f"{sys.version_info.major}.{sys.version_info.minor}", llm=model_settings(llm, settings),
+        roles=role_models(effective),
+    )
+
+
+def model_settings(llm: str, settings):
+    """What the run records of its model endpoint (never the key), for resume to talk to it again."""
+    from magis_ray.events.schema import ModelSettings
+
+    kind = "scripted:" + os.path.abspath(llm.removeprefix("scripted:")) if llm.startswith("scripted:") else llm
+    return ModelSettings(
+        kind=kind, base_url=settings.base_url if llm == "openai" else "", response_format=settings.response_format,
+        timeout_s=settings.timeout, concurrency=settings.concurrency, requests_per_minute=settings.rpm,
+        tokens_per_minute=settings.tpm,
+    )
+
+
+def write_outputs(store_path: str, run_id: str):
+    """Write the run's diff, audit and page from its log; the folded log, for the summary."""
+    from magis_ray.events.projections import audit_json, audit_markdown, final_diff, fold
+
+    from .inspector.pages import audit_page
     from magis_ray.store import open_store
 
     store = open_store(store_path)
@@ -23,234 +123,61 @@ def write_outputs(store_path: str, run_id: str) -> tuple[Path, Path, dict]:
         store.close()
     out = Path(store_path) / "runs" / run_id
     out.mkdir(parents=True, exist_ok=True)
-    diff_path, audit_path = out / "diff.patch", out / "audit.md"
-    diff_path.write_text(final_diff(view))
-    audit_path.write_text(audit_markdown(view))
-    (out / "audit.html").write_text(audit_html(view))
+    (out / "diff.patch").write_text(final_diff(view))
+    (out / "audit.md").write_text(audit_markdown(view))
+    (out / "audit.html").write_text(audit_page(audit_json(view)))
     if view.environment is not None and view.environment.outcome != "passed":
         # --tests is on by default: say once, on stderr, that this run went without them
         click.echo(f"magis-ray: notice: tests off for this run: {' '.join(view.environment.output.split())[:300]}", err=True)
-    return diff_path, audit_path, metrics(view)["total"]
+    return view, out
 
 
-def report(run_id: str, end, diff_path: Path, audit_path: Path, total: dict) -> None:
+def report(run_id: str, end, view, out: Path) -> None:
+    """The terminal summary, from the log: the outcome, why a run ended without a patch (the step
+    and its reason, as `apply` refuses it), the model used and what it cost, and where the files are."""
+    from magis_ray.events.projections import metrics
+    from magis_ray.events.projections.ending import ending
     from magis_ray.events.schema import RunFinished
 
-    outcome = end.outcome if isinstance(end, RunFinished) else f"failed: {end.reason}"
+    from .endpoint import model_used
+
+    total = metrics(view)["total"]
     click.echo(f"run:      {run_id}")
-    click.echo(f"outcome:  {outcome}")
+    click.echo(f"outcome:  {end.outcome if isinstance(end, RunFinished) else 'failed'}")
+    reason = ending(view)
+    if reason:
+        click.echo(f"reason:   {reason}")
+    if view.started is not None:
+        click.echo(f"model:    {model_used(view.started.settings)}")
     click.echo(
-        f"model:    {total['calls']} calls, {total['prompt_tokens']} prompt + {total['completion_tokens']} "
+        f"usage:    {total['calls']} calls, {total['prompt_tokens']} prompt + {total['completion_tokens']} "
         f"completion tokens, ${total['cost_usd']:.4f}"
     )
-    click.echo(f"diff:     {diff_path}")
-    click.echo(f"audit:    {audit_path}")
-    click.echo(f"page:     {audit_path.with_suffix('.html')}")
+    click.echo(f"diff:     {out / 'diff.patch'}")
+    click.echo(f"audit:    {out / 'audit.md'}")
+    click.echo(f"page:     {out / 'audit.html'}")
 
 
-# Our answers are small JSON objects; a 135M model that rambles is cut off here rather than
-# spending a minute and half the context on one answer.
-LOCAL_MAX_TOKENS = 512
+def conclude(store_path: str, run_id: str, end) -> None:
+    """Write the diff and the audit, print the summary; a failed run exits non-zero."""
+    from magis_ray.actors.runtime.deployment import INTERRUPTED
+    from magis_ray.events.schema import RunFailed
+
+    report(run_id, end, *write_outputs(store_path, run_id))
+    if isinstance(end, RunFailed):
+        store = "" if store_path == DEFAULT_STORE else f" --store {shlex.quote(store_path)}"
+        hint = f"; resume it with `magis-ray resume {run_id}{store}`" if end.resumable else ""
+        if end.reason == INTERRUPTED:
+            click.echo(f"magis-ray: interrupted{hint}", err=True)
+            sys.exit(130)
+        raise UserError(f"run {run_id} failed: {end.reason}{hint}")
 
 
-class Endpoint(NamedTuple):
-    """Where the model is, and what the endpoint itself decides about talking to it."""
+def ensure_store(store_path: str) -> None:
+    from magis_ray.store import open_store
 
-    base_url: str | None
-    model: str = ""  # the served model's name ("": --model, or the default)
-    context_tokens: int = 0  # its context window; the gateway fits prompts to it (0: unknown)
-    response_format: str = ""  # "": the --response-format option
-    concurrency: int = 0  # 0: the --concurrency option
-    max_tokens: int = 0  # 0: the gateway's default
-
-
-def resolve_llm(llm: str, base_url: str | None) -> str:
-    """`auto` is openai when an endpoint or a key is configured, else the bundled local model."""
-    if llm != "auto":
-        return llm
-    return "openai" if base_url or os.environ.get("OPENAI_API_KEY") else "local"
-
-
-def gateway_config(endpoint: Endpoint, model: str, limits: dict, roles: tuple = ()):
-    """`limits`: the model options' timeout, concurrency, response_format, rpm and tpm; `roles`: the
-    run's RunSettings.roles (a model per role), which the gateway routes by."""
-    from magis_ray.actors.model.gateway import GatewayConfig
-
-    extra = {"max_tokens": endpoint.max_tokens} if endpoint.max_tokens else {}
-    return GatewayConfig(
-        base_url=endpoint.base_url or None, model=model or endpoint.model, timeout_s=limits["timeout"],
-        concurrency=endpoint.concurrency or limits["concurrency"],
-        response_format=endpoint.response_format or limits["response_format"], context_tokens=endpoint.context_tokens,
-        requests_per_minute=limits["rpm"], tokens_per_minute=limits["tpm"], routes=tuple(roles), **extra,
-    )
-
-
-def model_settings(llm: str, base_url: str | None, limits: dict):
-    """What the run records of its model endpoint (never the key), for resume to talk to it again."""
-    from magis_ray.events.schema import ModelSettings
-
-    kind = "scripted:" + os.path.abspath(llm.removeprefix("scripted:")) if llm.startswith("scripted:") else llm
-    return ModelSettings(
-        kind=kind, base_url=(base_url or "") if llm == "openai" else "", response_format=limits["response_format"],
-        timeout_s=limits["timeout"], concurrency=limits["concurrency"], requests_per_minute=limits["rpm"],
-        tokens_per_minute=limits["tpm"],
-    )
-
-
-def resume_model(given, settings, llm: str, base_url: str | None, model: str, limits: dict):
-    """(llm, base_url, model name, limits) of a resume: the run's recorded model endpoint and
-    options, except what the command line gives (`given(option)`); environment variables do not
-    override the record. A run recorded before model settings were kept resumes as before."""
-    recorded = settings.llm
-    if not recorded.kind:
-        llm = resolve_llm(llm, base_url)
-        return llm, base_url, model or settings.model, limits
-    if given("llm") or given("base_url"):
-        llm = resolve_llm(llm, base_url)
-        if llm == recorded.kind == "openai" and not given("base_url"):
-            base_url = recorded.base_url or None
-        same_endpoint = llm == recorded.kind and (base_url or "") == recorded.base_url
-        name = model if given("model") else settings.model if same_endpoint else default_model(llm, "")
-    else:
-        llm, base_url = recorded.kind, recorded.base_url or None
-        name = model if given("model") else settings.model
-    limits = dict(limits)
-    for option, field in (("timeout", "timeout_s"), ("concurrency", "concurrency"), ("response_format", "response_format"),
-                          ("rpm", "requests_per_minute"), ("tpm", "tokens_per_minute")):
-        value = getattr(recorded, field)
-        if not given(option) and value:
-            limits[option] = value
-    return llm, base_url, name, limits
-
-
-def default_model(llm: str, model: str) -> str:
-    """The model's name as runs record it: the one given, else the endpoint's own."""
-    if model:
-        return model
-    if llm.startswith("scripted:"):
-        return "scripted"
-    if llm == "local":
-        from magis_ray.actors.model.local_model import MODEL_NAME
-
-        return MODEL_NAME
-    from magis_ray.actors.model.gateway import DEFAULT_MODEL
-
-    return os.environ.get("MAGIS_MODEL") or DEFAULT_MODEL
-
-
-@contextmanager
-def model_endpoint(llm: str, base_url: str | None, store_path: str, local_port: int = 0):
-    """The model to talk to; `scripted:FILE` and `local` serve one on loopback meanwhile."""
-    if llm.startswith("scripted:"):
-        from magis_ray.actors.model.scripted_server import Script, ScriptedServer
-
-        path = llm.removeprefix("scripted:")
-        try:
-            script = Script.load(path)
-        except (OSError, ValueError) as exc:
-            raise BadInput(f"cannot load the script {path}: {exc}") from None
-        with ScriptedServer(script) as server:
-            yield Endpoint(server.base_url)
-        return
-    if llm == "local":
-        from magis_ray.actors.model.local_model import LocalModelError, LocalModelServer
-
-        folder = Path(store_path).parent if store_path.endswith(".sqlite3") else Path(store_path)
-        folder.mkdir(parents=True, exist_ok=True)
-        server = LocalModelServer(port=local_port, log_path=folder / "local-model.log")
-        try:
-            server.start()
-        except LocalModelError as exc:
-            raise BadInput(str(exc)) from None
-        try:
-            # llama.cpp's server rejects json_schema and answers one request at a time; a 135M
-            # model that rambles must not take half the context for its answer
-            yield Endpoint(server.base_url, server.model_name, server.context_tokens, "json_object", concurrency=1, max_tokens=LOCAL_MAX_TOKENS)
-        finally:
-            server.stop()
-        return
-    if llm != "openai":
-        raise BadInput(f"unknown --llm {llm!r}: use local, openai or scripted:FILE")
-    if not base_url and not os.environ.get("OPENAI_API_KEY"):
-        raise BadInput("no model configured: give --base-url URL or set OPENAI_API_KEY (or --llm local, --llm scripted:FILE)")
-    yield Endpoint(base_url)
-
-
-def model_options(f):
-    """The options that say which model to use and how to talk to it."""
-    for option in reversed([
-        click.option("--llm", default="auto", show_default=True,
-                     help="auto (openai when --base-url or OPENAI_API_KEY is set, else local), local (SmolLM2-135M "
-                          "on loopback; pip install 'magis-ray[local]'), openai, or scripted:FILE."),
-        click.option("--base-url", envvar="OPENAI_BASE_URL", help="Any OpenAI-compatible endpoint (env OPENAI_BASE_URL)."),
-        click.option("--local-port", type=int, default=0, help="With --llm local: the loopback port of its server (0: any free one)."),
-        click.option("--model", envvar="MAGIS_MODEL", default="", help="Model name (env MAGIS_MODEL)."),
-        click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds per model request."),
-        click.option("--concurrency", type=int, default=8, show_default=True, help="Model requests in flight at once."),
-        click.option("--rpm", type=int, default=0, help="Most model requests per minute, for all runs together (0: no limit)."),
-        click.option("--tpm", type=int, default=0, help="Most model tokens per minute, for all runs together (0: no limit)."),
-        click.option("--response-format", type=click.Choice(["json_schema", "json_object", "none"]), default="json_schema",
-                     show_default=True, help="How answer schemas are sent (llama.cpp wants json_object)."),
-    ]):
-        f = option(f)
-    return f
-
-
-def settings_options(f):
-    for option in reversed([
-        click.option("--top-k", type=int, default=10, show_default=True, help="BM25 candidates the Custodian examines."),
-        click.option("--max-files", type=int, default=3, show_default=True, help="Relevant files kept at most."),
-        click.option("--max-review-rounds", type=int, default=3, show_default=True, help="Developer/QA iterations per task."),
-        click.option("--no-qa", is_flag=True, help="Ablation: no QA Engineer; the first patch stands."),
-        click.option("--no-hints", is_flag=True, help="Ablation: ignore the issue's hints_text."),
-        click.option("--no-memory", is_flag=True, help="Ablation: always summarize files afresh."),
-        click.option("--token-budget", type=int, default=0, help="Most tokens the run may spend (0: no limit)."),
-        click.option("--memory-any-model", is_flag=True,
-                     help="Reuse file summaries written by any model (by default only by the run's own model)."),
-        click.option("--tests", type=click.Choice(["on", "off"]), default="on", envvar="MAGIS_TESTS", show_default=True,
-                     help="Run the code: a reproduction test and the nearest regression tests judge every patch "
-                          "(off: the paper's MAGIS exactly). Without an environment the run goes on without, and says so."),
-        click.option("--candidates", type=int, default=1, show_default=True,
-                     help="Candidate patches per task, each by its own Developer sampling above temperature 0; "
-                          "the tests, then a majority of equivalent patches, then the QA Engineer choose."),
-        click.option("--env-setup", default="", help="Tests: the install step of your repository's environment "
-                                                     "(default: SWE-bench's spec, or `pip install -e . pytest`)."),
-        click.option("--sandbox", type=click.Choice(["bwrap", "none"]), default="bwrap", show_default=True,
-                     help="Tests: bubblewrap (no network, read-only system), or none (unconfined; only for code you trust)."),
-    ]):
-        f = option(f)
-    return f
-
-
-def configured_run(resolved: dict, no_qa: bool, no_hints: bool, no_memory: bool, memory_any_model: bool):
-    """(llm, base_url, limits, RunSettings) of a run from its effective settings (cli.settings): what
-    the run records, so that resume and replay need no flag and no settings file again."""
-    import msgspec
-
-    from .settings import role_models
-
-    v = {key: r.value for key, r in resolved.items()}
-    base_url = v["base-url"] or None
-    llm = resolve_llm(v["llm"], base_url)
-    limits = dict(timeout=v["timeout"], concurrency=v["concurrency"], response_format=v["response-format"], rpm=v["rpm"],
-                  tpm=v["tpm"])
-    settings = run_settings(default_model(llm, v["model"]), v["top-k"], v["max-files"], v["max-review-rounds"], no_qa, no_hints,
-                            no_memory, v["token-budget"], memory_any_model, v["tests"], v["env-setup"], v["sandbox"],
-                            v["candidates"])
-    return llm, base_url, limits, msgspec.structs.replace(settings, llm=model_settings(llm, base_url, limits),
-                                                          roles=role_models(resolved))
-
-
-def run_settings(model: str, top_k, max_files, max_review_rounds, no_qa, no_hints, no_memory, token_budget,
-                 memory_any_model=False, tests="off", env_setup="", sandbox="bwrap", candidates=1):
-    from magis_ray.events.schema import RunSettings
-
-    if top_k < 1 or max_files < 1 or max_review_rounds < 1 or token_budget < 0 or candidates < 1:
-        raise BadInput("--top-k, --max-files, --max-review-rounds and --candidates must be at least 1, --token-budget not negative")
-    return RunSettings(
-        top_k=top_k, max_files=max_files, max_review_rounds=max_review_rounds, use_qa=not no_qa,
-        use_hints=not no_hints, use_memory=not no_memory, token_budget=token_budget,
-        model=model, memory_any_model=memory_any_model, tests=tests == "on", env_setup=env_setup, sandbox=sandbox,
-        candidates=candidates, test_python=f"{sys.version_info.major}.{sys.version_info.minor}",
-        ranking="symbols",  # issue 15's ranking; logs from before it name none and replay with the previous one
-    )
+    open_store(store_path, create=True).close()
+    folder = Path(store_path)
+    if folder.is_dir() and not (folder / ".gitignore").exists():
+        # the store often sits in the user's repository (`cd repo && magis-ray submit issue.md`): keep it out of git
+        (folder / ".gitignore").write_text("# made by magis-ray: the store is no part of the repository\n*\n")

@@ -6,10 +6,12 @@ import uuid
 
 import msgspec
 
-from .schema import AnyEvent, NewEvent, Recorded
+from .schema import SCHEMA_VERSION, AnyEvent, NewEvent, Recorded
+from .upcasting import upcast
 
 _encoder = msgspec.json.Encoder()
 _recorded_decoder = msgspec.json.Decoder(Recorded)
+_raw_decoder = msgspec.json.Decoder()
 _event_decoder = msgspec.json.Decoder(AnyEvent)
 
 
@@ -21,10 +23,20 @@ def encode(obj: object) -> bytes:
     return _encoder.encode(obj)
 
 
+def read_recorded(data: bytes | str) -> Recorded:
+    """A stored record as the current schema has it: an older record is upcast
+    (events/upcasting.py). Raises msgspec's errors, for the stores to name the bad row."""
+    record = _recorded_decoder.decode(data)
+    if record.schema_version >= SCHEMA_VERSION:
+        return record
+    raw = upcast(_raw_decoder.decode(data), record.schema_version, SCHEMA_VERSION)
+    return msgspec.convert(raw, Recorded)
+
+
 def decode_recorded(data: bytes | str) -> Recorded:
     try:
-        return _recorded_decoder.decode(data)
-    except msgspec.DecodeError as exc:
+        return read_recorded(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise DecodeError(f"undecodable event: {exc}") from None
 
 

@@ -1,7 +1,13 @@
 """Every event of a MAGIS collaboration, as frozen msgspec Structs in one tagged union.
 
 Evolution rules: add fields with defaults at the end; never change a field's meaning or a tag.
-Bump SCHEMA_VERSION when fields are added; old logs must keep decoding (tests/golden/).
+A field's default is what a run written now means by it. Where an older log meant something else
+by leaving a field out, bump SCHEMA_VERSION and add an upcaster (events/upcasting.py) that writes
+the old meaning into the older records as they are decoded; old logs keep decoding and replaying
+(tests/golden/).
+
+Version 2: a run's settings default to tests on and the "symbols" ranking, and a failed model
+exchange names its failure's kind (`LLMExchanged.failure`); version 1 records are upcast.
 """
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from typing import Literal, Union
 
 import msgspec
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class Event(msgspec.Struct, frozen=True, tag_field="type", forbid_unknown_fields=False):
@@ -84,14 +90,15 @@ class RunSettings(msgspec.Struct, frozen=True):
     memory_any_model: bool = False  # reuse file summaries written by any model, not only by `model`
     # Execution (off: the paper's MAGIS exactly). With tests on, a reproduction test and the
     # repository's nearest regression tests judge every patch; `candidates` patches per task.
-    tests: bool = False
+    tests: bool = True
     candidates: int = 1
     env_setup: str = ""  # the user's install step for the test environment ("": SWE-bench's spec, or the default)
+    test_cmd: str = ""  # the user's test command, followed by the tests to run ("": the spec's runner, or pytest)
     test_python: str = ""  # the interpreter version for a user's repository's environment
     sandbox: str = "bwrap"  # "none" runs tests unconfined (the user asked for it)
-    # The Custodian's file ranking (actors.code.ranking.RANKINGS): "previous" is what every log
-    # written before this field ranked with, so they replay unchanged; "symbols" is issue 15's.
-    ranking: str = "previous"
+    # The Custodian's file ranking (actors.code.ranking.RANKINGS): "symbols" weighs BM25 with
+    # symbol and path evidence; "previous" is plain BM25 over paths and contents.
+    ranking: str = "symbols"
     roles: tuple[RoleModel, ...] = ()  # a model per role; a role not listed asks `model`
 
     def model_of(self, role: str) -> str:
@@ -267,8 +274,10 @@ class TestsRan(Event, frozen=True, tag="TestsRan"):
     """One test command on a workspace: the base commit with `patches` applied (their digest names
     them), the outcome, the parsed per-test results and the output cut to a sane size.
 
-    purpose: "reproduce" (the reproduction test on the base commit), "baseline" (the regression
-    candidates on the base commit), "check" (a patch, with the reproduction and regression tests)."""
+    purpose: "prepare" (the environment made ready; `command` is the one the run's tests use, empty
+    in logs written before it said: pytest's), "reproduce" (the reproduction test on the base
+    commit), "baseline" (the regression candidates on the base commit), "check" (a patch, with the
+    reproduction and regression tests)."""
 
     purpose: str
     command: str
@@ -298,6 +307,12 @@ class CandidateChosen(Event, frozen=True, tag="CandidateChosen"):
 # --- the model -------------------------------------------------------------------------------
 
 
+# How a model request ended without an answer. "timeout", "connection" and "api": the transport
+# failed; "http": the server answered with an error status (`status`); "empty": the model answered
+# nothing; "script": the scripted model has no rule for the request.
+FailureKind = Literal["", "timeout", "connection", "api", "http", "empty", "script"]
+
+
 class LLMExchanged(Event, frozen=True, tag="LLMExchanged"):
     """One request to the model and its raw answer (or the error it ended in)."""
 
@@ -313,6 +328,8 @@ class LLMExchanged(Event, frozen=True, tag="LLMExchanged"):
     attempt: int = 1  # 1 + the number of corrective retries before it
     task_id: str = ""
     truncated_chars: int = 0  # prompt text cut to fit the model's context
+    failure: FailureKind = ""  # why the request got no answer ("": it got one); `error` says it in words
+    status: int = 0  # the HTTP status of an "http" failure
 
 
 

@@ -6,14 +6,14 @@ from typing import Sequence
 
 import msgspec
 
-from magis_ray.events.codec import encode
+from magis_ray.events.codec import encode, read_recorded
 from magis_ray.events.schema import NewEvent, Recorded
 from magis_ray.events.text import searchable_text
 
 from .fulltext import parse_query, matches
 from .base import ConcurrencyConflict, Fenced, Lease, MemoryEntry, RunInfo, UnknownRun
 
-_decoder = msgspec.json.Decoder(Recorded)
+_decoder = read_recorded  # older records upcast (events/upcasting.py)
 
 
 def _tag(event: object) -> str:
@@ -65,13 +65,13 @@ class InMemoryStore:
             if not indexes:
                 raise UnknownRun(f"no run {run_id} in the store")
             rows = [self._log[i][2] for i in indexes[max(after_version, 0):]]
-        return [_decoder.decode(data) for data in rows]
+        return [_decoder(data) for data in rows]
 
     def read_all(self, after_position: int = 0, limit: int | None = None) -> list[Recorded]:
         start = max(after_position, 0)
         with self._lock:
             rows = self._log[start:] if limit is None else self._log[start : start + max(limit, 0)]
-        return [_decoder.decode(data) for _, _, data in rows]
+        return [_decoder(data) for _, _, data in rows]
 
     def search(self, query: str, types: Sequence[str] = (), limit: int = 50,
                before_position: int | None = None) -> list[Recorded]:
@@ -83,7 +83,7 @@ class InMemoryStore:
         for data in rows:  # newest first, as the SQLite index answers
             if len(found) >= limit or not terms:
                 break
-            rec = _decoder.decode(data)
+            rec = _decoder(data)
             if (not types or _tag(rec.event) in types) and matches(terms, searchable_text(rec)):
                 found.append(rec)
         return found

@@ -16,7 +16,7 @@ from typing import Iterator, Sequence
 
 import msgspec
 
-from magis_ray.events.codec import encode
+from magis_ray.events.codec import encode, read_recorded
 from magis_ray.events.schema import SCHEMA_VERSION, NewEvent, Recorded
 
 from .fulltext import available, catch_up, parse_query, search_rows
@@ -106,7 +106,7 @@ CREATE TABLE IF NOT EXISTS lease_holders (
     pid_space TEXT NOT NULL
 )"""
 
-_decode_one = msgspec.json.Decoder(Recorded).decode
+_decode_one = read_recorded  # older records upcast (events/upcasting.py)
 _tags: dict[type, str] = {}
 
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: a real Ray session per module that needs it, a scripted model, the calc repo."""
+"""Shared fixtures: a real Ray session per module that needs it, the calc repo, the inspector's store and server."""
 from __future__ import annotations
 
 import os
@@ -35,7 +35,7 @@ def ray_session():
     yield
     from magis_ray.actors.runtime import remote
 
-    remote._shared.clear()
+    remote.forget_shared()
     ray.shutdown()
 
 
@@ -46,6 +46,31 @@ def calc_repo(tmp_path):
     path = tmp_path / "calc"
     repo, base = make_calc_repo(path)
     return path, base
+
+
+@pytest.fixture(scope="module")
+def env_cache(tmp_path_factory) -> Path:
+    """An environment cache folder of the test module's own, empty at first: its environments are
+    built by the module's runs, not taken from the user's cache."""
+    return tmp_path_factory.mktemp("envs")
+
+
+@pytest.fixture(scope="module")
+def inspector_store(tmp_path_factory) -> Path:
+    """A SQLite store of the constructed runs and a grading (tests/inspecting.py), one per test
+    module: the browser checks submit runs into theirs."""
+    from inspecting import make_store_with_grading
+
+    return make_store_with_grading(tmp_path_factory.mktemp("inspector-store"))
+
+
+@pytest.fixture(scope="module")
+def inspector_url(inspector_store):
+    """The base URL of a `magis-ray serve` process over inspector_store, for the whole module."""
+    from inspecting import serve
+
+    with serve(inspector_store) as base:
+        yield base
 
 
 def interruptible() -> None:

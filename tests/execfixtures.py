@@ -6,21 +6,28 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Sequence
 
 from gitfixtures import make_repo
 from scenarios import FILES
 
-PYPROJECT = """[build-system]
+
+def pyproject(package: str, dependencies: Sequence[str] | None = None) -> str:
+    """A setuptools pyproject.toml installing the folder `package` as version 0.1, with a
+    `dependencies` line only when `dependencies` is given (`[]` writes an empty one)."""
+    listed = "" if dependencies is None else f"dependencies = [{', '.join(json.dumps(d) for d in dependencies)}]\n"
+    return f"""[build-system]
 requires = ["setuptools>=61"]
 build-backend = "setuptools.build_meta"
 
 [project]
-name = "calc"
+name = "{package}"
 version = "0.1"
-
+{listed}
 [tool.setuptools]
-packages = ["calc"]
+packages = ["{package}"]
 """
+
 
 GOLD = """diff --git a/calc/stats.py b/calc/stats.py
 --- a/calc/stats.py
@@ -55,7 +62,7 @@ new file mode 100644
 
 def files() -> dict[str, str]:
     found = {k: v for k, v in FILES.items() if k != "setup.cfg"}
-    found["pyproject.toml"] = PYPROJECT
+    found["pyproject.toml"] = pyproject("calc")
     return found
 
 

@@ -12,12 +12,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from processes import describe, in_session, under
+from waiting import wait_until
 
 BIN = Path(sys.executable).parent  # the venv's: `ray` and `magis-ray`
 
@@ -87,12 +87,16 @@ def stop_head(head: subprocess.Popen, root: str) -> None:
     # a job runs in a session of its own (Ray's job supervisor starts it so); its processes and
     # the workers still name the head's temp dir. A process killed a moment ago may still be
     # exiting (running, no command line), and a worker may have been forking: wait them out.
-    deadline = time.monotonic() + 30
-    while (left := sorted(set(under(root)) | set(in_session(head.pid)))) and time.monotonic() < deadline:
+    left: list[int] = []
+
+    def all_gone() -> bool:
+        left[:] = sorted(set(under(root)) | set(in_session(head.pid)))
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        time.sleep(0.2)
-    assert not left, "processes of the Ray head are still running: " + "; ".join(f"{pid} {describe(pid)}" for pid in left)
+        return not left
+
+    wait_until(all_gone, lambda: "processes of the Ray head end; still running: " + "; ".join(f"{pid} {describe(pid)}" for pid in left),
+               timeout_s=60, poll_s=0.2)

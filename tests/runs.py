@@ -119,7 +119,7 @@ def constructed_run(repo_path: str | os.PathLike, base_commit: str, *, fix_texts
     # --- Supervisor and Repository Custodian ------------------------------------------------
     add("supervisor", ev.RunStarted(
         instance_id=INSTANCE_ID, repo=REPO_NAME, base_commit=base_commit, problem_statement=BOTH_ISSUE,
-        hints_text="", settings=ev.RunSettings(top_k=3, model=MODEL),
+        hints_text="", settings=ev.RunSettings(tests=False, top_k=3, model=MODEL),
     ))
     ranked = [(stats, 7.4312), (texts, 5.2087), ("tests/test_calc.py", 4.9921)]
     add("custodian", ev.FilesRanked(

@@ -1,9 +1,10 @@
 """A separate OS process that appends batches to a SQLite store, for tests/test_store_sqlite.py.
 
-    python tests/store_writer.py STORE NAME BATCHES BATCH_SIZE [--shared RUN] [--go FILE] [--think S]
+    python tests/store_writer.py STORE NAME BATCHES BATCH_SIZE [--shared RUN] [--ready FILE] [--go FILE] [--think S]
 
 Appends BATCHES batches (0: until killed) of BATCH_SIZE MeetingUtterance events to its own run
 NAME, and with --shared also each batch to RUN, reading the version and retrying on conflict.
+--ready names a file it creates once the store is open; --go one it waits for before writing.
 --think sleeps between reading the version and appending, as an agent would work, so that two
 writers really interleave (SQLite's busy wait otherwise lets one writer run far ahead).
 Each event's text is "NAME/batch/index", so a checker can tell every batch apart. After each
@@ -14,6 +15,8 @@ from __future__ import annotations
 import argparse
 import os
 import time
+
+from waiting import wait_until
 
 from magis_ray.events.codec import new_event
 from magis_ray.events.schema import MeetingUtterance
@@ -45,13 +48,16 @@ def main() -> None:
     parser.add_argument("batches", type=int)
     parser.add_argument("batch_size", type=int)
     parser.add_argument("--shared", default="")
+    parser.add_argument("--ready", default="", help="create this file once the store is open")
     parser.add_argument("--go", default="", help="wait for this file to exist before writing")
     parser.add_argument("--think", type=float, default=0.0, help="seconds between reading a version and appending")
     args = parser.parse_args()
 
     store = SQLiteStore.open(args.store)
-    while args.go and not os.path.exists(args.go):
-        time.sleep(0.001)
+    if args.ready:
+        open(args.ready, "x").close()
+    if args.go:
+        wait_until(lambda: os.path.exists(args.go), f"{args.go} appears", poll_s=0.001)
     conflicts, number = 0, 0
     while args.batches == 0 or number < args.batches:
         store.append(args.name, number * args.batch_size, batch(args.name, number, args.batch_size))

@@ -39,30 +39,30 @@ def of(events, kind):
 
 
 def test_without_qa_the_first_patch_stands_unreviewed(calc_repo):
-    end, events, prompts, _ = run(calc_repo, RunSettings(top_k=3, use_qa=False))
+    end, events, prompts, _ = run(calc_repo, RunSettings(tests=False, top_k=3, use_qa=False))
     assert isinstance(end, RunFinished) and end.outcome == "patched"
     assert not of(events, QAAssigned) and not of(events, ReviewIssued)
     assert [t.status for t in of(events, TaskFinished)] == ["unreviewed"]
 
 
 def test_hints_reach_the_prompts_unless_ablated(calc_repo):
-    _, _, with_hints, _ = run(calc_repo, RunSettings(top_k=3))
-    _, _, without, _ = run(calc_repo, RunSettings(top_k=3, use_hints=False))
+    _, _, with_hints, _ = run(calc_repo, RunSettings(tests=False, top_k=3))
+    _, _, without, _ = run(calc_repo, RunSettings(tests=False, top_k=3, use_hints=False))
     assert any(HINT in p for p in with_hints) and not any(HINT in p for p in without)
 
 
 def test_without_memory_every_file_is_summarized_afresh(calc_repo):
     store = InMemoryStore()
-    run(calc_repo, RunSettings(top_k=3), store, "first")
-    _, remembered, _, _ = run(calc_repo, RunSettings(top_k=3), store, "second")
-    _, forgotten, _, _ = run(calc_repo, RunSettings(top_k=3, use_memory=False), store, "third")
+    run(calc_repo, RunSettings(tests=False, top_k=3), store, "first")
+    _, remembered, _, _ = run(calc_repo, RunSettings(tests=False, top_k=3), store, "second")
+    _, forgotten, _, _ = run(calc_repo, RunSettings(tests=False, top_k=3, use_memory=False), store, "third")
     assert {s.source for s in of(remembered, FileSummarized)} == {"memory"}
     assert {s.source for s in of(forgotten, FileSummarized)} == {"fresh"}
 
 
 def test_the_token_budget_holds(calc_repo):
     budget = 2500
-    end, events, _, _ = run(calc_repo, RunSettings(top_k=3, token_budget=budget), budget=budget)
+    end, events, _, _ = run(calc_repo, RunSettings(tests=False, top_k=3, token_budget=budget), budget=budget)
     assert isinstance(end, RunFailed) and not end.resumable and "budget" in end.reason
     total = metrics(fold(events))["total"]
     assert 0 < total["prompt_tokens"] + total["completion_tokens"] <= budget
@@ -72,10 +72,10 @@ def test_summaries_are_reused_only_by_runs_of_the_model_that_wrote_them(calc_rep
     from magis_ray.store import open_store
 
     store = open_store(str(tmp_path / "store"), create=True)
-    run(calc_repo, RunSettings(top_k=3, model="tiny-135m"), store, "tiny")
-    _, other, _, _ = run(calc_repo, RunSettings(top_k=3, model="big-70b"), store, "big")
-    _, same, _, _ = run(calc_repo, RunSettings(top_k=3, model="tiny-135m"), store, "tiny-again")
-    _, told, _, _ = run(calc_repo, RunSettings(top_k=3, model="new-model", memory_any_model=True), store, "any")
+    run(calc_repo, RunSettings(tests=False, top_k=3, model="tiny-135m"), store, "tiny")
+    _, other, _, _ = run(calc_repo, RunSettings(tests=False, top_k=3, model="big-70b"), store, "big")
+    _, same, _, _ = run(calc_repo, RunSettings(tests=False, top_k=3, model="tiny-135m"), store, "tiny-again")
+    _, told, _, _ = run(calc_repo, RunSettings(tests=False, top_k=3, model="new-model", memory_any_model=True), store, "any")
     assert {s.source for s in of(other, FileSummarized)} == {"fresh"}  # never the other model's summaries
     assert {s.source for s in of(same, FileSummarized)} == {"memory"}
     assert {s.source for s in of(told, FileSummarized)} == {"memory"}
@@ -91,7 +91,7 @@ def test_an_older_store_s_summaries_are_attributed_to_the_model_of_the_run_that_
     from magis_ray.store import open_store
 
     store = open_store(str(tmp_path / "store"), create=True)
-    run(calc_repo, RunSettings(top_k=3, model="tiny-135m"), store, "tiny")
+    run(calc_repo, RunSettings(tests=False, top_k=3, model="tiny-135m"), store, "tiny")
     store.close()
     db = sqlite3.connect(tmp_path / "store" / "events.sqlite3")  # back to the table of format 1 before models
     db.executescript(
@@ -101,6 +101,6 @@ def test_an_older_store_s_summaries_are_attributed_to_the_model_of_the_run_that_
     )
     db.close()
     store = open_store(str(tmp_path / "store"))
-    _, same, _, _ = run(calc_repo, RunSettings(top_k=3, model="tiny-135m"), store, "tiny-again")
+    _, same, _, _ = run(calc_repo, RunSettings(tests=False, top_k=3, model="tiny-135m"), store, "tiny-again")
     assert {s.source for s in of(same, FileSummarized)} == {"memory"}
     store.close()

@@ -1,6 +1,8 @@
-"""The HTML audit page (events/projections/html.py): one self-contained page that escapes every
-model-written text, parses cleanly, shows each part of a run, and, opened in a real headless
-Chromium, runs no injected script, logs no console error and renders a non-trivial screenshot."""
+"""The HTML audit page (`magis-ray audit RUN --format html`; cli/inspector/pages.py renders the
+run's audit JSON with the inspector's templates in their standalone mode): one self-contained page
+that escapes every model-written text, parses cleanly, shows each part of a run, and, opened in a
+real headless Chromium, runs no injected script, logs no console error and renders a non-trivial
+screenshot."""
 from __future__ import annotations
 
 import difflib
@@ -10,18 +12,19 @@ import struct
 import subprocess
 import sys
 import tomllib
-from html import escape
+from html import escape as dom_escape
 from html.parser import HTMLParser
 from importlib.resources import files
 from pathlib import Path
 
 import pytest
+from markupsafe import escape as markup_escape
 
 from magis_ray.events import schema as ev
 from magis_ray.events.codec import decode_recorded
-from magis_ray.events.projections import RunView, final_diff, fold
+from magis_ray.cli.inspector.pages import audit_page
+from magis_ray.events.projections import RunView, audit_json, final_diff, fold
 from magis_ray.events.projections.audit import describe
-from magis_ray.events.projections.html import audit_html
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "v1_run.jsonl"
@@ -64,7 +67,7 @@ def exchange(purpose: str, prompt: str, answer: str, *, task_id: str = "", error
 
 
 def hostile_events(finished: bool = True) -> list[ev.Recorded]:
-    settings = ev.RunSettings(top_k=2, use_memory=False, model="gpt-4o-mini")
+    settings = ev.RunSettings(tests=False, top_k=2, use_memory=False, model="gpt-4o-mini")
     pairs: list[tuple[str, ev.AnyEvent]] = [
         ("supervisor", ev.RunStarted(
             instance_id="web__page-7", repo="web/page", base_commit="0123456789abcdef0123456789abcdef01234567",
@@ -108,6 +111,15 @@ def hostile_events(finished: bool = True) -> list[ev.Recorded]:
     ]
 
 
+def escape(text: str) -> str:
+    """As the page escapes: Jinja2's autoescape (markupsafe)."""
+    return str(markup_escape(text))
+
+
+def audit_html(view: RunView) -> str:
+    return audit_page(audit_json(view))
+
+
 @pytest.fixture(scope="module")
 def view() -> RunView:
     return fold(hostile_events())
@@ -122,7 +134,8 @@ def page(view) -> str:
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 ALLOWED_TAGS = {
-    "html", "head", "meta", "title", "style", "body", "header", "nav", "section", "footer", "h1", "h2", "h3", "h4",
+    "html", "head", "meta", "title", "style", "body", "header", "main", "nav", "section", "article", "footer", "h1", "h2",
+    "h3", "h4", "ol", "ul", "li",
     "p", "a", "b", "i", "small", "code", "pre", "span", "div", "dl", "dt", "dd", "table", "thead", "tbody", "tr",
     "th", "td", "details", "summary", "svg", "rect", "text", "title",
 }
@@ -200,64 +213,75 @@ def test_every_model_written_text_is_escaped(page):
     # failure, an LLM message and its error, the run's summary.
     esc_script, esc_img, esc_bold = (escape(s) for s in HOSTILE)
     assert page.count(esc_script) >= 8 and page.count(esc_img) >= 5 and page.count(esc_bold) >= 5
-    assert f'<div class="said">I will not write {esc_script} nor {esc_img} raw.</div>' in page
-    assert f"<div>Upper-casing is no escaping: {esc_bold} still renders bold.</div>" in page
+    assert f"turn 2</span>: I will not write {esc_script} nor {esc_img} raw.</p>" in page
+    assert f'<p class="review-comment"><b>review:</b> Upper-casing is no escaping: {esc_bold} still renders bold.</p>' in page
     assert f'<pre class="text">page() does not escape the name: a name like {esc_script} runs.</pre>' in page
+
+
+def section(page: str, name: str) -> str:
+    return page.split(f'id="{name}"', 1)[1].split("</section>", 1)[0]
 
 
 def test_the_page_shows_each_part_of_the_run(view, page):
     title = re.search(r"<title>(.*?)</title>", page, re.S).group(1)
     assert title == TITLE
     # Header: repository @ base commit, model, outcome, ablation settings.
-    assert "web/page @ <code>0123456789abcdef0123456789abcdef01234567</code>" in page
-    assert "gpt-4o-mini" in page and "finished: patched" in page and "memory off" in page and "QA on" in page
+    assert "run run-html-1 · web/page @ 0123456789abcdef0123456789abcdef01234567" in page
+    head = section(page, "head")
+    assert "gpt-4o-mini" in head and '<span id="outcome" class="badge oc-patched">patched</span>' in head
+    assert "memory off" in head and "QA on" in head and "tests off" in head and "1 (0 failed)" in head
     # Custodian: candidates with scores, summary and judgements; located file.
-    assert "3.250" in page and "not relevant" in page and "docs only" in page and "located" in page
+    custodian = section(page, "custodian")
+    assert "3.250" in custodian and "not relevant" in custodian and "docs only" in custodian and ">located<" in custodian
     # Manager: task, team, meeting, plan stage.
     assert "Careful web developer" in page and "Edsger" in page and "stage 1" in page and "turn 2" in page
     # Both attempts with colored diff lines and their reviews.
     assert page.count('<pre class="diff">') == 3  # attempt 1, attempt 2, final diff
-    assert '<span class="l del">-    return &quot;&lt;p&gt;Hello &quot; + name + &quot;&lt;/p&gt;&quot;</span>' in page
-    assert '<span class="l add">+    return &quot;&lt;p&gt;Hello &quot; + html.escape(name) + &quot;&lt;/p&gt;&quot;</span>' in page
-    assert '<span class="l hunk">@@ -1,6 +1,6 @@</span>' in page and '<span class="l meta">--- a/web/page.py</span>' in page
-    assert '<div class="review bad">Review: <span class="badge b-bad">sent back</span>' in page
-    assert '<div class="review ok">Review: <span class="badge b-ok">approved</span>' in page
+    assert '<span class="d-del">-    return &#34;&lt;p&gt;Hello &#34; + name + &#34;&lt;/p&gt;&#34;</span>' in page
+    assert '<span class="d-add">+    return &#34;&lt;p&gt;Hello &#34; + html.escape(name) + &#34;&lt;/p&gt;&#34;</span>' in page
+    assert '<span class="d-hunk">@@ -1,6 +1,6 @@</span>' in page and '<span class="d-file">--- a/web/page.py</span>' in page
+    assert page.count('<span class="badge bad review">sent back</span>') == 1
+    assert page.count('<span class="badge ok review">approved</span>') == 1
     # The final diff is the approved attempt's.
-    final = page.split('id="diff"', 1)[1].split("</section>", 1)[0]
+    final = section(page, "final")
     assert "html.escape(name)" in final and "name.upper()" not in final
     assert final_diff(view) == unified(BASE_TEXT, FIXED_TEXT)
     # The step failure with its reason and fallback, and the failed model call.
-    failures = page.split('id="failures"', 1)[1].split("</section>", 1)[0]
+    failures = section(page, "failures")
     assert f"no usable answer: {escape(SCRIPT)}" in failures and f"retried {escape(BOLD)}" in failures
     assert "LLM call write_code" in failures
     # Cost per role and step, totals summed from the exchanges.
-    cost = page.split('id="cost"', 1)[1].split("</section>", 1)[0]
+    cost = section(page, "cost")
     for role in ("custodian", "developer", "qa"):
-        assert f"<td>{role}</td>" in cost
-    assert "<td>review_patch</td>" in cost and "<td class='num'>1,200</td>" in cost  # 300+400+500+0 prompt tokens
-    assert "<td class='num'>0.0009</td>" in cost
-    # The timeline: every event, its offset from the start and its lane.
-    timeline = page.split('id="timeline"', 1)[1].split("</section>", 1)[0]
-    assert timeline.count("<tr") == len(view.timeline) + 1
+        assert f"<tr><td>{role}</td>" in cost
+    assert "<td>review_patch</td>" in cost and '<td class="num">1,200</td>' in cost  # 300+400+500+0 prompt tokens
+    assert '<td class="num">$0.0009</td>' in cost
+    # The timeline: each decision, its offset from the start, its lane, and the calls that led to it.
+    timeline = section(page, "timeline")
+    decisions = [r for r in view.timeline if not isinstance(r.event, ev.LLMExchanged)]
+    assert timeline.count("<tr") == len(decisions) + 1 and "<svg" in timeline
     assert "+0.00 s" in timeline and f"+{0.75 * (len(view.timeline) - 1):.2f} s" in timeline
-    assert '<span class="lane r-qa">qa:T1</span>' in timeline and '<tr class="ev-fail">' in timeline
+    assert '<span class="lane r-qa">qa:T1</span>' in timeline and 'class="fail"' in timeline
     step_failed = next(r.event for r in view.timeline if isinstance(r.event, ev.StepFailed))
     assert f"<td>{escape(describe(step_failed))}</td>" in timeline and "superseded" not in timeline
+    calls = re.findall(r'<a class="xlink[^"]*" href="#x(\d+)"', timeline)
+    assert sorted(map(int, calls)) == [r.version for r in view.exchanges]  # each call, beside its decision
 
 
 def test_llm_exchanges_are_collapsed_with_their_messages_answer_and_error(view, page):
-    llm = page.split('id="llm"', 1)[1].split("</section>", 1)[0]
-    assert llm.count("<details>") == len(view.exchanges) == 4 and "<details open" not in page
-    assert f"<pre>Where? {escape(SCRIPT)}</pre>" in llm
+    llm = section(page, "llm")
+    assert llm.count("<details ") == len(view.exchanges) == 4 and "<details open" not in page
+    assert [f'id="x{r.version}"' in llm for r in view.exchanges] == [True] * 4  # the timeline's links land here
+    assert f'<pre class="text">Where? {escape(SCRIPT)}</pre>' in llm
     assert escape('{"approved": false, "comment": "<b>bold</b>"}') in llm  # the raw answer
     assert f'<pre class="err">answer is not the JSON asked for: {escape(SCRIPT)}</pre>' in llm
-    assert "300+40 tokens" in llm and "1.25 s" in llm and "$0.00020" in llm
+    assert "300+40 tokens" in llm and "1.25 s" in llm and "$0.0002" in llm
 
 
 def test_a_failed_run_shows_its_reason_escaped():
     page = audit_html(fold(hostile_events(finished=False)))
-    assert f'<span class="err">model unreachable {escape(SCRIPT)}</span> (APIConnectionError)' in page
-    assert '<span class="badge b-bad">failed</span>' in page
+    assert f'<p class="failure">failed (APIConnectionError): model unreachable {escape(SCRIPT)} — resumable</p>' in page
+    assert '<span id="status" class="badge st-failed">failed</span>' in page
     assert parse(page).errors == []
 
 
@@ -282,9 +306,9 @@ def test_failed_tasks_are_counted_and_listed_among_the_failures():
     recs = [ev.Recorded(run_id=RUN_ID, version=i, position=i, time=T0 + i, actor=a, event_id=f"e{i}", event=e)
             for i, (a, e) in enumerate(pairs, 1)]
     page = audit_html(fold(recs))
-    failures = page.split('id="failures"', 1)[1].split("</section>", 1)[0]
+    failures = section(page, "failures")
     assert "No step failed" not in failures and f"task {t.task_id}" in failures and "no usable answer after 3 tries" in failures
-    assert "tasks (1 failed)" in page
+    assert "<dt>tasks</dt><dd>1 (1 failed)</dd>" in page
 
 
 def resumed_events() -> list[ev.Recorded]:
@@ -309,24 +333,25 @@ def test_a_resumed_run_shows_its_superseded_events_as_history():
     view = fold(resumed_events())
     page = audit_html(view)
     assert parse(page).errors == [] and view.status == "finished" and view.failed is None
-    assert "1 time(s); 3 event(s) superseded" in page
-    timeline = page.split('id="timeline"', 1)[1].split("</section>", 1)[0]
-    assert timeline.count('<tr class="superseded">') == 2 and timeline.count('<tr class="ev-fail superseded">') == 1
+    assert "1 time; 3 events superseded" in page
+    timeline = section(page, "timeline")
+    # the superseded LinesLocated and RunFailed rows (the lost call folds into the failure's row)
+    assert timeline.count('class="superseded"') == 1 and timeline.count('class="fail superseded"') == 1
     assert escape(describe(ev.RunResumed(kept_version=18, superseded=3))) in timeline
-    failures = page.split('id="failures"', 1)[1].split("</section>", 1)[0]
-    assert f"worker died {escape(IMG)}" in failures and "run failed (RayActorError) <span class=\"badge b-plain\"" in failures
-    llm = page.split('id="llm"', 1)[1].split("</section>", 1)[0]
-    assert llm.count("<details>") == 5 and llm.count(">superseded</span>") == 1  # paid for, so still listed
+    failures = section(page, "failures")
+    assert f"worker died {escape(IMG)}" in failures and 'run failed (RayActorError) <span class="badge plain"' in failures
+    llm = section(page, "llm")
+    assert llm.count("<details ") == 5 and llm.count('<span class="badge plain">superseded</span>') == 1  # paid for, so listed
     # The superseded attempt leaves no trace in the task's attempts or the final diff.
-    task = page.split('id="task-T1"', 1)[1].split('id="failures"', 1)[0]
-    assert "lines 1&ndash;1" not in task and task.count("<b>Attempt ") == 2
+    task = page.split('id="task-T1"', 1)[1].split("</article>", 1)[0]
+    assert task.count("<h4>attempt ") == 2
 
 
 def test_an_empty_and_a_running_view_render():
     empty = audit_html(RunView())
     assert "empty run" in empty and parse(empty).stack == []
     running = audit_html(fold(hostile_events()[:10]))  # no task finished, no plan yet
-    assert "running" in running and "No plan recorded." in running and parse(running).errors == []
+    assert "st-running" in running and "No plan recorded." in running and parse(running).errors == []
 
 
 def test_the_golden_log_renders_every_event():
@@ -336,16 +361,27 @@ def test_the_golden_log_renders_every_event():
     p = parse(page)
     assert p.errors == [] and p.stack == []
     for r in view.timeline:
-        assert escape(describe(r.event)) in page
+        if isinstance(r.event, ev.LLMExchanged):
+            assert f'<details id="x{r.version}"' in page
+        else:
+            assert f'<tr id="v{r.version}"' in page and escape(describe(r.event)) in page
     for t in view.tasks.values():
         assert f'id="task-{t.task_id}"' in page
     assert escape(final_diff(view).splitlines()[-1]) in page
 
 
-def test_the_template_ships_as_package_data():
-    assert files("magis_ray.events.projections").joinpath("audit.html").is_file()
+def test_the_audit_page_and_the_inspector_share_one_template_set():
+    """One renderer: the audit page is the inspector's run sections in their standalone mode, and
+    no HTML is built in events/."""
+    templates = files("magis_ray.cli.inspector").joinpath("templates")
+    assert templates.joinpath("run_sections.html").is_file() and templates.joinpath("audit.html").is_file()
+    assert '{% include "run_sections.html" %}' in templates.joinpath("run.html").read_text()
+    assert '{% include "run_sections.html" %}' in templates.joinpath("audit.html").read_text()
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert "*.html" in config["tool"]["setuptools"]["package-data"]["magis_ray.events.projections"]
+    assert "*.html" in config["tool"]["setuptools"]["package-data"]["magis_ray.cli.inspector.templates"]
+    events = ROOT / "events"
+    assert not list(events.rglob("*.html"))
+    assert not [p for p in events.rglob("*.py") if re.search(r"<(section|div|table|span)\b", p.read_text())]
 
 
 # --- a real browser ------------------------------------------------------------------------------
@@ -387,7 +423,8 @@ def test_chromium_runs_no_injected_script_and_logs_no_error(tmp_path, page):
     assert run.returncode == 0, run.stderr[-2000:]
     dom = run.stdout
     assert f"<title>{TITLE}</title>" in dom and "pwned</title>" not in dom
-    assert escape(SCRIPT, quote=False) in dom and escape(IMG, quote=False) in dom and escape(BOLD, quote=False) in dom
+    # a DOM dump escapes text's <, > and & only, not its quotes
+    assert all(dom_escape(s, quote=False) in dom for s in (SCRIPT, IMG, BOLD))
     assert "<script" not in dom.lower() and "<img" not in dom.lower()
     assert page_errors(run.stderr) == []
 

@@ -8,11 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import msgspec
 import pytest
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, calc_issue
+from processes import in_session
+from waiting import wait_until
 
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
@@ -109,13 +110,12 @@ def test_a_killed_batch_resumes_without_running_an_instance_twice(dataset, tmp_p
     path, repos = dataset
     with ScriptedServer(team(delay_s=0.2)) as server:
         proc = magis(batch_args(path, repos, server), tmp_path, start_new_session=True)
-        deadline = time.monotonic() + 120
-        while sum(1 for r in server.requests if r.purpose == "meeting_open") < 1:
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
+        wait_until(lambda: any(r.purpose == "meeting_open" for r in server.requests), "a Manager opens a meeting",
+                   while_running=proc)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-        time.sleep(2)  # the killed driver's actors end
+        # its Ray (in process groups of their own, so the kill missed them) notices and ends
+        wait_until(lambda: not in_session(proc.pid), lambda: f"the killed driver's Ray ends: {in_session(proc.pid)} left")
         code, out, err = finish(magis(batch_args(path, repos, server), tmp_path))
         assert code == 0, err
     assert runs_per_instance(tmp_path / "store") == {"calc__calc-1": 1, "calc__calc-2": 1}

@@ -49,7 +49,7 @@ def ray_with_env_cache(tmp_path_factory):
     try:
         yield ray
     finally:
-        remote._shared.clear()
+        remote.forget_shared()
         ray.shutdown()
         if before is None:
             os.environ.pop("MAGIS_ENV_CACHE", None)
@@ -117,7 +117,7 @@ def test_a_batch_reuses_its_role_actors_run_after_run(ray_with_env_cache, tmp_pa
         deployment = Deployment(str(tmp_path / "store"), GatewayConfig(base_url=server.base_url, api_key="k", model="m"))
         try:
             with open_store(str(tmp_path / "store"), create=True) as store:
-                settings = batch_settings(RunSettings(top_k=4, model="m"), "reuse")
+                settings = batch_settings(RunSettings(tests=False, top_k=4, model="m"), "reuse")
                 results = BatchRunner(deployment, store, settings, str(repos), workers=1).run(items)
             counts = ray_with_env_cache.get(deployment.pool.counts.remote())
         finally:

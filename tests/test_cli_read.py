@@ -105,7 +105,7 @@ def test_help_and_the_read_commands_import_neither_ray_nor_openai_nor_pygit2(sto
     result = subprocess.run([sys.executable, "-X", "importtime", *MODULE[1:], *args], capture_output=True, env=_env(), timeout=60)
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     names = _imported(result.stderr.decode())
-    assert {"click", "msgspec"} <= names  # the parse sees the imports at all
+    assert "click" in names  # the parse sees the imports at all
     heavy = sorted(n for n in names if n.split(".")[0] in HEAVY)
     assert heavy == [], f"{' '.join(args)} imports {heavy[:10]}"
 
@@ -267,3 +267,42 @@ def test_an_events_file_with_no_events(tmp_path):
 def test_an_unknown_format_is_a_usage_error(store):
     result = cli("audit", RUN, "--format", "pdf", "--store", store)
     assert result.returncode == 2 and "Traceback" not in result.stderr.decode() and result.stdout == b""
+
+
+# --- pipes, long text, missing paths ----------------------------------------------------------
+
+
+def test_events_into_a_pipe_closed_early_exits_0(store):
+    """`magis-ray events RUN | head -1` under `set -o pipefail`: the reader closing the pipe is
+    how pipes end, not an error (no traceback, exit 0)."""
+    command = " ".join(map(str, MAGIS)) + f" events {RUN} --store {store}"
+    result = subprocess.run(["bash", "-c", f"set -o pipefail; {command} | head -1"], capture_output=True, env=_env(), timeout=60)
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().count("\n") == 1
+    assert "Traceback" not in result.stderr.decode() and "Broken pipe" not in result.stderr.decode()
+
+
+def test_runs_cuts_a_long_outcome_at_a_word_with_an_ellipsis(tmp_path):
+    from magis_ray.events import schema as ev
+
+    reason = "the model endpoint could not be reached: " + " ".join(f"word{i}" for i in range(40))
+    path = tmp_path / "store"
+    with SQLiteStore.open(path, create=True) as s:
+        s.append("f00000000001", 0, fixed_new_events([("supervisor", ev.RunFailed(reason=reason))]))
+    row = ok(cli("runs", "--store", path)).splitlines()[1]
+    outcome = row.split("  ")[-1].strip()
+    assert outcome.endswith("…") and len(outcome) <= 80
+    assert reason.startswith(outcome[:-1]) and reason[len(outcome) - 1] == " "  # cut where a word ends
+
+
+def test_a_missing_repository_is_named_missing(tmp_path):
+    from magis_ray.actors.code.repository import RepoError, find_repo
+    from magis_ray.actors.code.workingcopy import open_working_copy
+
+    for opener in (lambda path: find_repo("calc/calc", path), open_working_copy):
+        with pytest.raises(RepoError, match=f"^{tmp_path / 'gone'} does not exist$"):
+            opener(tmp_path / "gone")
+    issue = tmp_path / "issue.md"
+    issue.write_text("# mean is wrong\n\nIt divides by n - 1.\n")
+    line = one_line_error(cli("submit", issue, "--repo", tmp_path / "gone", "--llm", "scripted", "--store", tmp_path / "s"))
+    assert line == f"magis-ray: error: {tmp_path / 'gone'} does not exist"

@@ -15,6 +15,7 @@ import msgspec
 import pytest
 from checks import assert_consistent_log
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, make_calc_repo
+from waiting import wait_until
 
 from magis_ray.actors.code.diffs import file_diff
 from magis_ray.actors.code.edits import apply_edits
@@ -33,7 +34,7 @@ EXPECTED_DIFF = file_diff("calc/stats.py", STATS, apply_edits(STATS, [MEAN_FIX])
 TASK_PURPOSES = {"design_qa", "locate_lines", "write_code", "review_patch"}
 # use_memory=False: each run summarizes its files afresh, so runs that share a store at the
 # same time are each exactly the run the team makes alone (memory reuse depends on timing).
-SETTINGS = RunSettings(top_k=4, use_memory=False, model="m")
+SETTINGS = RunSettings(tests=False, top_k=4, use_memory=False, model="m")
 
 
 def test_the_cluster_config_is_one_ray_up_accepts():
@@ -82,7 +83,7 @@ def cluster():
         ray.init(address=cluster.address, namespace="magis", log_to_driver=False)
         yield cluster
     finally:
-        remote._shared.clear()
+        remote.forget_shared()
         ray.shutdown()
         cluster.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -236,13 +237,15 @@ def test_the_batch_budget_holds_across_the_cluster(cluster, repos, tmp_path):
 def wait_for_task_lane_on_a_worker(store_path, workers: dict, batch: threading.Thread) -> tuple[str, str, str]:
     """(node id, run id, lane) of the first Developer event recorded on a worker node, waited for as
     long as the batch runs: on a loaded machine starting the actors' processes alone takes minutes."""
-    while batch.is_alive():
+    def on_a_worker() -> tuple[str, str, str] | None:
         with open_store(str(store_path)) as store:
             for r in store.read_all():
                 if r.actor.startswith("developer:") and is_task_lane(r.actor) and r.node in workers:
                     return r.node, r.run_id, r.actor
-        time.sleep(0.05)
-    raise AssertionError("the batch ended and no Developer ran on a worker node")
+        return None
+
+    # the batch's own deadlines bound it; this one only bounds a hang
+    return wait_until(on_a_worker, "a Developer event is recorded on a worker node", timeout_s=1800, while_running=batch)
 
 
 def role_processes_on(node) -> int:

@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import struct
 import sys
-import zlib
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import click
@@ -24,8 +23,8 @@ from magis_ray.actors.code.edits import apply_edits
 from magis_ray.actors.swebench.instances import (
     Instance, apply_patch, check_applies, gold_files, load_dataset, parse_test_list, run_tests,
 )
-from magis_ray.cli.evaluate import eval_command
-from magis_ray.cli.source import BadInput
+from magis_ray.cli.evaluate import coverage_svg, eval_command, recall_svg
+from magis_ray.cli.errors import BadInput
 from magis_ray.actors.swebench.metrics import (
     complexity, complexity_summary, file_recall, histogram, hunk_counts, line_coverage, recall_curve, scopes,
 )
@@ -321,20 +320,31 @@ def invoke(*args: str, docker: bool = False, monkeypatch=None):
     return CliRunner().invoke(group, ["eval", *map(str, args)])
 
 
-def png_size_and_colors(data: bytes) -> tuple[tuple[int, int], set[tuple[int, int, int]]]:
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", data[16:24])
-    at, idat = 8, b""
-    while at < len(data):
-        length, kind = struct.unpack(">I4s", data[at : at + 8])
-        body = data[at + 8 : at + 8 + length]
-        assert struct.unpack(">I", data[at + 8 + length : at + 12 + length])[0] == zlib.crc32(kind + body)
-        idat += body if kind == b"IDAT" else b""
-        at += 12 + length
-    raw = zlib.decompress(idat)
-    assert len(raw) == height * (1 + 3 * width)
-    colors = {tuple(raw[i : i + 3]) for row in range(height) for i in range(row * (1 + 3 * width) + 1, (row + 1) * (1 + 3 * width), 3 * 7)}
-    return (width, height), colors
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def svg_parts(text: str) -> dict[str, list[ET.Element]]:
+    """The chart's elements by class (parsing fails on a document that is not well-formed XML)."""
+    root = ET.fromstring(text.encode("utf-8"))
+    assert root.tag == f"{SVG}svg"
+    parts: dict[str, list[ET.Element]] = {}
+    for element in root.iter():
+        parts.setdefault(element.get("class", ""), []).append(element)
+    return {**parts, "title": [root.find(f"{SVG}title")]}
+
+
+def test_plots_escape_text_from_the_data():
+    hostile = 'runs <script>alert("x")</script> & \x00\x1b</svg>'
+    summary = {"recall": {"bm25": [{"k": 1, "files": 1, "recall": 0.5}, {"k": 2, "files": 2, "recall": 1.0}],
+                          "located": {"files": 1.5, "recall": 0.75}},
+               "coverage": {"histogram": [0, 0, 0, 0, 0, 2, 0, 0, 0, 1]}}
+    for text in (recall_svg(summary, hostile), coverage_svg(summary, hostile)):
+        assert "<script>" not in text and "\x00" not in text
+        title = svg_parts(text)["title"][0].text
+        assert title.endswith('runs <script>alert("x")</script> & \\x00\\x1b</svg>')  # as written, control characters shown
+    bars = svg_parts(coverage_svg(summary, hostile))["bar"]
+    assert [b.find(f"{SVG}title").text for b in bars] == ["50-60%: 2 runs", "90-100%: 1 run"]
+    assert float(bars[0].get("height")) == 2 * float(bars[1].get("height"))
 
 
 def test_eval_command_rows_totals_json_plots_and_error_rows(evaluation_setup, tmp_path, monkeypatch):
@@ -360,10 +370,20 @@ def test_eval_command_rows_totals_json_plots_and_error_rows(evaluation_setup, tm
     assert list(summary["complexity"]) == ["calc/calc", "overall"]
     assert "applied:   1 of 1 (100.0%)" in result.output and "resolved:  1 of 1 tested (100.0%)" in result.output
     assert "error: dataset line 4: field `patch` is missing" in result.output
-    size, colors = png_size_and_colors((plots / "recall.png").read_bytes())
-    assert size == (640, 400) and (214, 39, 40) in colors and (31, 119, 180) in colors  # the located point, the BM25 line
-    size, colors = png_size_and_colors((plots / "coverage.png").read_bytes())
-    assert (31, 119, 180) in colors  # a bar
+    recall = svg_parts((plots / "recall.svg").read_text(encoding="utf-8"))
+    assert recall["title"][0].text == "File-localization recall: dev.jsonl"
+    [line] = recall["series"]
+    points = [tuple(map(float, p.split(","))) for p in line.get("points").split()]
+    assert len(points) == len(summary["recall"]["bm25"])  # a point per k of the BM25 curve
+    assert [d.find(f"{SVG}title").text for d in recall["dot"][:2]] == [
+        "BM25 top 1: 1.00 files, recall 50.0%", "BM25 top 2: 2.00 files, recall 100.0%"]
+    assert [(d.get("cx"), d.get("cy")) for d in recall["dot"]] == [(f"{x}", f"{y}") for x, y in points]
+    [located] = recall["mark"]
+    assert [k.get("class") for k in recall["key dot"] + recall["key mark"]] == ["key dot", "key mark"]  # the legend
+    assert located.find(f"{SVG}title").text == "the runs: 2.00 files, recall 100.0%"
+    coverage = svg_parts((plots / "coverage.svg").read_text(encoding="utf-8"))
+    [bar] = coverage["bar"]
+    assert bar.find(f"{SVG}title").text == "50-60%: 1 run"  # the run covers half the gold lines
 
 
 def test_eval_chosen_runs_unknown_ids_and_the_harness_command(evaluation_setup, tmp_path, monkeypatch):

@@ -5,7 +5,8 @@ the same steps on the real ones, where the fetched repositories are present):
 A  an exact pin of the spec wins over the date (flask pins setuptools==70.0.0 of May 2024)
 B  tests that need the internet are recognized; --network gives them the network (requests)
 C  the install writes files the tests import (setuptools_scm's version file: pytest)
-D  the spec's pre-install file edits run; an apt-get names a system package (sphinx, astropy)
+D  the spec's pre-install file edits run; an apt-get names a system package (sphinx, astropy),
+   required, or only for some tests and then named while grading goes on (matplotlib)
 E  git submodules come from a local mirror, or "needs the internet" (astropy 1.3)
 F  a conda environment.yml as pip packages (xarray)
 G  the install runs at each instance's base commit (pylint-5859 needs toml there)
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from execfixtures import new_file_patch
+from execfixtures import new_file_patch, pyproject
 from gitfixtures import Submodule, commit_files, make_repo
 from magis_ray.actors.execution.conda import pip_equivalent
 from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, Recipe
@@ -33,18 +34,6 @@ from magis_ray.actors.swebench.grading import CustomSetup, grade, grading_limits
 
 pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
 PY = "3.11"
-PYPROJECT = """[build-system]
-requires = ["setuptools>=61"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "pkg"
-version = "0.1"
-dependencies = [{deps}]
-
-[tool.setuptools]
-packages = ["pkg"]
-"""
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +99,7 @@ def pypi_resolves() -> bool:
 def test_b_a_test_that_needs_the_internet_is_recognized_and_network_lets_it_run(caches):
     _, root = caches
     repo = root / "repos" / "net__net"
-    _, base = make_repo(repo, {"pyproject.toml": PYPROJECT.format(deps=""), "pkg/__init__.py": "HOST = 'pypi.org'\n"})
+    _, base = make_repo(repo, {"pyproject.toml": pyproject("pkg", []), "pkg/__init__.py": "HOST = 'pypi.org'\n"})
     test = new_file_patch("tests/test_net.py", "import socket\nfrom pkg import HOST\n\n\ndef test_dns():\n"
                                               "    assert socket.getaddrinfo(HOST, 443)\n")
     rec = record("net/net", base, {"f2p": ["tests/test_net.py::test_dns"]}, test_patch=test)
@@ -127,7 +116,7 @@ def test_b_a_patch_that_adds_a_dependency_needs_the_internet_to_install_again(ca
     index, which a sandboxed test run does not reach."""
     _, root = caches
     repo = root / "repos" / "dep__dep"
-    _, base = make_repo(repo, {"pyproject.toml": PYPROJECT.format(deps=""), "pkg/__init__.py": ""})
+    _, base = make_repo(repo, {"pyproject.toml": pyproject("pkg", []), "pkg/__init__.py": ""})
     patch = ("diff --git a/pyproject.toml b/pyproject.toml\n--- a/pyproject.toml\n+++ b/pyproject.toml\n"
              "@@ -7 +7 @@ version = \"0.1\"\n-dependencies = []\n+dependencies = [\"six\"]\n")
     test = new_file_patch("tests/test_six.py", "def test_six():\n    import six\n    assert six.PY3\n")
@@ -183,6 +172,27 @@ def test_d_pre_install_edits_run_and_a_system_package_must_be_on_the_machine(cac
     missing = TestbedRecipe(env=env, repo="edit/edit", commit=base, system_packages=("magis-ray-no-such-package",))
     with pytest.raises(SystemPackagesMissing, match="needs system packages not on this machine: magis-ray-no-such-package"):
         testbeds.get(missing, repo)
+
+
+def test_d_a_package_only_some_tests_use_is_named_and_grading_goes_on(caches, monkeypatch):
+    """matplotlib's spec installs texlive, ffmpeg and ImageMagick for some of its tests only: one
+    missing is named with its install command, and the instance is graded (those tests skip)."""
+    import dataclasses
+
+    from magis_ray.actors.swebench import grading
+
+    _, root = caches
+    repo = root / "repos" / "optional__optional"
+    _, base = make_repo(repo, {"pyproject.toml": pyproject("pkg", []), "pkg/__init__.py": ""})
+    test = new_file_patch("tests/test_one.py", "def test_one():\n    assert True\n")
+    rec = record("optional/optional", base, {"f2p": ["tests/test_one.py::test_one"]}, test_patch=test)
+    spec_for = grading.spec_for
+    monkeypatch.setattr(grading, "spec_for", lambda *args, **kwargs: dataclasses.replace(
+        spec_for(*args, **kwargs), optional_packages=("bash", "magis-ray-no-such-package")))
+    result = grade_custom(caches, rec, new_file_patch("NOTES", "a change\n"))
+    assert result.resolved, (result.error, result.output_tail)
+    assert result.warnings == ["some tests skip without the system packages magis-ray-no-such-package "
+                               "(apt-get install magis-ray-no-such-package)"]
 
 
 # --- E: git submodules ----------------------------------------------------------------------
@@ -244,8 +254,8 @@ dependencies:
 def test_g_the_install_runs_at_the_instances_base_commit(caches):
     _, root = caches
     path = root / "repos" / "later__later"
-    repo, setup_commit = make_repo(path, {"pyproject.toml": PYPROJECT.format(deps=""), "pkg/__init__.py": ""})
-    base = commit_files(repo, {"pyproject.toml": PYPROJECT.format(deps='"six"'),
+    repo, setup_commit = make_repo(path, {"pyproject.toml": pyproject("pkg", []), "pkg/__init__.py": ""})
+    base = commit_files(repo, {"pyproject.toml": pyproject("pkg", ["six"]),
                                "pkg/__init__.py": "import six\n\nTEXT = six.text_type\n"}, "pkg needs six from here on")
     test = new_file_patch("tests/test_text.py", "from pkg import TEXT\n\n\ndef test_text():\n    assert TEXT is str\n")
     rec = record("later/later", base, {"f2p": ["tests/test_text.py::test_text"]}, setup_commit=setup_commit, test_patch=test)
@@ -277,7 +287,7 @@ def test_h_pips_isolated_builds_do_not_see_the_environment(caches, tmp_path):
     setuptools builds in place of the project's (pylint 3.0 then installed as UNKNOWN-0.0.0)."""
     testbeds, root = caches
     repo = root / "repos" / "iso__iso"
-    _, base = make_repo(repo, {"pyproject.toml": PYPROJECT.format(deps=""), "pkg/__init__.py": ""})
+    _, base = make_repo(repo, {"pyproject.toml": pyproject("pkg", []), "pkg/__init__.py": ""})
     test = new_file_patch("tests/test_ok.py", "def test_ok():\n    pass\n")
     rec = record("iso/iso", base, {"f2p": ["tests/test_ok.py::test_ok"]}, test_patch=test)
     result = grade_custom(caches, rec, new_file_patch("NOTES", "a change\n"))

@@ -19,7 +19,7 @@ from magis_ray.actors.model.gateway import (
     PRICES_PATH,
 )
 from magis_ray.actors.model.scripted_server import Rule, Script, ScriptedServer
-from magis_ray.events.schema import LLMExchanged, Message
+from magis_ray.events.schema import LLMExchanged, Message, RoleModel
 
 SCHEMA = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
 
@@ -82,6 +82,7 @@ def test_a_missing_script_entry_is_the_scripts_gap_named_at_once_never_retried()
         event = exchange(gateway_for(server, max_retries=4), purpose="plan_tasks")
         assert server.count("plan_tasks") == 1
     assert event.error.startswith("script: no rule answers purpose='plan_tasks'")
+    assert event.failure == "script"
 
 
 def test_429_honors_retry_after():
@@ -98,6 +99,7 @@ def test_429_exhausted_reports_rate_limit():
     with ScriptedServer([Rule(status=429, reply="rate limited")]) as server:
         event = exchange(gateway_for(server, max_retries=1))
     assert event.error == "http 429: rate limited (after 2 tries)"
+    assert (event.failure, event.status) == ("http", 429)
 
 
 def test_retry_after_header_forms():
@@ -129,6 +131,7 @@ def test_connection_refused_ends_as_a_connection_error():
         port = probe.getsockname()[1]
     event = exchange(gateway_for(f"http://127.0.0.1:{port}/v1", max_retries=1))
     assert event.error.startswith("connection: ") and event.error.endswith("(after 2 tries)")
+    assert event.failure == "connection"
 
 
 def test_dropped_connection_is_retried():
@@ -266,11 +269,26 @@ def test_api_key_never_leaves_through_events_or_logs():
     assert secret not in repr(config) and secret not in str(gateway.config)
 
 
+def test_an_endpoint_served_here_costs_nothing_whatever_the_model_is_called():
+    # the scripted model and the bundled one are served on loopback (billed=False): a [models]
+    # table naming gpt-4o changes the name sent, not the price; a role sent to its own endpoint is
+    # priced by its model's name
+    with ScriptedServer([Rule(reply="ok")]) as here, ScriptedServer([Rule(reply="ok")]) as elsewhere:
+        routes = (RoleModel("developer", "gpt-4o"), RoleModel("qa", "gpt-4o", elsewhere.base_url))
+        gateway = gateway_for(here, billed=False, routes=routes)
+        free = [exchange(gateway), exchange(gateway, role="developer")]
+        priced = exchange(gateway, role="qa")
+    assert [(e.model, e.cost_usd) for e in free] == [("gpt-4o", 0.0), ("gpt-4o", 0.0)]
+    assert free[0].prompt_tokens > 0 and priced.cost_usd == pytest.approx(
+        (priced.prompt_tokens * 2.5 + priced.completion_tokens * 10.0) / 1e6)
+
+
 def test_defaults_from_environment(monkeypatch):
-    monkeypatch.setenv("MAGIS_MODEL", "local-llama")
+    # MAGIS_MODEL is a setting (cli/settings.py reads it); the gateway takes its config's model only
+    monkeypatch.setenv("MAGIS_MODEL", "not-the-gateway-s")
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with ScriptedServer([Rule(reply="ok")]) as server:
-        event = exchange(Gateway(GatewayConfig(base_url=server.base_url)))
+        event = exchange(Gateway(GatewayConfig(base_url=server.base_url, model="local-llama")))
         request = server.requests[0]
     assert event.model == "local-llama" and request.body["model"] == "local-llama"
     assert request.headers["authorization"] == "Bearer not-needed"
@@ -309,6 +327,7 @@ def test_an_overflow_without_a_known_context_is_not_retried():
         event = exchange(gateway_for(server), text="x" * 5000)
         assert server.count() == 1  # no context configured, none stated: nothing to fit to
     assert event.error.startswith("http 400: the request exceeds the available context size")
+    assert (event.failure, event.status) == ("http", 400)
     assert event.truncated_chars == 0
 
 

@@ -9,12 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from execfixtures import GOLD, TEST_PATCH, make_calc_repos, new_file_patch, record, write_dataset
+from waiting import wait_until
 from magis_ray.actors.execution.sandbox import bwrap_path
 from magis_ray.events.schema import GradingStarted, InstanceGraded, InstanceGradingStarted
 from magis_ray.store import open_store
@@ -205,15 +205,16 @@ def test_kill_9_then_the_same_command_grades_no_finished_instance_twice(setup, t
     args = grade_args(setup, dataset, store, "--gold", "--no-ray")
     env = {**os.environ, "MAGIS_LOG_LEVEL": "warning"}
     first = subprocess.Popen([*MAGIS, *args], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    graded: list = []
-    while not graded and first.poll() is None and time.monotonic() < deadline:
-        if (store / "events.sqlite3").exists():
-            try:
-                graded = [e for e in stream(store, "gold@calc") if isinstance(e, InstanceGraded)]
-            except Exception:  # noqa: BLE001 - the stream does not exist yet
-                graded = []
-        time.sleep(0.05)
+
+    def graded() -> list:
+        if not (store / "events.sqlite3").exists():
+            return []
+        try:
+            return [e for e in stream(store, "gold@calc") if isinstance(e, InstanceGraded)]
+        except Exception:  # noqa: BLE001 - the stream does not exist yet
+            return []
+
+    wait_until(graded, "the first instance is graded", timeout_s=300, while_running=first)
     first.send_signal(signal.SIGKILL)
     first.wait()
     before = stream(store, "gold@calc")

@@ -17,7 +17,7 @@ from magis_ray.events.schema import (
 )
 from magis_ray.store import open_store
 
-SETTINGS = RunSettings(top_k=3, max_review_rounds=2)
+SETTINGS = RunSettings(tests=False, top_k=3, max_review_rounds=2)
 
 
 def run_with(rules, calc_repo, tmp_path, timeout_s=5.0):

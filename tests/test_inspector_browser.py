@@ -5,7 +5,8 @@ divergence; search finds a rejecting review; a <script> in a problem statement i
 
     MAGIS_SCREENSHOTS=docs/images .venv/bin/python -m pytest tests/test_inspector_browser.py
 
-also writes the README's screenshots (inspector-runs.png, inspector-run.png) there."""
+also writes the README's screenshots (inspector-runs.png, inspector-run.png) there, and the failed- and
+live-run checks' pictures (inspector-failed-run.png, inspector-failed-task.png, inspector-live-run.png)."""
 from __future__ import annotations
 
 import os
@@ -16,7 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from inspecting import FIXED, MAGIS, REJECTED, env, make_store_with_grading, serve
+from inspecting import FIXED, MAGIS, REJECTED, env, serve
 from scenarios import MEAN_FIX, calc_issue, make_calc_repo, write_issue
 
 from magis_ray.actors.model.scripted_server import ScriptedServer
@@ -37,17 +38,6 @@ pytestmark = [
 SCRIPT = '<script>document.title="pwned"</script>'
 KEY = "sk-inspector-test-key-never-shown"
 WAIT_S = 180  # a loaded machine starts Ray slowly
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Path:
-    return make_store_with_grading(tmp_path_factory.mktemp("browser"))
-
-
-@pytest.fixture(scope="module")
-def url(store):
-    with serve(store) as base:
-        yield base
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +81,7 @@ def screenshot(driver, name: str, tmp: Path) -> None:
     assert len(data) > 30_000  # a blank page compresses to a few kilobytes
 
 
-def test_a_submitted_run_appears_and_finishes_live_with_its_script_shown_as_text(url, store, browser, tmp_path):
+def test_a_submitted_run_appears_and_finishes_live_with_its_script_shown_as_text(inspector_url, inspector_store, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
     repo = tmp_path / "calc"
@@ -104,12 +94,12 @@ def test_a_submitted_run_appears_and_finishes_live_with_its_script_shown_as_text
             released.wait(WAIT_S)
         return None
 
-    browser.get(url)
+    browser.get(inspector_url)
     wait_for(browser, lambda d: d.find_element(By.ID, "live-state").text == "live", "the list's event stream opens")
     browser.execute_script("window.notReloaded = true")
     with ScriptedServer([hold_reviews, ScriptedTeam({"calc/stats.py": [MEAN_FIX]})]) as model:
         submit = subprocess.Popen(
-            [*MAGIS, "submit", str(issue), "--store", str(store), "--base-url", model.base_url, "--model", "scripted",
+            [*MAGIS, "submit", str(issue), "--store", str(inspector_store), "--base-url", model.base_url, "--model", "scripted",
              "--tests", "off", "--timeout", str(WAIT_S)],
             cwd=tmp_path, env=env(OPENAI_API_KEY=KEY), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
@@ -147,10 +137,10 @@ def test_a_submitted_run_appears_and_finishes_live_with_its_script_shown_as_text
     browser.set_window_size(1400, 1000)
 
 
-def test_compare_marks_the_first_divergence(url, browser):
+def test_compare_marks_the_first_divergence(inspector_url, browser):
     from selenium.webdriver.common.by import By
 
-    browser.get(url + "compare")
+    browser.get(inspector_url + "compare")
     browser.find_element(By.NAME, "a").send_keys(REJECTED)
     browser.find_element(By.NAME, "b").send_keys(FIXED)
     browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
@@ -163,11 +153,11 @@ def test_compare_marks_the_first_divergence(url, browser):
     assert page_errors(browser) == []
 
 
-def test_search_finds_a_rejecting_review(url, browser):
+def test_search_finds_a_rejecting_review(inspector_url, browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    browser.get(url)
+    browser.get(inspector_url)
     box = browser.find_element(By.CSS_SELECTOR, "form.quick input[name=q]")
     box.send_keys("rejected mean")
     box.send_keys(Keys.ENTER)
@@ -178,3 +168,43 @@ def test_search_finds_a_rejecting_review(url, browser):
     wait_for(browser, lambda d: d.find_element(By.ID, "status").text == "finished", "the review's run opens")
     assert browser.execute_script("return location.hash").startswith("#v")
     assert page_errors(browser) == []
+
+
+def test_a_failed_run_and_a_live_run_show_why_and_what_they_are_doing(inspector_store, browser, tmp_path):
+    """Screenshots of a failed run (its reason in the header, a failed task's reason under it) and a
+    live run whose header says what it does now, and changes, without a reload, as events come."""
+    from selenium.webdriver.common.by import By
+
+    from magis_ray.events import schema as ev
+    from magis_ray.events.codec import new_event
+    from magis_ray.store import open_store
+
+    reason = "the model endpoint refused the connection (http://127.0.0.1:9/v1)"
+    started = ev.RunStarted(instance_id="calc__calc-9", repo="calc/calc", base_commit="c" * 40,
+                            problem_statement="mean() is wrong\n\nIt divides by n - 1.", settings=ev.RunSettings(tests=True))
+    with open_store(str(inspector_store)) as s:
+        s.append("failedrun1", 0, [new_event(started, "supervisor"), new_event(ev.RunFailed(reason=reason, error_type="ModelUnreachable"), "supervisor")])
+        s.append("liverun1", 0, [new_event(started, "supervisor")])
+    with serve(inspector_store) as base:
+        browser.get(f"{base}runs/failedrun1")
+        failure = wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, "#head .failure"), "the failure line")
+        assert reason in failure.text and failure.is_displayed()
+        assert browser.find_element(By.ID, "status").text == "failed"
+        screenshot(browser, "inspector-failed-run.png", tmp_path)
+        browser.get(f"{base}runs/{REJECTED}#task-T2")
+        task = wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, "#task-T2 .task-failure"), "the failed task's reason")
+        assert "Failed before any patch" in task.text and "no usable answer" in task.text and task.is_displayed()
+        screenshot(browser, "inspector-failed-task.png", tmp_path)
+
+        browser.get(f"{base}runs/liverun1")
+        doing = wait_for(browser, lambda d: d.find_element(By.ID, "doing"), "the live header")
+        assert "preparing the test environment" in doing.text and doing.is_displayed()
+        wait_for(browser, lambda d: d.find_element(By.ID, "live-state").text == "live", "the page's event stream opens")
+        screenshot(browser, "inspector-live-run.png", tmp_path)
+        browser.execute_script("window.notReloaded = true")
+        with open_store(str(inspector_store)) as s:
+            s.append("liverun1", 1, [new_event(ev.TestsRan(purpose="prepare", command="", outcome="passed", output="python 3.11 ready"), "qa")])
+        wait_for(browser, lambda d: "custodian: ranking files" in d.find_element(By.ID, "doing").text, "the header moves on")
+        assert browser.execute_script("return window.notReloaded") is True
+        assert page_errors(browser) == []
+        browser.get("about:blank")  # the page's event stream closes before its server stops

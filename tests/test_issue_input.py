@@ -20,7 +20,9 @@ BASE = "a" * 40
 def test_a_markdown_file_s_first_heading_is_the_title_and_the_statement_is_title_then_body():
     draft = read_issue(b"# mean() returns the wrong value\n\nIt divides by n - 1.\n\n## Steps\n1. call it\n", "issue.md")
     assert draft.title == "mean() returns the wrong value"
-    assert draft.problem_statement == "mean() returns the wrong value\nIt divides by n - 1.\n\n## Steps\n1. call it"
+    # the blank line between the title and the body is kept
+    assert draft.problem_statement == "mean() returns the wrong value\n\nIt divides by n - 1.\n\n## Steps\n1. call it"
+    assert read_issue(b"# t\nbody", "i.md").problem_statement == "t\nbody"  # and none is added
     assert (draft.instance_id, draft.repo, draft.base_commit) == ("", "", "")
 
 

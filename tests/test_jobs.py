@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import msgspec
@@ -15,6 +14,7 @@ import pytest
 from checks import assert_consistent_log
 from rayheads import ray_head_started
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, make_calc_repo
+from waiting import WaitTimedOut, wait_until
 
 from magis_ray.actors.code.diffs import file_diff
 from magis_ray.actors.code.edits import apply_edits
@@ -47,16 +47,20 @@ def ray_head():
 
 def wait_for_dashboard(client_factory, head: subprocess.Popen, address: str, headers: dict, root: str):
     """The JobSubmissionClient once the dashboard answers; skip, with Ray's reason, if it never will."""
-    deadline = time.monotonic() + START_TIMEOUT_S
     last = None
-    while time.monotonic() < deadline:
-        if head.poll() is not None:
-            break
+
+    def client():
+        nonlocal last
         try:
             return client_factory(address, headers=headers)
         except Exception as exc:  # noqa: BLE001 - connection refused while it starts
             last = exc
-            time.sleep(0.5)
+            return None
+
+    try:
+        return wait_until(client, "the Ray dashboard answers", timeout_s=START_TIMEOUT_S, poll_s=0.5, while_running=head)
+    except WaitTimedOut:
+        pass
     reason = f"the Ray dashboard at {address} never answered ({type(last).__name__}: {last})"
     logs = sorted((Path(root) / "ray").glob("session_*/logs/dashboard.*"))
     tail = "".join(p.read_text(errors="replace")[-2000:] for p in logs if p.suffix in (".err", ".log"))
@@ -95,12 +99,13 @@ def test_a_batch_submitted_as_a_ray_job_predicts_every_instance(ray_head, tmp_pa
             ),
             runtime_env={"working_dir": str(job_dir), "env_vars": {"MAGIS_LOG_LEVEL": "warning"}},
         )
-        deadline = time.monotonic() + JOB_TIMEOUT_S
-        while (status := client.get_job_status(job)) not in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
-            if time.monotonic() > deadline:
-                client.stop_job(job)
-                pytest.fail(f"the job did not finish in {JOB_TIMEOUT_S} s; its logs:\n{client.get_job_logs(job)}")
-            time.sleep(0.5)
+        ended = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
+        try:
+            status = wait_until(lambda: (s := client.get_job_status(job)) in ended and s, "the job ends",
+                                timeout_s=JOB_TIMEOUT_S, poll_s=0.5)
+        except WaitTimedOut:
+            client.stop_job(job)
+            pytest.fail(f"the job did not finish in {JOB_TIMEOUT_S} s; its logs:\n{client.get_job_logs(job)}")
         logs = client.get_job_logs(job)
         info = client.get_job_info(job)
         asked = server.count()

@@ -144,3 +144,24 @@ def test_every_module_imports_in_a_fresh_process():
     done = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == str(len(names))
+
+
+def test_every_folder_that_installs_is_a_declared_package():
+    """setuptools treats every folder under a package as a package: one holding only data (the
+    inspector's templates and static files) must be declared too, or `pip install` warns that it is
+    "absent from the `packages` configuration". Every file it holds must match its package-data."""
+    import fnmatch
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    declared, data = set(config["packages"]), config["package-data"]
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*")):
+            if not path.is_dir() or path.name == "__pycache__":
+                continue
+            package = ".".join(["magis_ray", *path.relative_to(ROOT).parts])
+            assert package in declared, f"{package} is installed but not in pyproject's packages"
+            for file in path.iterdir():
+                if file.is_file() and file.suffix not in (".py", ".pyc"):
+                    assert any(fnmatch.fnmatch(file.name, pattern) for pattern in data.get(package, [])), \
+                        f"{file.relative_to(ROOT)} is not in {package}'s package-data"

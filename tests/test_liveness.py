@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ import pytest
 from checks import assert_consistent_log
 from test_batch import batch_args, dataset, team as batch_team  # noqa: F401 - the dataset fixture
 from test_resume import EXPECTED_DIFF, issue_file, run, start, team, wait_for_events, wait_for_lease_expiry  # noqa: F401
+from waiting import wait_until
 
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.events.projections import final_diff, fold
@@ -150,38 +152,91 @@ def test_a_run_cut_off_before_its_first_event_is_said_to_have_never_started(tmp_
     assert code == 2 and err == "magis-ray: error: unknown run: fedcba987654\n"
 
 
+# A driver that holds run r1's lease with a two-second heartbeat, says its epoch, and ends once it
+# learns it lost the lease.
+HOLDING_DRIVER = """
+import sys, time
+from magis_ray.actors.runtime.liveness import Liveness
+
+with Liveness(sys.argv[1], ttl_s=2.0) as driver:
+    print(driver.take("r1"), flush=True)
+    while not driver.lost("r1"):
+        time.sleep(0.05)
+    print("lost r1", flush=True)
+"""
+
+
+def all_threads_stopped(pid: int) -> bool:
+    """Every thread of `pid` is stopped (state T): a SIGSTOP reaches each thread on its own."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        except (OSError, IndexError):
+            return False
+    return bool(states) and all(state == "T" for state in states)
+
+
+def pause_outside_a_write(process: subprocess.Popen, db: Path) -> None:
+    """SIGSTOP `process` at a moment it holds no write transaction on the store: paused inside one,
+    it would keep SQLite's write lock and block every other driver, which is not the stall meant
+    here. Stopped, then probed with a write of our own; resumed and tried again if the lock is held."""
+    def paused() -> bool:
+        os.kill(process.pid, signal.SIGSTOP)
+        wait_until(lambda: all_threads_stopped(process.pid), "every thread of the driver is stopped", poll_s=0.01)
+        probe = sqlite3.connect(db, timeout=0.2, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:  # paused mid-write: let it finish
+            os.kill(process.pid, signal.SIGCONT)
+            return False
+        finally:
+            probe.close()
+
+    wait_until(paused, "the driver is paused outside a write", poll_s=0.1)
+
+
 def test_a_heartbeat_keeps_a_lease_and_a_stalled_driver_learns_it_lost_it(tmp_path):
+    """The first driver is a process of its own, stalled for real (SIGSTOP: every thread, its
+    heartbeat too), then woken (SIGCONT)."""
     import time as clock
 
     from magis_ray.actors.runtime.liveness import Liveness, RunIsLive
+    from magis_ray.store.sqlite import DB_NAME
 
-    store = str(tmp_path / "store")
-    first, second = Liveness(store, ttl_s=2.0), Liveness(store, ttl_s=2.0)
+    store = tmp_path / "store"
+    open_store(str(store), create=True).close()
+    first = subprocess.Popen([sys.executable, "-c", HOLDING_DRIVER, str(store)], stdout=subprocess.PIPE, text=True)
+    second = Liveness(str(store), ttl_s=2.0)
     try:
-        epoch = first.take("r1")
-        deadline = clock.monotonic() + 60
+        epoch = int(first.stdout.readline())
         held_since = clock.time()
-        while clock.time() - held_since < 3 * first.ttl_s:  # thrice its length: only the heartbeat keeps it
-            with pytest.raises(RunIsLive, match=r"run r1 is still running on .*, pid \d+, last seen \d+s ago"):
+        while clock.time() - held_since < 3 * second.ttl_s:  # thrice its length: only the heartbeat keeps it
+            with pytest.raises(RunIsLive, match=rf"run r1 is still running on .*, pid {first.pid}, last seen \d+s ago"):
                 second.take("r1")
             clock.sleep(0.2)
-        first._stop.set()  # the first driver stalls: no more heartbeats
-        first._thread.join()
-        while True:
+        pause_outside_a_write(first, store / DB_NAME)  # the first driver stalls: no more heartbeats
+
+        def taken() -> int | None:
             try:
-                assert second.take("r1") == epoch + 1
-                break
+                return second.take("r1")
             except RunIsLive:
-                assert clock.monotonic() < deadline
-                clock.sleep(0.1)
-        first._stop.clear()
-        first._thread = __import__("threading").Thread(target=first._beat, daemon=True)
-        first._thread.start()  # it wakes up
-        while not first.lost("r1"):
-            assert clock.monotonic() < deadline
-            clock.sleep(0.05)
+                return None
+
+        assert wait_until(taken, "the second driver takes the stalled one's lease", poll_s=0.1) == epoch + 1
+        os.kill(first.pid, signal.SIGCONT)  # it wakes up
+        wait_until(lambda: first.poll() is not None, "the woken driver learns it lost the lease and ends")
+        assert first.returncode == 0 and first.stdout.read() == "lost r1\n"
+        with open_store(str(store)) as s:
+            [lease] = s.leases("r1")
+        assert lease.owner == second.owner and lease.epoch == epoch + 1  # the woken driver left the new holder's lease alone
     finally:
-        first.close()
+        if first.poll() is None:
+            first.kill()
+        first.wait()
+        first.stdout.close()
         second.close()
 
 
@@ -208,10 +263,8 @@ def test_a_holder_on_this_host_is_alive_until_its_pid_is_gone_or_another_process
         assert holder_state(msgspec.structs.replace(lease, pid_space="another-boot/pid:[1]")) == "unknown"  # a container, a reboot
         assert holder_state(msgspec.structs.replace(lease, started=0, pid_space="")) == "unknown"  # a lease from before start times
         child.kill()
-        deadline = time.monotonic() + 60
-        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(lambda: Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z",
+                   "the killed child is a zombie", poll_s=0.02)
         assert holder_state(lease) == "dead"  # killed, not yet reaped
     finally:
         child.kill()

@@ -14,10 +14,10 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from magis_ray.actors.model import local_model
 from magis_ray.actors.model.gateway import FIT_CHARS_PER_TOKEN, Gateway, GatewayConfig, estimate_tokens
@@ -99,10 +99,7 @@ def test_a_server_that_dies_mid_run_ends_the_next_exchange_with_a_connection_err
         gateway = gateway_for(server)
         assert exchange(gateway, REVIEW).error == ""
         os.kill(server.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 15
-        while server.alive():  # its threads take a moment to end
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: not server.alive(), "the killed server's threads end")
         event = exchange(gateway, REVIEW)
     assert event.error.startswith("connection: "), event.error  # the roles' ModelUnavailable: resumable
     assert event.answer == "" and event.prompt_tokens == 0
@@ -194,8 +191,5 @@ def _running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _wait_gone(pid: int, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while _running(pid):
-        assert time.monotonic() < deadline, f"process {pid} still running after {timeout_s} s"
-        time.sleep(0.05)
+def _wait_gone(pid: int) -> None:
+    wait_until(lambda: not _running(pid), f"process {pid} ends")

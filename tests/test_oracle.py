@@ -142,7 +142,7 @@ def test_the_oracle_reproduces_the_gold_patch_through_the_whole_pipeline(case, c
     repo, base, repo_path = confkit
     patch = gold_patch(repo, base, CASES[case], tmp_path / "gold-work")
     instance = instance_for(base, patch)
-    end, events = run(instance, repo_path, tmp_path, RunSettings(top_k=3))
+    end, events = run(instance, repo_path, tmp_path, RunSettings(tests=False, top_k=3))
 
     assert isinstance(end, RunFinished) and end.outcome == "patched"
     diff = final_diff(fold(events))
@@ -159,9 +159,9 @@ def test_gold_files_bm25_misses_still_get_their_tasks(confkit, tmp_path):
     changes = CASES["several-files"]
     patch = gold_patch(repo, base, changes, tmp_path / "gold-work")
     instance = instance_for(base, patch, issue="to_bytes gives wrong unit FACTORS for mb.")  # words of units.py only
-    oracle = build_oracle(instance, str(repo_path), RunSettings(top_k=1))
+    oracle = build_oracle(instance, str(repo_path), RunSettings(tests=False, top_k=1))
     assert oracle.candidates == ["confkit/units.py"] and oracle.team.relevant == {"confkit/units.py"}
-    end, events = run(instance, repo_path, tmp_path, RunSettings(top_k=1))
+    end, events = run(instance, repo_path, tmp_path, RunSettings(tests=False, top_k=1))
     assert isinstance(end, RunFinished) and end.outcome == "patched"
     [located] = [e.event for e in events if isinstance(e.event, FilesLocated)]
     assert located.paths == oracle.candidates[:1]
@@ -174,7 +174,7 @@ def test_more_gold_files_than_the_custodian_keeps(confkit, tmp_path):
     repo, base, repo_path = confkit
     patch = gold_patch(repo, base, CASES["several-files"], tmp_path / "gold-work")
     instance = instance_for(base, patch)
-    end, events = run(instance, repo_path, tmp_path, RunSettings(top_k=3, max_files=1))
+    end, events = run(instance, repo_path, tmp_path, RunSettings(tests=False, top_k=3, max_files=1))
     [located] = [e.event for e in events if isinstance(e.event, FilesLocated)]
     assert len(located.paths) == 1
     assert compare_with_gold(str(repo_path), instance, final_diff(fold(events))).identical
@@ -188,10 +188,10 @@ def test_a_gold_patch_removing_the_final_newline_is_a_named_limit(confkit, tmp_p
     patch = gold_patch(repo, base, changes, tmp_path / "gold-work")
     assert "\\ No newline at end of file" in patch
     instance = instance_for(base, patch)
-    assert build_oracle(instance, str(repo_path), RunSettings(top_k=3)).limits == {
+    assert build_oracle(instance, str(repo_path), RunSettings(tests=False, top_k=3)).limits == {
         "confkit/parser.py": "ends without the final newline apply_edits gives it"
     }
-    end, events = run(instance, repo_path, tmp_path, RunSettings(top_k=3))
+    end, events = run(instance, repo_path, tmp_path, RunSettings(tests=False, top_k=3))
     comparison = compare_with_gold(str(repo_path), instance, final_diff(fold(events)))
     assert comparison.applies and comparison.differing == ("confkit/parser.py",)
 

@@ -69,11 +69,6 @@ def summary(stdout: str) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in stdout.splitlines() if ":" in line)}
 
 
-@pytest.fixture(scope="module")
-def env_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("envs")
-
-
 # --- the README, as printed ----------------------------------------------------------------------
 
 
@@ -115,6 +110,7 @@ def test_your_own_repository_as_the_readme_says(tmp_path, env_cache):
     assert [c[:2] for c in commands] == [["magis-ray", "submit"], ["magis-ray", "apply"], ["magis-ray", "audit"]]
 
     repo, base = user_clone(tmp_path / "calc", project_files())  # a fresh repository, as `git init` and `git commit` make it
+    git("remote", "add", "origin", "https://example.com/calc.git", cwd=repo)  # where the branch would be pushed
     assert pytest_in(repo).returncode == 1  # its test of mean() fails: the bug is real
     (repo / name).write_text(issue_text + "\n")
     (repo / "README.md").write_text("# calc\n\nWork in progress.\n")  # an uncommitted change the run does not see
@@ -160,7 +156,7 @@ def test_your_own_repository_as_the_readme_says(tmp_path, env_cache):
     assert [line for line in pr.stdout.splitlines() if line.startswith("### ")] == [
         "### The issue", "### The plan", "### Changes", "### Tests", "### Cost"]
     assert "#### `calc/stats.py`" in pr.stdout and "+    return total / len(values)" in pr.stdout
-    assert "| before the change | reproduction test (must fail) | failed | 0 | 1 |" in pr.stdout
+    assert "| before the change | reproduction test (must fail) | failed as expected | 0 | 1 |" in pr.stdout
     assert re.search(r"\| with the change \| tests of the patch: `[^`]*` \| passed \| 3 \| 0 \|", pr.stdout), pr.stdout
     assert f"audit {run_id}` (.magis/runs/{run_id}/audit.html)" in pr.stdout
 
@@ -223,8 +219,8 @@ def test_a_run_without_a_patch_a_failed_one_and_one_still_running_are_refused(tm
     env = environment()
     before = snapshot(repo)
     apply = ["apply", "--store", str(store), "--branch", "fix/x"]
-    one_line_error(magis([*apply, "nopatch00001"], repo, env), "run nopatch00001 has no patch (no file needs a change)")
-    one_line_error(magis([*apply, "failed000001"], repo, env), "run failed000001 failed (token budget exhausted)")
+    one_line_error(magis([*apply, "nopatch00001"], repo, env), "run nopatch00001 has no patch to apply: no file needs a change")
+    one_line_error(magis([*apply, "failed000001"], repo, env), "run failed000001 has no patch to apply: run failed: token budget exhausted")
     with Liveness(str(store)) as liveness:  # a driver holds the run: it is still running
         liveness.take("running00001")
         one_line_error(magis([*apply, "running00001"], repo, env), "run running00001 is still running on", f"pid {os.getpid()}")

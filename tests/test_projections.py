@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import msgspec
+import pygit2
 import pytest
 from gitfixtures import checkout, git, read_tree_files
 from runs import BASE_TIME, INSTANCE_ID, MODEL, TIME_STEP, constructed_run, fixed_new_events, intended_files, read_base
-from scenarios import make_calc_repo
 
 from magis_ray.events import schema as ev
 from magis_ray.events.codec import decode_recorded, encode
@@ -25,14 +25,6 @@ from magis_ray.store.sqlite import SQLiteStore
 
 GOLDEN = Path(__file__).parent / "golden"
 STATS, TEXTS = "calc/stats.py", "calc/texts.py"
-
-
-@pytest.fixture
-def calc(tmp_path):
-    """(pygit2 repository, its path, base commit id) of the calc project."""
-    path = tmp_path / "calc"
-    repo, base = make_calc_repo(path)
-    return repo, path, base
 
 
 def record(pairs, run_id: str = "run1") -> list[ev.Recorded]:
@@ -53,8 +45,8 @@ def projections(view: RunView) -> dict:
 
 
 @pytest.mark.parametrize("variant", [{}, {"fix_texts": True}, {"interrupted": True}], ids=["t2-fails", "both-fixed", "resumed"])
-def test_projections_rebuilt_from_the_sqlite_log_equal_the_live_ones(tmp_path, calc, variant):
-    _, repo_path, base = calc
+def test_projections_rebuilt_from_the_sqlite_log_equal_the_live_ones(tmp_path, calc_repo, variant):
+    repo_path, base = calc_repo
     pairs = constructed_run(repo_path, base, **variant)
     # Real clock times with awkward fractions, as a live run has them.
     new = fixed_new_events(pairs, start=time.time(), step=0.1234567)
@@ -90,10 +82,10 @@ def test_projections_rebuilt_from_the_sqlite_log_equal_the_live_ones(tmp_path, c
 
 
 @pytest.mark.parametrize("fix_texts", [False, True], ids=["one-file", "two-files"])
-def test_the_diff_applies_to_a_checkout_of_the_base_commit_and_gives_the_intended_files(tmp_path, calc, fix_texts):
-    repo, repo_path, base = calc
+def test_the_diff_applies_to_a_checkout_of_the_base_commit_and_gives_the_intended_files(tmp_path, calc_repo, fix_texts):
+    repo_path, base = calc_repo
     diff = final_diff(fold(record(constructed_run(repo_path, base, fix_texts=fix_texts))))
-    work = checkout(repo, base, tmp_path / "work")
+    work = checkout(pygit2.Repository(str(repo_path)), base, tmp_path / "work")
     before = read_tree_files(work)
     patch = tmp_path / "fix.patch"
     patch.write_text(diff)
@@ -111,8 +103,8 @@ def test_the_diff_applies_to_a_checkout_of_the_base_commit_and_gives_the_intende
         git("apply", "--check", str(patch), cwd=work)
 
 
-def test_the_diff_lists_files_in_path_order_each_once(calc):
-    _, repo_path, base = calc
+def test_the_diff_lists_files_in_path_order_each_once(calc_repo):
+    repo_path, base = calc_repo
     view = fold(record(constructed_run(repo_path, base, fix_texts=True)))
     headers = [line for line in final_diff(view).splitlines() if line.startswith("diff --git ")]
     assert headers == [f"diff --git a/{STATS} b/{STATS}", f"diff --git a/{TEXTS} b/{TEXTS}"]
@@ -138,8 +130,8 @@ def _sums(exchanges: list[tuple[str, ev.LLMExchanged]]) -> dict:
 COUNTERS = ("calls", "failed_calls", "prompt_tokens", "completion_tokens", "cost_usd", "llm_seconds")
 
 
-def test_metrics_add_up_per_role_and_per_step(calc):
-    _, repo_path, base = calc
+def test_metrics_add_up_per_role_and_per_step(calc_repo):
+    repo_path, base = calc_repo
     pairs = constructed_run(repo_path, base)
     m = metrics(fold(record(pairs)))
     exchanges = [(actor, e) for actor, e in pairs if isinstance(e, ev.LLMExchanged)]
@@ -179,9 +171,9 @@ def _with_t2_status(pairs, status: str):
 
 
 @pytest.mark.parametrize("status", ["approved", "unreviewed", "unapproved", "failed"])
-def test_a_task_that_failed_contributes_no_diff(calc, status):
+def test_a_task_that_failed_contributes_no_diff(calc_repo, status):
     """T2 has a real patch for calc/texts.py; only the status "failed" keeps it out of the diff."""
-    _, repo_path, base = calc
+    repo_path, base = calc_repo
     pairs = _with_t2_status(constructed_run(repo_path, base, fix_texts=True), status)
     view = fold(record(pairs))
     t2_patch = next(e for _, e in pairs if isinstance(e, ev.PatchProposed) and e.task_id == "T2")
@@ -198,8 +190,8 @@ def test_a_task_that_failed_contributes_no_diff(calc, status):
     assert audit_json(view)["files_changed"] == changed_files(view)
 
 
-def test_the_constructed_failed_task_has_a_step_failure_and_no_patch(calc):
-    _, repo_path, base = calc
+def test_the_constructed_failed_task_has_a_step_failure_and_no_patch(calc_repo):
+    repo_path, base = calc_repo
     view = fold(record(constructed_run(repo_path, base)))
     t2 = view.tasks["T2"]
     assert t2.finished.status == "failed" and t2.patches == [] and t2.final_patch is None
@@ -238,8 +230,8 @@ def _resume_scenario(repo_path, base):
     return recs[:cut], recs[cut : cut + n], recs[cut + n], recs[cut + n + 1 :]
 
 
-def test_run_resumed_supersedes_the_events_after_the_kept_version(calc):
-    _, repo_path, base = calc
+def test_run_resumed_supersedes_the_events_after_the_kept_version(calc_repo):
+    repo_path, base = calc_repo
     prefix, superseded, resumed, rest = _resume_scenario(repo_path, base)
     full = fold(prefix + superseded + [resumed] + rest)
 
@@ -258,8 +250,8 @@ def test_run_resumed_supersedes_the_events_after_the_kept_version(calc):
     assert "README.md" in final_diff(ignored) and "README.md" not in final_diff(full)
 
 
-def test_run_resumed_applied_live_and_a_second_resume_to_an_earlier_version(calc):
-    _, repo_path, base = calc
+def test_run_resumed_applied_live_and_a_second_resume_to_an_earlier_version(calc_repo):
+    repo_path, base = calc_repo
     prefix, superseded, resumed, rest = _resume_scenario(repo_path, base)
     # A second failure in the middle of `rest`, resumed from a version inside `prefix`:
     # everything after that version, the first RunResumed included, is superseded.
@@ -281,8 +273,8 @@ def test_run_resumed_applied_live_and_a_second_resume_to_an_earlier_version(calc
 # --- prediction -------------------------------------------------------------------------------------
 
 
-def test_prediction_has_exactly_the_swe_bench_keys(calc):
-    _, repo_path, base = calc
+def test_prediction_has_exactly_the_swe_bench_keys(calc_repo):
+    repo_path, base = calc_repo
     view = fold(record(constructed_run(repo_path, base)))
     p = prediction(view)
     assert set(p) == {"instance_id", "model_name_or_path", "model_patch"}

@@ -116,9 +116,13 @@ def test_a_blob_id_is_not_a_commit(history):
 
 
 def test_not_a_repository(tmp_path, history):
+    (tmp_path / "plain").mkdir()
     with pytest.raises(RepoError) as caught:
         RepoSnapshot.open(tmp_path / "plain", "HEAD")
     assert str(caught.value) == f"not a git repository: {tmp_path / 'plain'}"
+    with pytest.raises(RepoError) as caught:
+        RepoSnapshot.open(tmp_path / "gone", "HEAD")
+    assert str(caught.value) == f"{tmp_path / 'gone'} does not exist"
     # a folder inside a repository is not that repository
     *_, path = history
     (path / "sub").mkdir()
@@ -212,7 +216,7 @@ def test_find_repo(tmp_path, history):
         find_repo("other/name", repos_dir=swe)
     with pytest.raises(RepoError, match="no clone of owner/name: give"):
         find_repo("owner/name")
-    with pytest.raises(RepoError, match="not a git repository"):
+    with pytest.raises(RepoError, match="missing does not exist"):
         find_repo("owner/name", repo_path=tmp_path / "missing", repos_dir=swe)
     with pytest.raises(RepoError, match="owner/name"):
         find_repo("just-a-name", repos_dir=swe)

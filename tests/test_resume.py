@@ -15,6 +15,7 @@ from checks import assert_consistent_log
 from conftest import interruptible
 from processes import cmdline_of, tree_of
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, write_issue
+from waiting import GENEROUS_S, wait_until
 
 from magis_ray.actors.code.diffs import file_diff
 from magis_ray.actors.code.edits import apply_edits
@@ -49,29 +50,27 @@ def run(args, cwd, timeout=180, env_extra=None):
     return proc.returncode, out, err
 
 
-def wait_for_events(store_path: Path, at_least: int, timeout=120) -> str:
+def wait_for_events(store_path: Path, at_least: int, timeout=GENEROUS_S) -> str:
     """The run id once the store's only run holds `at_least` events."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def run_long_enough() -> str | None:
         if (store_path / "events.sqlite3").exists():
             with open_store(str(store_path)) as store:
                 runs = store.list_runs()
                 if runs and runs[0].version >= at_least:
                     return runs[0].run_id
-        time.sleep(0.05)
-    raise AssertionError(f"the run never reached {at_least} events")
+        return None
+
+    return wait_until(run_long_enough, f"the run reaches {at_least} events", timeout_s=timeout)
 
 
-def wait_for_lease_expiry(store_path: Path, run_id: str, timeout=60) -> None:
+def wait_for_lease_expiry(store_path: Path, run_id: str, timeout=GENEROUS_S) -> None:
     """A stopped (or far away) driver renews its lease no more; wait until the store says it has run out."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def expired() -> bool:
         with open_store(str(store_path)) as store:
             [lease] = store.leases(run_id)
-        if not lease.live(time.time()):
-            return
-        assert time.monotonic() < deadline, "the dead driver's lease never expired"
-        time.sleep(0.1)
+        return not lease.live(time.time())
+
+    wait_until(expired, "the dead driver's lease expires", timeout_s=timeout, poll_s=0.1)
 
 
 def requests_of(server, since=0):
@@ -190,15 +189,14 @@ def test_a_developer_actor_killed_mid_task_is_recreated_from_the_log(calc_repo, 
     result = {}
     with ScriptedServer(scripted) as server:
         worker = threading.Thread(target=lambda: result.setdefault("end", run_issue(
-            store_path=str(store), issue=calc_issue(repo_path, base), settings=RunSettings(top_k=3), repo_path=str(repo_path),
+            store_path=str(store), issue=calc_issue(repo_path, base), settings=RunSettings(tests=False, top_k=3), repo_path=str(repo_path),
             gateway_config=GatewayConfig(base_url=server.base_url, api_key="k", model="m"), run_id="victim",
         )))
         worker.start()
         try:
-            deadline = time.monotonic() + 60
-            while not any(r.purpose == "locate_lines" for r in server.requests):  # design_qa is recorded by then
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+            # design_qa is recorded by then
+            wait_until(lambda: any(r.purpose == "locate_lines" for r in server.requests), "a Developer asks locate_lines",
+                       while_running=worker)
             [pid] = developer_actor_pids()
             os.kill(pid, signal.SIGKILL)
         finally:

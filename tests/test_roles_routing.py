@@ -62,7 +62,7 @@ def test_a_step_the_script_has_no_answer_for_stops_the_run_naming_it(calc_repo, 
     # the scripted team answers every step but writing the code
     with ScriptedServer(Script([lambda request: None if request.purpose == "write_code" else team(request)])) as server:
         llm = LocalLLM(Gateway(GatewayConfig(base_url=server.base_url, api_key="k", model="m", max_retries=4)))
-        end = run_in_process(store=store, issue=calc_issue(repo_path, base), settings=RunSettings(top_k=3), repo_path=str(repo_path),
+        end = run_in_process(store=store, issue=calc_issue(repo_path, base), settings=RunSettings(tests=False, top_k=3), repo_path=str(repo_path),
                              llm=llm, run_id="r")
         llm.close()
         asked = server.count("write_code")

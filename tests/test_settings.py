@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from magis_ray.cli.settings import Layer, project_layer, resolve, role_flags, role_models, user_layer
-from magis_ray.cli.source import BadInput
+from magis_ray.cli.settings import (
+    Layer, Settings, env_layer, flag_layer, project_layer, resolve, role_flags, role_models, user_layer, value_of,
+)
+from magis_ray.cli.errors import BadInput
 
 MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
 KEY = "sk-never-shown-0042"
@@ -26,10 +28,11 @@ def write(path: Path, text: str) -> Path:
 def test_each_layer_gives_way_to_the_one_before_it(tmp_path):
     project = Layer("project p", values={"top-k": 4, "max-files": 4, "model": "m-project", "tests": "off"})
     user = Layer("user u", values={"top-k": 5, "max-files": 5, "max-review-rounds": 5, "candidates": 5})
-    defaults = {"top-k": 10, "max-files": 3, "max-review-rounds": 3, "candidates": 1, "model": "", "tests": "on", "timeout": 120.0}
-    env = {"MAGIS_MAX_FILES": "7", "MAGIS_MODEL": "m-env", "MAGIS_TIMEOUT": "30"}
-    got = resolve({"model": "m-flag"}, env, [project, user], defaults)
-    assert {k: (r.value, r.source) for k, r in got.items()} == {
+    env = env_layer({"MAGIS_MAX_FILES": "7", "MAGIS_MODEL": "m-env", "MAGIS_TIMEOUT": "30"})
+    got = resolve([flag_layer({"model": "m-flag"}), env, project, user])
+    assert isinstance(got.settings, Settings)
+    assert {key: (value_of(got.settings, key), got.source(key)) for key in (
+        "model", "top-k", "max-files", "max-review-rounds", "candidates", "tests", "timeout", "rpm")} == {
         "model": ("m-flag", "flag --model"),
         "top-k": (4, "project p"),
         "max-files": (7, "env MAGIS_MAX_FILES"),
@@ -37,7 +40,21 @@ def test_each_layer_gives_way_to_the_one_before_it(tmp_path):
         "candidates": (5, "user u"),
         "tests": ("off", "project p"),
         "timeout": (30.0, "env MAGIS_TIMEOUT"),
+        "rpm": (0, "default"),
     }
+
+
+@pytest.mark.parametrize("environ, says", [
+    ({"MAGIS_TOP_K": "ten"}, "MAGIS_TOP_K='ten': top-k must be an integer"),
+    ({"MAGIS_TOP_K": "0"}, "MAGIS_TOP_K='0': top-k must be at least 1"),
+    ({"MAGIS_SANDBOX": "docker"}, "MAGIS_SANDBOX='docker': sandbox must be one of bwrap, none"),
+    ({"MAGIS_LLM": "gpt"}, "MAGIS_LLM='gpt': llm must be one of auto, local, openai, scripted:FILE, not 'gpt'"),
+    ({"MAGIS_LLM": "scripted:"}, "llm must be one of auto, local, openai, scripted:FILE, not 'scripted:'"),
+])
+def test_a_bad_environment_variable_is_one_line_naming_it(environ, says):
+    with pytest.raises(BadInput) as caught:
+        env_layer(environ)
+    assert says in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_magis_toml_comes_before_pyproject_and_a_script_is_found_beside_the_file(tmp_path):
@@ -57,6 +74,7 @@ def test_magis_toml_comes_before_pyproject_and_a_script_is_found_beside_the_file
     ('openai-api-key = "sk-x"', "does not belong in a settings file"),
     ("top-k = 'ten'", "top-k must be an integer, not 'ten'"),
     ("tests = 'sometimes'", "tests must be one of on, off"),
+    ("llm = 'bogus'", "llm must be one of auto, local, openai, scripted:FILE, not 'bogus'"),
     ("topk = 3", "unknown setting 'topk'"),
     ("[models]\ntester = 'm'", "[models] has no role 'tester'"),
     ("[models]\ndeveloper = { model = 'm', temperature = 1 }", "takes model and base-url, not 'temperature'"),
@@ -70,14 +88,14 @@ def test_a_bad_file_is_one_line_naming_the_file(tmp_path, text, says):
 
 
 def test_role_models_from_flags_and_files():
-    flags = {**role_flags(("developer=big",), "--role-model"), **role_flags(("developer=http://h/v1",), "--role-base-url")}
-    got = resolve(flags, {"MAGIS_MODEL_QA": "reviewer"}, [Layer("p", values={"models.custodian": "small"})], {})
+    flags = flag_layer({**role_flags(("developer=big",), "--role-model"), **role_flags(("developer=http://h/v1",), "--role-base-url")})
+    got = resolve([flags, env_layer({"MAGIS_MODEL_QA": "reviewer"}), Layer("p", values={"models.custodian": "small"})])
     assert [(r.role, r.model, r.base_url) for r in role_models(got)] == [
         ("custodian", "small", ""), ("developer", "big", "http://h/v1"), ("qa", "reviewer", "")]
     with pytest.raises(BadInput, match="ROLE=VALUE"):
         role_flags(("tester=m",), "--role-model")
     with pytest.raises(BadInput, match="give the role a model"):
-        role_models(resolve({}, {"MAGIS_BASE_URL_QA": "http://h/v1"}, [], {}))
+        role_models(resolve([env_layer({"MAGIS_BASE_URL_QA": "http://h/v1"})]))
 
 
 def config(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -15,6 +15,7 @@ from checks import assert_consistent_log
 from rayheads import ray_head_started
 from scenarios import BOTH_ISSUE, calc_issue, write_issue
 from test_resume import EXPECTED_DIFF, team
+from waiting import wait_until
 
 from magis_ray.actors.model import prompting
 from magis_ray.actors.model.gateway import GatewayConfig
@@ -56,13 +57,15 @@ def joined(env, cwd, timeout=600):
     `timeout` bounds a hang, not a start: on a loaded machine one attempt alone can take minutes
     (a driver gives up on a GCS that is not up yet only after a minute of trying)."""
     deadline = time.monotonic() + timeout
-    while True:
-        proc = subprocess.run([*MAGIS, "stop", "--store", str(cwd / "no-store")], env=env, cwd=cwd, capture_output=True,
-                              text=True, timeout=max(deadline - time.monotonic(), 1))
-        if proc.returncode == 0:
-            return proc.stdout
-        assert time.monotonic() < deadline, proc.stderr
-        time.sleep(0.5)
+    attempts: list[subprocess.CompletedProcess] = []
+
+    def attempt() -> str:
+        attempts.append(subprocess.run([*MAGIS, "stop", "--store", str(cwd / "no-store")], env=env, cwd=cwd,
+                                       capture_output=True, text=True, timeout=max(deadline - time.monotonic(), 1)))
+        return attempts[-1].stdout if attempts[-1].returncode == 0 else ""
+
+    return wait_until(attempt, lambda: f"a driver joins the head; the last attempt said: {attempts[-1].stderr}",
+                      timeout_s=timeout, poll_s=0.5)
 
 
 def stop(store: str, env, cwd) -> str:

@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from magis_ray.events.codec import new_event
 from magis_ray.events.schema import MeetingUtterance, Recorded, RunStarted
@@ -48,8 +49,11 @@ def assert_whole_batches(events: list[Recorded], size: int) -> None:
 def test_two_processes_append_to_their_own_runs_and_to_a_shared_run(tmp_path):
     path, go = tmp_path / ".magis", tmp_path / "go"
     SQLiteStore.open(path, create=True).close()
-    procs = [writer(path, name, 40, 5, "--shared", "shared", "--go", str(go), "--think", "0.002") for name in ("w1", "w2")]
-    time.sleep(0.5)  # both have started Python and opened the store; then let them race
+    ready = [tmp_path / f"{name}.ready" for name in ("w1", "w2")]
+    procs = [writer(path, name, 40, 5, "--shared", "shared", "--go", str(go), "--ready", str(flag), "--think", "0.002")
+             for name, flag in zip(("w1", "w2"), ready)]
+    # both have started Python and opened the store; then let them race
+    wait_until(lambda: all(flag.exists() for flag in ready), "both writers have opened the store")
     go.touch()
     outputs = [p.communicate(timeout=120) for p in procs]
     conflicts = 0
@@ -253,10 +257,8 @@ def test_a_store_being_created_by_another_process_is_never_half_there(tmp_path):
     try:
         for folder in folders:
             db = folder / "events.sqlite3"
-            deadline = time.monotonic() + 60
-            while not db.exists():
-                assert time.monotonic() < deadline and creator.poll() in (None, 0), creator.stderr.read()
-                time.sleep(0.001)
+            wait_until(db.exists, lambda: f"{db} appears; the creator said: {creator.stderr.read()}", poll_s=0.001,
+                       while_running=creator)
             with open_store(str(folder)) as store:
                 assert store.list_runs() == []
     finally:

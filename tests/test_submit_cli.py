@@ -14,8 +14,6 @@ from scenarios import MEAN_FIX, calc_issue, write_issue
 
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
-from magis_ray.events.schema import RunFailed
-from magis_ray.store import open_store
 
 MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
 
@@ -46,6 +44,11 @@ def test_submit_fixes_the_bug_and_the_failing_test_passes(calc_repo, tmp_path):
     with ScriptedServer(ScriptedTeam({"calc/stats.py": [MEAN_FIX]})) as server:
         result = magis("submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "scripted", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
+    # progress on stderr as plain lines, one per phase the run went through long enough to be seen
+    # (RunSummary's stage, as the inspector shows it); stdout keeps the summary alone
+    progress = [line.strip() for line in result.stderr.splitlines() if line.startswith("  ")]
+    assert progress and progress[0] in ("starting the team", "preparing the test environment"), result.stderr
+    assert "\x1b" not in result.stderr and not any(line.startswith("  ") for line in result.stdout.splitlines())
     lines = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)
     assert lines["outcome"].strip() == "patched"
     diff_path = tmp_path / lines["diff"].strip()
@@ -78,17 +81,17 @@ def test_a_path_that_is_no_git_repository(tmp_path):
     assert_one_line_error(magis("submit", str(issue), cwd=tmp_path), "not a git repository")
 
 
+def test_an_unknown_llm_is_refused_before_anything_starts(tmp_path):
+    # no issue read, no store made, Ray not even imported: the flag is checked first
+    code = ("import atexit, runpy, sys; atexit.register(lambda: print('ray imported:', 'ray' in sys.modules, file=sys.stderr)); "
+            "sys.argv = ['magis-ray', 'submit', 'missing.md', '--store', 'store', '--llm', 'bogus']; "
+            "runpy.run_module('magis_ray.cli.main', run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert_one_line_error(result, "--llm: llm must be one of auto, local, openai, scripted:FILE, not 'bogus'")
+    assert "ray imported: False" in result.stderr and not (tmp_path / "store").exists()
+
+
 def test_a_base_commit_that_is_not_in_the_repository(calc_repo, tmp_path):
     repo_path, _ = calc_repo
     issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, "0" * 40))
     assert_one_line_error(magis("submit", str(issue), cwd=tmp_path), "not found")
-
-
-def test_no_reachable_model_fails_the_run_and_says_how_to_resume(calc_repo, tmp_path):
-    repo_path, base = calc_repo
-    issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base))
-    result = magis("submit", str(issue), "--store", "store", "--base-url", "http://127.0.0.1:9/v1", "--timeout", "2", cwd=tmp_path)
-    assert_one_line_error(result, "no reachable model", "magis-ray resume")
-    with open_store(str(tmp_path / "store")) as store:
-        [run] = store.list_runs()
-        assert isinstance(store.read(run.run_id)[-1].event, RunFailed)

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 
 def submit(server, store_path, issue, repo_path, run_id, **settings):
     end = run_issue(
-        store_path=str(store_path), issue=issue, settings=RunSettings(**{"top_k": 4, **settings}), repo_path=str(repo_path),
+        store_path=str(store_path), issue=issue, settings=RunSettings(tests=False, **{"top_k": 4, **settings}), repo_path=str(repo_path),
         gateway_config=GatewayConfig(base_url=server.base_url, api_key="k", model="scripted", backoff_base_s=0.01),
         run_id=run_id,
     )
@@ -112,3 +112,24 @@ def test_memory_reuses_summaries_on_a_later_commit(calc_repo, tmp_path):
     assert {r.event.source for r in first if isinstance(r.event, FileSummarized)} == {"fresh"}
     custodian_tokens = [metrics(fold(run))["by_role"]["custodian"]["prompt_tokens"] for run in (first, second)]
     assert custodian_tokens[1] < custodian_tokens[0], custodian_tokens
+
+
+def test_an_error_arrives_as_itself_across_two_actors():
+    """What a role raised reaches the Team as itself, after crossing two processes (as a QA
+    Engineer's error crosses its Developer to the supervisor), not as the RayTaskError that carried it."""
+    import ray
+
+    from magis_ray.actors.runtime.services import result_of
+
+    @ray.remote(num_cpus=0)
+    def refuse():
+        raise LookupError("no summary for <calc/stats.py>")
+
+    @ray.remote(num_cpus=0)
+    def ask():
+        return result_of(refuse.remote())
+
+    with pytest.raises(LookupError) as raised:
+        result_of(ask.remote())
+    assert type(raised.value) is LookupError and str(raised.value) == "no summary for <calc/stats.py>"
+    assert isinstance(raised.value.__cause__, ray.exceptions.RayTaskError)  # its remote traceback is kept

@@ -37,15 +37,10 @@ ENV_SETUP = "python -m pip install pytest"
 needs_sandbox = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed (apt-get install bubblewrap)")
 
 
-def magis(*args, cwd, env_cache, timeout=600):
-    env = {**os.environ, "OPENAI_API_KEY": "test-key", "MAGIS_LOG_LEVEL": "warning", "MAGIS_ENV_CACHE": str(env_cache)}
+def magis(*args, cwd, env_cache, timeout=600, env=None):
+    env = {**os.environ, "OPENAI_API_KEY": "test-key", "MAGIS_LOG_LEVEL": "warning", "MAGIS_ENV_CACHE": str(env_cache), **(env or {})}
     env.pop("MAGIS_TESTS", None)
     return subprocess.run([*MAGIS, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def env_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("envs")
 
 
 def events_of(run_id: str, cwd: Path, env_cache: Path) -> list:
@@ -326,8 +321,9 @@ def test_a_later_stage_is_tested_with_the_earlier_stages_patches_applied(calc_re
 def test_the_bench_reads_test_ids_only_from_pytests_summary_of_its_own_run():
     """pytest's own suite prints its inner runs' summaries ("PASSED [100%]", "FAILED test_x.py::t");
     those are not the run's tests."""
-    from magis_ray.actors.runtime.bench import pytest_parse
+    from magis_ray.actors.code.suites import PytestSuite
 
+    pytest_parse = PytestSuite().parse
     log = ("PASSED testing/test_a.py::test_one\nFAILED testing/test_a.py::test_two - assert 1 == 2\n"
            "PASSED [100%]\nPASSED [100%]------------------------------\nERROR testing/test_b.py\n"
            "FAILED test_change_level_undo.py::test1 - assert 0\nERROR    catchlog:test_x.py:8 boom\n")
@@ -335,3 +331,107 @@ def test_the_bench_reads_test_ids_only_from_pytests_summary_of_its_own_run():
     assert pytest_parse(log, ("testing/test_a.py", "testing/test_b.py")) == ours
     assert pytest_parse(log, ("testing/",)) == ours
     assert pytest_parse(log, ("testing/test_a.py::test_two",)) == {k: v for k, v in ours.items() if "test_a" in k}  # its file's
+
+
+# --- a repository whose tests run in their own runner: the user's test-cmd names it ---------------
+
+SHOP_RUNNER = '''"""The project's test runner, as Django's is: unittest's, given test labels (module paths below
+this folder), reporting each test by name."""
+import argparse
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
+options = argparse.ArgumentParser()
+options.add_argument("labels", nargs="*")
+options.add_argument("--verbosity", type=int, default=1)
+args = options.parse_args()
+suite = unittest.defaultTestLoader.loadTestsFromNames(args.labels)
+result = unittest.TextTestRunner(verbosity=args.verbosity).run(suite)
+sys.exit(not result.wasSuccessful())
+'''
+SHOP_FILES = {
+    "shop/__init__.py": "",
+    "shop/pricing.py": '"""Prices."""\n\n\ndef total(prices, discount=0):\n    """The sum of `prices` less `discount` percent."""\n'
+                       "    subtotal = sum(prices)\n    return subtotal - subtotal * discount / 10\n",
+    "tests/runtests.py": SHOP_RUNNER,
+    "tests/pricing_tests/__init__.py": "",
+    "tests/pricing_tests/tests.py": "import unittest\n\nfrom shop.pricing import total\n\n\nclass TotalTests(unittest.TestCase):\n"
+                                    "    def test_no_discount(self):\n        self.assertEqual(total([1, 2]), 3)\n\n"
+                                    "    def test_nothing(self):\n        self.assertEqual(total([]), 0)\n",
+    "tests/other_tests/__init__.py": "",
+    "tests/other_tests/tests.py": "import unittest\n\n\nclass OtherTests(unittest.TestCase):\n    def test_other(self):\n"
+                                  "        self.assertTrue(True)\n",
+    # the project's settings: its own runner, and an environment that needs nothing installed
+    "magis.toml": 'test-cmd = "python tests/runtests.py --verbosity 2"\nenv-setup = "true"\n',
+}
+SHOP_FIX = Edit(LineRange(7, 7), "    return subtotal - subtotal * discount / 100\n")
+SHOP_REPRODUCTION = ("import unittest\n\nfrom shop.pricing import total\n\n\nclass DiscountTests(unittest.TestCase):\n"
+                     "    def test_ten_percent_off(self):\n        self.assertEqual(total([50, 50], discount=10), 90)\n")
+
+
+@needs_sandbox
+def test_a_repository_s_own_runner_from_its_test_cmd_runs_the_team_s_tests_by_label(tmp_path, env_cache):
+    """Django's shape without Django: test apps under tests/, run by tests/runtests.py given labels,
+    reporting as Django's runner does (it is unittest's). The settings file's test-cmd names it: the
+    reproduction goes into the test app nearest the change and runs by its label, the regression
+    tests are that app's modules, and the ids in the events are the runner's."""
+    from gitfixtures import user_clone
+
+    from magis_ray.actors.runtime.issue import IssueRecord
+
+    repo_path, base = user_clone(tmp_path / "shop", SHOP_FILES)
+    issue = write_issue(tmp_path / "issue.json", IssueRecord(
+        instance_id="shop-1", repo="shop/shop", base_commit=base, repo_path=str(repo_path),
+        problem_statement="total() takes ten times the discount\n\n`total([50, 50], discount=10)` is 0, not 90."))
+    team = ScriptedTeam({"shop/pricing.py": [SHOP_FIX]}, reproductions=[SHOP_REPRODUCTION])
+    with ScriptedServer(team) as server:
+        result = magis("submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "scripted",
+                       "--tests", "on", "--max-review-rounds", "1", cwd=tmp_path, env_cache=env_cache)
+        requests = list(server.requests)
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)
+    assert lines["outcome"].strip() == "patched"
+    events = [r.event for r in events_of(lines["run"].strip(), tmp_path, env_cache)]
+    runs = {e.purpose: e for e in events if type(e).__name__ == "TestsRan"}
+    assert runs["prepare"].command == "python tests/runtests.py --verbosity 2"
+
+    # the QA Engineer was told its framework and its place
+    [asked] = [r for r in requests if r.purpose == "write_reproduction"]
+    assert "Django's test runner" in asked.text and "`pricing_tests.test_magis_reproduction`" in asked.text
+    written = next(e for e in events if type(e).__name__ == "ReproductionWritten")
+    assert written.path == "tests/pricing_tests/test_magis_reproduction.py"
+    reproduce = runs["reproduce"]
+    assert reproduce.command == "python tests/runtests.py --verbosity 2 pricing_tests.test_magis_reproduction"
+    [failing] = reproduce.failed
+    assert failing.startswith("test_ten_percent_off (pricing_tests.test_magis_reproduction.DiscountTests") and not reproduce.passed
+    baseline = runs["baseline"]
+    assert baseline.command.endswith(" pricing_tests.tests") and len(baseline.passed) == 2 and not baseline.failed
+    assert all(t.startswith(("test_no_discount (pricing_tests.tests.TotalTests", "test_nothing (pricing_tests.tests.TotalTests"))
+               for t in baseline.passed)
+    check = runs["check"]
+    assert check.outcome == "passed" and sorted(check.passed) == sorted([failing, *baseline.passed])
+    diff = (tmp_path / lines["diff"].strip()).read_text()
+    assert "discount / 100" in diff and "test_magis_reproduction" not in diff
+
+
+@needs_sandbox
+def test_the_user_s_pytest_command_runs_the_team_s_tests(calc_repo, tmp_path, env_cache):
+    repo_path, base = calc_repo
+    issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base))
+    own = "python -m pytest -rA -p no:cacheprovider --tb=line"
+    team = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, reproductions=[REPRODUCES])
+    with ScriptedServer(team) as server:
+        result = magis("submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "scripted",
+                       "--tests", "on", "--env-setup", ENV_SETUP, "--max-review-rounds", "1", cwd=tmp_path, env_cache=env_cache,
+                       env={"MAGIS_TEST_CMD": own})
+    assert result.returncode == 0, result.stderr
+    run_id = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)["run"].strip()
+    runs = [r.event for r in events_of(run_id, tmp_path, env_cache) if type(r.event).__name__ == "TestsRan"]
+    assert [(e.purpose, e.command) for e in runs] == [
+        ("prepare", own), ("reproduce", f"{own} test_magis_reproduction.py"), ("baseline", f"{own} tests/test_calc.py"),
+        ("check", f"{own} test_magis_reproduction.py tests/test_calc.py")]
+    assert runs[1].failed == ["test_magis_reproduction.py::test_mean_of_four"]
+    assert "test_magis_reproduction.py::test_mean_of_four" in runs[3].passed

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pygit2
 
-from magis_ray.actors.code.repository import RepoError
+from magis_ray.actors.code.repository import RepoError, missing_path
 
 # When the user's git has no identity configured, the commit is still made, under this name.
 FALLBACK_SIGNATURE = ("magis-ray", "magis-ray@localhost")
@@ -61,6 +61,8 @@ def branch_with_diff(repo_path: str | os.PathLike, base_commit: str, diff: str, 
     """Make `branch` at a new commit on `base_commit` holding `diff`; the commit's id. Refuses a
     branch that exists (BranchExists) and a diff that does not apply (RepoError); nothing else of
     the repository changes."""
+    if (error := missing_path(repo_path)) is not None:
+        raise error
     try:
         repo = pygit2.Repository(str(repo_path))
     except (pygit2.GitError, KeyError, OSError):

@@ -1,10 +1,13 @@
 """The repository's own tests nearest a changed file: test files that import its module, then
 test files named after it. Chosen from the repository at the base commit alone, never from a
-dataset's test lists; which of them pass on the base commit is for a test run to say."""
+dataset's test lists; which of them pass on the base commit is for a test run to say. Which files
+are tests, and how a test file is addressed, is the suite's to say (actors/code/suites.py): pytest's
+files by default, Django's test modules by their labels."""
 from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
+from typing import Protocol
 
 from magis_ray.actors.code.repository import RepoSnapshot
 
@@ -40,19 +43,48 @@ def imports_module(text: str, module: str, package: str) -> bool:
     return bool(package) and bool(re.search(rf"^\s*from\s+{re.escape(package)}\s+import\s+[^#\n]*\b{leaf}\b", text, re.M))
 
 
-def nearest_tests(snapshot: RepoSnapshot, changed: str, limit: int = MAX_TEST_FILES) -> tuple[str, ...]:
-    """Up to `limit` test files for `changed`: those importing its module first (the ones whose
-    name mentions the module before others), then those merely named after it."""
+class TestLayout(Protocol):
+    def is_test_file(self, path: str) -> bool: ...
+
+    def target_of(self, path: str) -> str:
+        """How the runner is told to run the test file `path`."""
+
+    def name_of(self, path: str) -> str:
+        """The words that say what the test file `path` tests."""
+
+
+class PytestLayout:
+    """pytest's: test_*.py and *_test.py files anywhere, run by their paths, named by their files."""
+
+    @staticmethod
+    def is_test_file(path: str) -> bool:
+        return is_test_file(path)
+
+    @staticmethod
+    def target_of(path: str) -> str:
+        return path
+
+    @staticmethod
+    def name_of(path: str) -> str:
+        return PurePosixPath(path).stem
+
+
+def nearest_tests(snapshot: RepoSnapshot, changed: str, layout: TestLayout = PytestLayout(),
+                  limit: int = MAX_TEST_FILES) -> tuple[str, ...]:
+    """Up to `limit` tests for `changed`, as the runner is told to run them: the test files
+    importing its module first (the ones whose name mentions the module before others), then
+    those merely named after it (by the layout's name of a test)."""
     target = module_of(changed)
-    if target is None or is_test_file(changed):
+    if target is None or is_test_file(changed) or layout.is_test_file(changed):
         return ()
     module, package = target
     stem = module.rpartition(".")[2]
-    tests = [f.path for f in snapshot.files() if is_test_file(f.path)]
+    tests = [f.path for f in snapshot.files() if layout.is_test_file(f.path)]
+    name = layout.name_of
     importing = [p for p in tests if imports_module(_text(snapshot, p), module, package)]
-    named = [p for p in tests if stem in PurePosixPath(p).stem and p not in importing]
-    importing.sort(key=lambda p: (stem not in PurePosixPath(p).stem, len(p), p))
-    return tuple((importing + sorted(named, key=lambda p: (len(p), p)))[:limit])
+    named = [p for p in tests if stem in name(p) and p not in importing]
+    importing.sort(key=lambda p: (stem not in name(p), len(p), p))
+    return tuple(layout.target_of(p) for p in (importing + sorted(named, key=lambda p: (len(p), p)))[:limit])
 
 
 def _text(snapshot: RepoSnapshot, path: str) -> str:

@@ -90,7 +90,14 @@ def find_repo(
     return candidate
 
 
+def missing_path(path: str | Path) -> RepoError | None:
+    """The error for a path that is not there at all (rather than "not a git repository")."""
+    return None if Path(path).exists() else RepoError(f"{path} does not exist")
+
+
 def _open(path: Path) -> pygit2.Repository:
+    if (error := missing_path(path)) is not None:
+        raise error
     # NO_SEARCH: a folder inside some other repository must not silently open that one.
     try:
         return pygit2.Repository(str(path), flags=RepositoryOpenFlag.NO_SEARCH)

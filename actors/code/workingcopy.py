@@ -11,7 +11,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileStatus, RepositoryOpenFlag
 
-from magis_ray.actors.code.repository import RepoError
+from magis_ray.actors.code.repository import RepoError, missing_path
 
 # github.com/OWNER/NAME(.git), over https, ssh (git@host:OWNER/NAME) or any other host
 _REMOTE = re.compile(r"(?:^[a-z+]+://[^/]+/|^[^@/\s]+@[^:/\s]+:)([^/\s]+)/([^/\s]+?)(?:\.git)?/?$")
@@ -61,6 +61,8 @@ class WorkingCopy:
 
 def open_working_copy(path: str | Path, search: bool = True) -> WorkingCopy:
     """The repository that holds `path`: the folder itself, or (`search`) one above it."""
+    if (error := missing_path(path)) is not None:
+        raise error
     if not search:
         try:
             repo = pygit2.Repository(str(path), flags=RepositoryOpenFlag.NO_SEARCH)

@@ -22,14 +22,33 @@ RENAMED = {
     "pytorch": "torch",
     "py-cpuinfo": "py-cpuinfo",
     "pseudonetcdf": "PseudoNetCDF",
+    "pyqt": "PyQt5",
 }
 # C libraries: the wheels of h5py, netCDF4, cftime... bundle them.
 BUNDLED = {"hdf5", "libnetcdf", "netcdf-fortran", "proj", "geos", "gdal", "libgdal", "eccodes", "udunits2", "zlib", "blas",
            "openblas", "mkl", "libblas", "liblapack"}
 # conda packages that cannot come from PyPI: none there, or no wheel there carries the C library
 # they load at import (which conda installs beside them); left out, their tests skip.
-NOT_FROM_PYPI = {"cdms2": "on conda-forge only", "cfgrib": "needs the ecCodes C library, which no wheel of its time carries"}
+NOT_FROM_PYPI = {
+    "cdms2": "on conda-forge only", "cfgrib": "needs the ecCodes C library, which no wheel of its time carries",
+    # matplotlib's environment.yml: GUI toolkits for its interactive backends, whose tests skip
+    # without them (and without a display, as in the harness's container)
+    "gtk3": "a C library, on conda-forge only", "gtk4": "a C library, on conda-forge only",
+    "pygobject": "PyPI has only its source, which needs the system's GObject introspection to build",
+    "wxpython": "PyPI has no Linux wheel; its source takes an hour to build",
+    # the Graphviz program (matplotlib's docs draw with it), not PyPI's Python binding of that name
+    "graphviz": "the Graphviz program, Debian's graphviz package",
+}
 SKIPPED = {"python", "pip"}  # the venv's own
+# PyPI's first wheel for a Python in a release line whose earlier releases conda-forge built for that
+# Python itself: a conda pin of such an earlier release becomes this bugfix release of the same line,
+# where pip would otherwise compile it (SciPy 1.5.2 needs Fortran and BLAS; scikit-learn 1.3's spec
+# pins it, and NumPy 1.19.2, on Python 3.9).
+FIRST_WHEEL = {("numpy", "3.9"): "1.19.3", ("scipy", "3.9"): "1.5.4"}
+# conda's channels never built Cython 3 (July 2023) for the Pythons that had reached their end of
+# life by then: an unpinned `cython` of a conda list on one of them is Cython 0.29 (scikit-learn
+# 0.20-0.22's .pyx files need it; Cython 3 rejects them), where pip as of the era would take 3.0.
+CONDA_NEVER_BUILT = {("cython", "3.5"): "<3", ("cython", "3.6"): "<3", ("cython", "3.7"): "<3"}
 
 
 @dataclass(frozen=True)
@@ -77,3 +96,28 @@ def pip_equivalent(yml_text: str) -> PipEquivalent:
             name = RENAMED[lowered]
         packages.append(f"{name}{spec}")
     return PipEquivalent(tuple(p for p in packages if p), tuple(notes))
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+def as_conda_has_it(requirement: str, python: str) -> str:
+    """A package of a spec's conda list (already in pip's form) as conda would install it on
+    `python`: bounded where conda never built newer releases for it, and an exact pin of a release
+    PyPI has no wheel of for it moved to the first that has one."""
+    bound = CONDA_NEVER_BUILT.get((requirement.lower(), python))
+    return requirement + bound if bound else with_wheel(requirement, python)
+
+
+def with_wheel(requirement: str, python: str) -> str:
+    """`name==X.Y.Z` as the first release of its line with a wheel for `python` (FIRST_WHEEL), when
+    X.Y.Z is older; any other requirement as it is."""
+    match = re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\d+(?:\.\d+)*)", requirement)
+    if not match:
+        return requirement
+    name, version = match.groups()
+    first = FIRST_WHEEL.get((name.lower(), python))
+    if first and _release(version) < _release(first) and _release(version)[:2] == _release(first)[:2]:
+        return f"{name}=={first}"
+    return requirement

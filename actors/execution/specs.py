@@ -8,10 +8,12 @@ commit instead; conda package lists and environment.yml files map to pip (conda.
 `apt-get install` of the spec needs the package on this machine already."""
 from __future__ import annotations
 
+import re
+import shlex
 from dataclasses import dataclass
 from typing import Callable
 
-from magis_ray.actors.execution.conda import pip_equivalent
+from magis_ray.actors.execution.conda import as_conda_has_it, pip_equivalent
 from magis_ray.actors.execution.environments import Recipe
 from magis_ray.actors.execution.testbeds import TestbedRecipe, system_packages_of
 from magis_ray.actors.execution.workspaces import read_file_at
@@ -21,6 +23,26 @@ from magis_ray.actors.execution.workspaces import read_file_at
 # with the releases of their time: today's break the older code and tests (NumPy 2 removed np.Inf;
 # pytest 8 dropped nose-style setup()). Environments resolve as of the start of 2024.
 SWEBENCH_ERA = "2024-01-01T00:00:00Z"
+# Debian packages of a spec's apt-get line that only some tests use: without them those tests skip
+# (matplotlib's usetex, pgf and PostScript-distiller tests, its animation writers, its ImageMagick
+# comparisons), so grading goes on and names them (a PASS_TO_PASS test among those skipped is then
+# unresolved, for that reason). Every other package of the line is needed to build or run: one
+# missing makes the environment unsupported, named with its install command.
+TEST_ONLY_PACKAGES = frozenset({
+    "imagemagick", "ffmpeg", "dvipng", "cm-super", "texlive", "texlive-latex-extra", "texlive-fonts-recommended",
+    "texlive-xetex", "texlive-luatex", "ghostscript", "inkscape",
+})
+# matplotlib's build downloads FreeType and Qhull (its spec even fetches Qhull with wget); a test
+# run has no network, so it builds with the system's (Debian's libfreetype-dev, libqhull-dev), as
+# its build option mplsetup.cfg [libs] system_freetype / system_qhull says.
+# ImageMagick and TeX Live bring Ghostscript into the spec's image (a dependency); matplotlib
+# compares its PDF and EPS baseline images with it, and most of its instances' PASS_TO_PASS hold
+# such comparisons (they skip without it): needed to grade, where those two only make tests skip.
+BROUGHT_BY = {"imagemagick": "ghostscript", "texlive": "ghostscript"}
+SYSTEM_LIBRARIES_CFG = "printf '[libs]\\nsystem_freetype = True\\nsystem_qhull = True\\n' > mplsetup.cfg"
+SYSTEM_LIBRARIES_PACKAGES = ("libfreetype-dev", "libqhull-dev", "pkg-config")
+LOCALE_SETUP = re.compile(r"locale-gen|/etc/locale\.gen")
+LOCALE_NAME = re.compile(r"(?:\bLANG=|\bLC_ALL=|locale-gen\s+)([A-Za-z]{2,3}_[A-Za-z]{2}\.[A-Za-z0-9-]+)")
 
 
 class HarnessMissing(Exception):
@@ -48,6 +70,7 @@ class InstanceSpec:
     eval_commands: tuple[str, ...]  # the spec's extra eval steps, before the tests
     parse: Callable[[str], dict[str, str]]  # test output -> {test: PASSED/FAILED/...}
     harness_specs: dict | None = None  # the swebench spec itself (None for a user's own setup)
+    optional_packages: tuple[str, ...] = ()  # Debian packages of the spec that only some tests use
 
     @property
     def recipe(self) -> Recipe:
@@ -119,20 +142,16 @@ def instance_spec(record: dict, repo_path) -> InstanceSpec:
     elif wanted == "environment.yml":
         packages, unsupported = _environment_yml(repo, repo_path, setup_commit, constants)
     elif wanted:
-        packages = tuple(_conda_to_pip(p) for p in wanted.split())  # conda names that pip has under the same names
-    pre_install, system = [], []
-    for command in specs.get("pre_install", ()):
-        named = system_packages_of(command)
-        if named is None:
-            pre_install.append(command)
-        else:
-            system += named
+        # conda names that pip has under the same names; the spec quotes some as a shell would (scikit-learn 1.3)
+        packages = tuple(as_conda_has_it(_conda_to_pip(p), str(specs["python"])) for p in shlex.split(wanted))
+    system = system_setup(specs)
     env = Recipe(python=str(specs["python"]), requirements=requirements, packages=packages,
                  pip_packages=tuple(specs.get("pip_packages", ())), unsupported=unsupported, label=f"{repo} {version}",
                  uploaded_before=SWEBENCH_ERA)
     install = tuple(c for c in (constants.MAP_REPO_TO_INSTALL.get(repo, ""), specs.get("install", "")) if c)
-    testbed = TestbedRecipe(env=env, repo=repo, commit=record["base_commit"], pre_install=tuple(pre_install),
-                            install=install, system_packages=tuple(system), label=f"{repo} {version}")
+    testbed = TestbedRecipe(env=env, repo=repo, commit=record["base_commit"], pre_install=system.pre_install,
+                            install=install, system_packages=system.required, label=f"{repo} {version}",
+                            system_locales=system.locales)
     test_cmd = specs["test_cmd"]
     test_cmd = test_cmd[-1] if isinstance(test_cmd, list) else test_cmd
     directives = spec_python.get_test_directives(record) if record.get("test_patch") else []
@@ -147,7 +166,52 @@ def instance_spec(record: dict, repo_path) -> InstanceSpec:
     return InstanceSpec(
         testbed=testbed, test_command=" ".join([test_cmd, *directives]), test_files=test_files,
         eval_commands=tuple(specs.get("eval_commands", ())), parse=lambda log: parser(log, spec), harness_specs=dict(specs),
+        optional_packages=system.optional,
     )
+
+
+@dataclass(frozen=True)
+class SystemSetup:
+    """What a spec does to its image's system, as this machine must have it instead."""
+
+    pre_install: tuple[str, ...]  # the spec's pre-install steps that remain: edits of the checkout
+    required: tuple[str, ...]  # Debian packages needed to build or run
+    optional: tuple[str, ...]  # Debian packages only some tests use
+    locales: tuple[str, ...]  # locales it generates
+
+
+def system_setup(specs: dict) -> SystemSetup:
+    """The spec's pre-install steps sorted: an apt-get install names Debian packages (required, or
+    only for some tests); generating a locale (editing /etc/locale.gen, locale-gen) names the locale;
+    a download of Qhull becomes the build option for the system's FreeType and Qhull, and their
+    packages. What remains edits the checkout, and runs at the testbed's build."""
+    pre_install: list[str] = []
+    required: list[str] = []
+    optional: list[str] = []
+    locales: list[str] = []
+    system_libraries = False
+    generates_locales = any(LOCALE_SETUP.search(c) for c in (*specs.get("pre_install", ()), *specs.get("eval_commands", ())))
+    for command in specs.get("pre_install", ()):
+        named = system_packages_of(command)
+        if named is not None:
+            for package in named:
+                (optional if package in TEST_ONLY_PACKAGES else required).append(package)
+                if package in BROUGHT_BY:
+                    required.append(BROUGHT_BY[package])
+        elif LOCALE_SETUP.search(command):
+            pass  # the locales named below
+        elif "qhull" in command.lower():
+            system_libraries = True
+        else:
+            pre_install.append(command)
+    if system_libraries:
+        pre_install.insert(0, SYSTEM_LIBRARIES_CFG)
+        required += [p for p in SYSTEM_LIBRARIES_PACKAGES if p not in required and not
+                     (p == "libfreetype-dev" and "libfreetype6-dev" in required)]
+    if generates_locales:
+        for command in (*specs.get("pre_install", ()), *specs.get("eval_commands", ())):
+            locales += [name for name in LOCALE_NAME.findall(command) if name not in locales]
+    return SystemSetup(tuple(pre_install), tuple(dict.fromkeys(required)), tuple(dict.fromkeys(optional)), tuple(locales))
 
 
 def _conda_to_pip(package: str) -> str:

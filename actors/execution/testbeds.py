@@ -75,6 +75,7 @@ class TestbedRecipe:
     install: tuple[str, ...] = ()
     system_packages: tuple[str, ...] = ()  # Debian packages the spec installs; this machine must have them
     label: str = ""
+    system_locales: tuple[str, ...] = ()  # locales the spec generates ("en_US.UTF-8"); this machine must have them
 
     def key(self, env_key: str) -> str:
         data = json.dumps({"env": env_key, "commit": self.commit, "pre_install": self.pre_install,
@@ -143,6 +144,7 @@ class TestbedCache:
         EnvironmentCache.get raises, and EnvironmentBuildError for a failed checkout or install."""
         env = self.envs.get(recipe.env)
         _check_system_packages(recipe.system_packages)
+        _check_system_locales(recipe.system_locales)
         key = recipe.key(env.key)
         folder = self.root / key
         repo_path = Path(repo_path).resolve()
@@ -624,21 +626,56 @@ def system_packages_of(command: str) -> tuple[str, ...] | None:
     found: list[str] = []
     for part in re.split(r"&&|;", command):
         words = shlex.split(part)
-        if "install" in words and words[0] in ("apt-get", "apt"):
+        while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=\S*", words[0]):  # DEBIAN_FRONTEND=noninteractive apt-get ...
+            words = words[1:]
+        if "install" in words and words and words[0] in ("apt-get", "apt"):
             found += [w for w in words[words.index("install") + 1:] if not w.startswith("-")]
     return tuple(found)
 
 
+def missing_system_packages(packages: tuple[str, ...]) -> list[str]:
+    """The Debian packages of `packages` that this machine has not installed, nor any installed
+    package provides (Debian's libfreetype-dev provides the libfreetype6-dev a spec names)."""
+    if not packages:
+        return []
+    listed = subprocess.run(["dpkg-query", "-W", "-f=${Package}\t${Status}\t${Provides}\n"], capture_output=True, text=True)
+    present: set[str] = set()
+    for line in listed.stdout.splitlines():
+        name, status, provides = (line.split("\t") + ["", ""])[:3]
+        if "install ok installed" in status:
+            present.add(name.split(":")[0])
+            present.update(p.strip().split(" ")[0].split(":")[0] for p in provides.split(",") if p.strip())
+    return [p for p in packages if p not in present]
+
+
 def _check_system_packages(packages: tuple[str, ...]) -> None:
-    missing = []
-    for package in packages:
-        done = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True)
-        if done.returncode != 0 or "install ok installed" not in done.stdout:
-            missing.append(package)
+    missing = missing_system_packages(packages)
     if missing:
         raise SystemPackagesMissing(f"needs system packages not on this machine: {', '.join(missing)} "
                                     f"(apt-get install {' '.join(missing)})")
 
 
+def _locale_name(name: str) -> str:
+    """`locale -a` spells en_US.UTF-8 as en_US.utf8."""
+    return name.lower().replace("utf-8", "utf8")
+
+
+def _check_system_locales(locales: tuple[str, ...]) -> None:
+    """The spec generates these locales in its image (locale-gen); a test run sees this machine's."""
+    if not locales:
+        return
+    listed = subprocess.run(["locale", "-a"], capture_output=True, text=True)
+    present = {_locale_name(line.strip()) for line in listed.stdout.splitlines()}
+    missing = [name for name in locales if _locale_name(name) not in present]
+    if missing:
+        names = " ".join(missing)
+        patterns = [name.replace(".", "[.]") for name in missing]
+        setup = "; ".join(f"sed -i '/^# *{pattern} /s/^# *//' /etc/locale.gen" for pattern in patterns)
+        prefix = "apt-get install locales && " if missing_system_packages(("locales",)) else ""
+        raise SystemPackagesMissing(f"needs the locale {names}, which this machine has not generated "
+                                    f"({prefix}{setup} && locale-gen)")
+
+
 __all__ = ["TestbedRecipe", "Testbed", "TestbedCache", "TESTBED", "chain", "make_prefix", "build_requirements", "system_packages_of",
+           "missing_system_packages",
            "SYSTEM_PREFIXES"]

@@ -2,18 +2,18 @@
 the gateway, record the exchange, validate the answer, and tell the model what was wrong."""
 from __future__ import annotations
 
-import re
 from typing import Callable, Protocol, TypeVar
 
 from magis_ray.events.schema import AnyEvent, LLMExchanged, Message, TestsRan
 
 from magis_ray.actors.model.answers import Answer, json_schema, parse_answer
+from magis_ray.actors.model.failures import unanswered
 from magis_ray.actors.model.prompting import render
 
 A = TypeVar("A", bound=Answer)
 
 
-class StepFailed(Exception):
+class NoUsableAnswer(Exception):
     """The model gave no usable answer for a step; the role records why and carries on without it."""
 
 
@@ -29,21 +29,6 @@ class NoScriptedAnswer(ModelUnavailable):
     def __init__(self, purpose: str, detail: str):
         super().__init__(f"the script has no answer for {purpose}: add a rule for purpose {purpose!r} ({detail})")
         self.purpose = purpose
-
-
-SCRIPT_GAP = "script: "  # the gateway's error category for a request the scripted model has no rule for
-
-# The gateway's error categories that say nothing about the answer's content: the request never
-# got an answer (see gateway._describe_failure). An answer that stays invalid after corrections,
-# and a request the server refused for its content (http 400), stay content failures of the step.
-_TRANSPORT = re.compile(r"^(connection|timeout|api|script):|^http (401|403|404|408|409|429|5\d\d):")
-EMPTY = "empty:"
-
-
-def is_transport_failure(error: str) -> bool:
-    """The request got no answer at all (a script's gap counts: the step was never answered), so a
-    resume asks it again."""
-    return bool(_TRANSPORT.match(error))
 
 
 class BudgetExceeded(Exception):
@@ -93,12 +78,12 @@ class Asker:
         problem = ""
         for attempt in range(1, self._max_corrections + 2):
             exchange = self._exchange(template, messages, answer_type, task_id, attempt)
-            if exchange.error and not exchange.error.startswith(EMPTY):
-                if exchange.error.startswith(SCRIPT_GAP):
-                    raise NoScriptedAnswer(template, exchange.error.removeprefix(SCRIPT_GAP))
-                if is_transport_failure(exchange.error):
+            if exchange.error and exchange.failure != "empty":
+                if exchange.failure == "script":
+                    raise NoScriptedAnswer(template, exchange.error.removeprefix("script: "))
+                if unanswered(exchange):
                     raise ModelUnavailable(f"{template}: {exchange.error}")
-                raise StepFailed(f"{template}: {exchange.error}")
+                raise NoUsableAnswer(f"{template}: {exchange.error}")
             try:  # an empty answer is an invalid one: it goes back for correction like any other
                 answer = parse_answer(exchange.answer, answer_type)
                 if check is not None:
@@ -107,7 +92,7 @@ class Asker:
             except ValueError as exc:
                 problem = str(exc)
             messages = [*messages, Message("assistant", exchange.answer), *render("correct_answer", error=problem)]
-        raise StepFailed(f"{template}: no usable answer after {self._max_corrections + 1} tries ({problem})")
+        raise NoUsableAnswer(f"{template}: no usable answer after {self._max_corrections + 1} tries ({problem})")
 
     def _exchange(self, purpose: str, messages: list[Message], answer_type: type[Answer], task_id: str, attempt: int) -> LLMExchanged:
         probe = LLMExchanged(purpose=purpose, model="", messages=messages, task_id=task_id, attempt=attempt)

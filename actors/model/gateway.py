@@ -2,9 +2,9 @@
 
 Transport retries (429, 5xx, connection errors, timeouts) happen here, with our own backoff,
 so every outcome is observable; the openai client's own retries are off. Model and transport
-failures never raise: they end as an event whose `error` starts with a category
-("timeout:", "http 500:", "http 429:", "connection:", "empty:", ...; "script:" when the scripted
-model has no rule for the request). Only a token budget
+failures never raise: they end as an event whose `failure` names the kind ("timeout", "http"
+with its `status`, "connection", "empty", ...; "script" when the scripted model has no rule for
+the request; actors/model/failures.py) and whose `error` says it in one line. Only a token budget
 that cannot allow a request raises (`BudgetExceeded`).
 
 With `context_tokens` known (a small local model), prompts are fitted to the context before
@@ -27,7 +27,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Literal, Mapping, NamedTuple
 
 import msgspec
 import openai
@@ -48,16 +48,16 @@ _CONTEXT_LIMIT = re.compile(r"(?:maximum context length is|context window of|con
 _PROMPT_TOKENS = re.compile(r"(\d+) (?:tokens )?in the messages|requested tokens \((\d+)\)|\((\d+) tokens\) exceeds", re.I)
 
 
-from magis_ray.actors.model.asking import SCRIPT_GAP, BudgetExceeded  # noqa: E402 - defined beside the roles that catch it
-from magis_ray.actors.model.ratelimit import RateLimiter  # noqa: E402
-from magis_ray.actors.model.scripted_server import NO_ANSWER_TYPE  # noqa: E402
+from magis_ray.actors.model.asking import BudgetExceeded  # noqa: E402 - defined beside the roles that catch it
+from magis_ray.actors.model.failures import NO_ANSWER_TYPE  # noqa: E402
+from magis_ray.actors.model.ratelimit import MonotonicClock, RateLimiter  # noqa: E402
 from magis_ray.actors.model.fitting import FIT_CHARS_PER_TOKEN, Fitted, estimate_tokens, fit_to_context  # noqa: E402
 
 
 class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
-    base_url: str | None = None  # None: env OPENAI_BASE_URL, else the openai default
+    base_url: str | None = None  # None: the openai client's default (it reads OPENAI_BASE_URL)
     api_key: str | None = None  # None: env OPENAI_API_KEY, else LOCAL_API_KEY; never logged or stored
-    model: str = ""  # "": env MAGIS_MODEL, else DEFAULT_MODEL
+    model: str = ""  # "": DEFAULT_MODEL
     timeout_s: float = 120.0
     max_retries: int = 4
     backoff_base_s: float = 0.5  # first retry waits about this long, doubling each time
@@ -73,6 +73,10 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     tokens_per_minute: int = 0  # prompt estimate + max_tokens of each request; 0: no limit
     rate_window_s: float = 60.0  # the "minute" of the rate limits (shorter in tests)
     prices_path: str | None = None  # None: actors/model/prices.json
+    # False when `base_url` is served on this machine (the scripted model, the bundled one): its
+    # answers cost nothing whatever the model is called; a role routed to its own base_url is
+    # still priced by its model's name
+    billed: bool = True
     routes: tuple[RoleModel, ...] = ()  # a model (and endpoint) per role; other roles ask `model`
 
     def __repr__(self) -> str:  # the key must not leak through a logged config
@@ -103,8 +107,10 @@ class _Budget:
 class Gateway:
     def __init__(self, config: GatewayConfig | None = None) -> None:
         self.config = config or GatewayConfig()
-        self.model = self.config.model or os.environ.get("MAGIS_MODEL") or DEFAULT_MODEL
-        self._base_url = self.config.base_url or os.environ.get("OPENAI_BASE_URL") or None
+        # MAGIS_MODEL and OPENAI_BASE_URL are settings (cli/settings.py), read there; the client
+        # itself falls back to OPENAI_BASE_URL when no base URL is given
+        self.model = self.config.model or DEFAULT_MODEL
+        self._base_url = self.config.base_url or None
         self._prices = load_prices(self.config.prices_path or PRICES_PATH)
         self._budgets: dict[str, _Budget] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -215,10 +221,12 @@ class Gateway:
             messages=fit.messages,
             answer=outcome.answer,
             error=outcome.error,
+            failure=outcome.failure,
+            status=outcome.status,
             prompt_tokens=outcome.prompt_tokens,
             completion_tokens=outcome.completion_tokens,
             latency_s=round(outcome.latency_s, 4),
-            cost_usd=self.cost_of(outcome.prompt_tokens, outcome.completion_tokens, model),
+            cost_usd=self.cost_of(outcome.prompt_tokens, outcome.completion_tokens, model) if self._billed(base_url) else 0.0,
             attempt=attempt,
             task_id=task_id,
             truncated_chars=fit.cut_chars,
@@ -267,14 +275,15 @@ class Gateway:
             try:
                 completion = await client.chat.completions.create(**request)
             except openai.OpenAIError as exc:
-                error, retry_after = _describe_failure(exc, self.config.timeout_s)
-                if retry_after is None or tries > self.config.max_retries:
+                failed = _describe_failure(exc, self.config.timeout_s)
+                if failed.retry_after is None or tries > self.config.max_retries:
                     suffix = f" (after {tries} tries)" if tries > 1 else ""
                     return _Outcome(
-                        error=error + suffix, latency_s=time.monotonic() - started, tries=tries, detail=_full_message(exc)
+                        error=failed.error + suffix, failure=failed.kind, status=failed.status,
+                        latency_s=time.monotonic() - started, tries=tries, detail=_full_message(exc),
                     )
-                delay = self._backoff(tries, retry_after)
-                log.debug("llm.retry", run_id=run_id, purpose=purpose, task_id=task_id, error=error, delay_s=round(delay, 3))
+                delay = self._backoff(tries, failed.retry_after)
+                log.debug("llm.retry", run_id=run_id, purpose=purpose, task_id=task_id, error=failed.error, delay_s=round(delay, 3))
                 await asyncio.sleep(delay)
                 continue
             latency = time.monotonic() - sent
@@ -285,6 +294,7 @@ class Gateway:
             if not (answer and answer.strip()):
                 return _Outcome(
                     error="empty: the model returned no content",
+                    failure="empty",
                     prompt_tokens=prompt_tokens,
                     completion_tokens=completion_tokens,
                     latency_s=latency,
@@ -298,7 +308,7 @@ class Gateway:
         The server's own count of the prompt's tokens (when it says it) gives the real
         characters per token; otherwise the estimate is taken as a third too kind.
         """
-        if not (outcome.error.startswith("http 400:") and _OVERFLOW.search(outcome.detail)):
+        if not (outcome.failure == "http" and outcome.status == 400 and _OVERFLOW.search(outcome.detail)):
             return None
         limit = _CONTEXT_LIMIT.search(outcome.detail)
         context = self.config.context_tokens or (int(limit.group(1)) if limit else 0)
@@ -330,6 +340,9 @@ class Gateway:
         delay = min(cap, self.config.backoff_base_s * 2 ** (tries - 1))
         return delay * (0.5 + random.random() / 2)  # jitter spreads retries of concurrent requests
 
+    def _billed(self, base_url: str | None) -> bool:
+        return self.config.billed or base_url != self._base_url
+
     def cost_of(self, prompt_tokens: int, completion_tokens: int, model: str | None = None) -> float:
         price = price_for(self._prices, model or self.model)
         if price is None:
@@ -351,7 +364,8 @@ class Gateway:
         self._clients = {}  # a client belongs to the loop that made it
         self._slots = asyncio.Semaphore(self.config.concurrency)
         self._settled = asyncio.Condition()
-        self._rate = RateLimiter(self.config.requests_per_minute, self.config.tokens_per_minute, self.config.rate_window_s)
+        self._rate = RateLimiter(MonotonicClock(), self.config.requests_per_minute, self.config.tokens_per_minute,
+                                 self.config.rate_window_s)
         for b in self._budgets.values():
             b.reserved = 0  # requests of a finished loop are gone
 
@@ -382,19 +396,27 @@ class _Outcome(msgspec.Struct):
     latency_s: float = 0.0
     tries: int = 0
     detail: str = ""  # the server's whole error message (the event keeps one short line)
+    failure: str = ""  # LLMExchanged.failure
+    status: int = 0
 
 
-def _describe_failure(exc: openai.OpenAIError, timeout_s: float) -> tuple[str, float | None]:
-    """One-line "category: reason", and the wait a retry needs (0: our backoff) or None (don't retry)."""
+class _Failure(NamedTuple):
+    kind: str  # LLMExchanged.failure
+    error: str  # one line: "kind: reason"
+    retry_after: float | None  # the wait a retry needs (0: our backoff), or None: don't retry
+    status: int = 0
+
+
+def _describe_failure(exc: openai.OpenAIError, timeout_s: float) -> _Failure:
     if isinstance(exc, openai.APITimeoutError):
-        return f"timeout: no answer within {timeout_s:g} s", 0.0
+        return _Failure("timeout", f"timeout: no answer within {timeout_s:g} s", 0.0)
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc.__context__
         reason = f"{type(cause).__name__}: {cause}" if cause else exc.message
-        return _one_line(f"connection: {reason}"), 0.0
+        return _Failure("connection", _one_line(f"connection: {reason}"), 0.0)
     if isinstance(exc, openai.APIStatusError) and getattr(exc, "type", None) == NO_ANSWER_TYPE:
         # the scripted model has no rule for this request: the script's gap, never worth a retry
-        return _one_line(f"{SCRIPT_GAP}{_full_message(exc).removeprefix('scripted server: ')}"), None
+        return _Failure("script", _one_line(f"script: {_full_message(exc).removeprefix('scripted server: ')}"), None)
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         body = exc.body
@@ -402,10 +424,9 @@ def _describe_failure(exc: openai.OpenAIError, timeout_s: float) -> tuple[str, f
         if isinstance(body, dict) and isinstance(body.get("error"), dict):
             message = body["error"].get("message")
         reason = _one_line(f"http {status}: {message or exc.message}")
-        if status not in RETRYABLE_STATUS:
-            return reason, None
-        return reason, _retry_after(exc.response.headers)
-    return _one_line(f"api: {type(exc).__name__}: {exc}"), None
+        retry_after = _retry_after(exc.response.headers) if status in RETRYABLE_STATUS else None
+        return _Failure("http", reason, retry_after, status)
+    return _Failure("api", _one_line(f"api: {type(exc).__name__}: {exc}"), None)
 
 
 def _full_message(exc: openai.OpenAIError) -> str:

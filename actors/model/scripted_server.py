@@ -24,10 +24,10 @@ from typing import Any, Callable, Union
 
 import msgspec
 
+from magis_ray.actors.model.failures import NO_ANSWER_TYPE  # the error type of a request no rule answers
 from magis_ray.events.schema import Message
 
 HANG_S = 30.0  # a hang outlasts any client timeout a test would set
-NO_ANSWER_TYPE = "no_scripted_answer"  # the error type of a request no rule answers
 
 
 class Rule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

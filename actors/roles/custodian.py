@@ -9,7 +9,7 @@ from typing import Callable, Protocol
 from magis_ray.events.schema import FileJudged, FilesLocated, FilesRanked, FileSummarized, RankedFile, RunSettings
 
 from magis_ray.actors.model.answers import CommitMessageAnswer, RelevanceAnswer, SummaryAnswer
-from magis_ray.actors.model.asking import Asker, StepFailed
+from magis_ray.actors.model.asking import Asker, NoUsableAnswer
 from magis_ray.actors.code.ranking import localize_files, ranking_settings, select_documents
 from magis_ray.actors.code.repository import RepoSnapshot
 
@@ -75,7 +75,7 @@ class Custodian:
         try:
             description = self._describe(asker, path, blob_id)
             verdict = asker.ask("judge_relevance", RelevanceAnswer, issue=issue_text, path=path, description=description)
-        except StepFailed as exc:
+        except NoUsableAnswer as exc:
             asker.journal.emit(FileJudged(path=path, relevant=False, reason=f"no usable answer: {exc}"))
             return None
         asker.journal.emit(FileJudged(path=path, relevant=verdict.relevant, reason=verdict.reason))

@@ -11,7 +11,7 @@ from magis_ray.events.schema import (
 from magis_ray.events.schema import StepFailed as StepFailedEvent
 
 from magis_ray.actors.model.answers import CodeAnswer, LinesAnswer, PersonaAnswer
-from magis_ray.actors.model.asking import Asker, StepFailed
+from magis_ray.actors.model.asking import Asker, NoUsableAnswer
 from magis_ray.actors.code.diffs import file_diff
 from magis_ray.actors.code.edits import apply_edits, check_ranges, numbered
 from magis_ray.actors.roles.testing import Evidence, PatchChecker, Tester, TestPlan
@@ -101,7 +101,7 @@ class Developer:
         for attempt in range(1, work.max_review_rounds + 1):
             try:
                 patch = self._patch = self._attempt(attempt, feedback)
-            except StepFailed as exc:
+            except NoUsableAnswer as exc:
                 status = "unapproved" if patch is not None else "failed"
                 return self._finish(status, attempt - 1, f"attempt {attempt}: {exc}")
             evidence = self._evidence = self._checker.check(patch.diff, attempt, self._candidate) if self._checker is not None else None
@@ -138,7 +138,7 @@ class Developer:
             )
             qa = QAAssigned(task_id=task.task_id, name=persona.name.strip() or f"QA {task.task_id}", profile=persona.profile,
                             candidate=self._candidate)
-        except StepFailed as exc:
+        except NoUsableAnswer as exc:
             qa = QAAssigned(task_id=task.task_id, name=f"QA {task.task_id}", profile="A meticulous reviewer of Python changes.",
                             candidate=self._candidate)
             self._asker.journal.emit(StepFailedEvent(purpose="design_qa", reason=str(exc), task_id=task.task_id, fallback="a generic QA engineer"))

@@ -8,7 +8,7 @@ from typing import Callable
 from magis_ray.events.schema import DeveloperRecruited, MeetingUtterance, PlanMade, StepFailed as StepFailedEvent, TaskDefined
 
 from magis_ray.actors.model.answers import PersonaAnswer, PlanAnswer, TaskAnswer, UtteranceAnswer
-from magis_ray.actors.model.asking import Asker, StepFailed
+from magis_ray.actors.model.asking import Asker, NoUsableAnswer
 from magis_ray.actors.code.repository import UnsafePath, safe_repo_path
 from magis_ray.actors.roles.custodian import LocatedFile, clip
 
@@ -62,7 +62,7 @@ class Manager:
                     "define_task", TaskAnswer, check=_paths_stay_inside, issue=self._issue, path=f.path,
                     description=f.description, excerpt=clip(self._read_text(f.path), EXCERPT_CHARS),
                 )
-            except StepFailed as exc:
+            except NoUsableAnswer as exc:
                 asker.journal.emit(StepFailedEvent(purpose="define_task", reason=str(exc), path=f.path, fallback="no task for this file"))
                 return None
 
@@ -90,7 +90,7 @@ class Manager:
                     "design_developer", PersonaAnswer, issue=self._issue, task_id=task.task_id, path=task.path, task=task.description
                 )
                 recruit = DeveloperRecruited(task_id=task.task_id, name=persona.name.strip() or f"Developer {task.task_id}", profile=persona.profile)
-            except StepFailed as exc:
+            except NoUsableAnswer as exc:
                 recruit = DeveloperRecruited(task_id=task.task_id, name=f"Developer {task.task_id}", profile="A careful Python developer.")
                 asker.journal.emit(StepFailedEvent(purpose="design_developer", reason=str(exc), task_id=task.task_id, fallback="a generic developer"))
             asker.journal.emit(recruit)
@@ -106,7 +106,7 @@ class Manager:
         def speak(asker: Asker, speaker: str, template: str, **values) -> None:
             try:
                 text = asker.ask(template, UtteranceAnswer, issue=self._issue, **values).text.strip()
-            except StepFailed as exc:
+            except NoUsableAnswer as exc:
                 asker.journal.emit(StepFailedEvent(purpose=template, reason=str(exc), task_id=values.get("task_id", ""), fallback="stayed silent"))
                 return
             utterance = MeetingUtterance(turn=len(transcript) + 1, speaker=speaker, text=text)
@@ -133,7 +133,7 @@ class Manager:
         try:
             answer = self._asker.ask("make_plan", PlanAnswer, tasks=listing, transcript=self.transcript_text(transcript))
             plan = PlanMade(stages=normalize_stages(answer.stages, task_ids), rationale=answer.rationale)
-        except StepFailed as exc:
+        except NoUsableAnswer as exc:
             plan = PlanMade(stages=[task_ids], rationale="fallback: all tasks in parallel")
             self._asker.journal.emit(StepFailedEvent(purpose="make_plan", reason=str(exc), fallback="all tasks in one stage"))
         self._asker.journal.emit(plan)

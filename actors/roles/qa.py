@@ -6,9 +6,11 @@ from __future__ import annotations
 from magis_ray.events.schema import PatchProposed, QAAssigned, ReproductionWritten, ReviewIssued
 from magis_ray.events.schema import StepFailed as StepFailedEvent
 
+from magis_ray.actors.code.suites import ReproductionPlace, TestSuite
 from magis_ray.actors.model.answers import ReproductionAnswer, ReviewAnswer
-from magis_ray.actors.model.asking import Asker, StepFailed
-from magis_ray.actors.roles.testing import REPRODUCTION_PATH, Evidence, Reproduction, Tester, TestRequest, reproduces
+from magis_ray.actors.model.asking import Asker, NoUsableAnswer
+from magis_ray.actors.model.prompting import render
+from magis_ray.actors.roles.testing import Evidence, Reproduction, Tester, TestRequest, reproduces
 
 
 class QAEngineer:
@@ -25,7 +27,7 @@ class QAEngineer:
                 answer = self._asker.ask("review_patch", ReviewAnswer, **values)
             else:
                 answer = self._asker.ask("review_patch_tested", ReviewAnswer, evidence=evidence.summary(), **values)
-        except StepFailed as exc:
+        except NoUsableAnswer as exc:
             self._asker.journal.emit(StepFailedEvent(purpose="review_patch", reason=str(exc), task_id=patch.task_id, fallback="no review"))
             return None
         approved, comment = answer.approved, answer.comment
@@ -39,23 +41,26 @@ class QAEngineer:
         return review
 
 
-def write_reproduction(asker: Asker, tester: Tester, issue_text: str, files: str, max_tries: int) -> Reproduction | None:
-    """The QA side's reproduction test: written from the issue, run on the base commit, and sent
-    back while it does not fail there. None (and the log says so) when no try reproduces."""
+def write_reproduction(asker: Asker, tester: Tester, issue_text: str, files: str, max_tries: int, suite: TestSuite,
+                       place: ReproductionPlace) -> Reproduction | None:
+    """The QA side's reproduction test, in the repository's own framework and place (`suite`,
+    `place`): written from the issue, run on the base commit, and sent back while it does not fail
+    there. None (and the log says so) when no try reproduces."""
+    guide = render(f"reproduction_{suite.name}", path=place.path, target=place.target, folder=place.folder)[0].content
     feedback = ""
     for attempt in range(1, max_tries + 1):
         try:
-            answer = asker.ask("write_reproduction", ReproductionAnswer, issue=issue_text, files=files,
-                               path=REPRODUCTION_PATH, feedback=feedback)
-        except StepFailed as exc:
+            # `path` too: a user's own template (MAGIS_PROMPTS_DIR) may name it, as the pytest guide does
+            answer = asker.ask("write_reproduction", ReproductionAnswer, issue=issue_text, files=files, guide=guide,
+                               path=place.path, feedback=feedback)
+        except NoUsableAnswer as exc:
             asker.journal.emit(StepFailedEvent(purpose="write_reproduction", reason=str(exc), fallback="no reproduction test"))
             return None
-        asker.journal.emit(ReproductionWritten(path=REPRODUCTION_PATH, content=answer.content, attempt=attempt))
-        run = tester.run(TestRequest("reproduce", (REPRODUCTION_PATH,), files=((REPRODUCTION_PATH, answer.content),)),
-                         attempt=attempt)
-        why_not = reproduces(run, REPRODUCTION_PATH)
+        asker.journal.emit(ReproductionWritten(path=place.path, content=answer.content, attempt=attempt))
+        run = tester.run(TestRequest("reproduce", (place.target,), files=((place.path, answer.content),)), attempt=attempt)
+        why_not, tests = reproduces(run, place.target, suite)
         if not why_not:
-            return Reproduction(REPRODUCTION_PATH, answer.content)
+            return Reproduction(place.path, answer.content, place.target, tests)
         feedback = (f"\nYour earlier test was run on the unfixed code:\n```python\n{answer.content}\n```\n"
                     f"It cannot be the reproduction test: {why_not}\nWrite a test that fails on the unfixed code because of the bug.\n")
     asker.journal.emit(StepFailedEvent(

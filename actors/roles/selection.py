@@ -14,7 +14,7 @@ from magis_ray.events.schema import CandidateChosen
 from magis_ray.events.schema import StepFailed as StepFailedEvent
 
 from magis_ray.actors.model.answers import ChoiceAnswer
-from magis_ray.actors.model.asking import Asker, StepFailed
+from magis_ray.actors.model.asking import Asker, NoUsableAnswer
 from magis_ray.actors.roles.developer import TaskResult
 
 
@@ -79,7 +79,7 @@ def _break_tie(options: list[TaskResult], asker: Asker | None, issue_text: str) 
     try:
         answer = asker.ask("choose_candidate", ChoiceAnswer, task_id=options[0].finished.task_id, check=offered,
                            issue=issue_text, candidates=listing, numbers=", ".join(map(str, numbers)))
-    except StepFailed as exc:
+    except NoUsableAnswer as exc:
         asker.journal.emit(StepFailedEvent(purpose="choose_candidate", reason=str(exc), task_id=options[0].finished.task_id,
                                            fallback="the lowest-numbered candidate"))
         return options[0], "the QA engineer gave no usable choice; the lowest-numbered candidate taken"

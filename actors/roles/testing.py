@@ -15,16 +15,14 @@ import msgspec
 
 from magis_ray.events.schema import TestsRan
 
-# Where the reproduction test lives in a workspace: a scratch file at the repository's root (so the
-# root conftest applies and the package imports as the repository's own tests import it), which
-# the final diff never contains: it is written into workspaces only, never proposed as a patch.
-REPRODUCTION_PATH = "test_magis_reproduction.py"
+from magis_ray.actors.code.suites import TestSuite
 
 
 @dataclass(frozen=True)
 class TestRequest:
-    """Run `targets` (test files or ids) on the base commit with `patches` (diffs) applied and
-    `files` (path -> text, e.g. the reproduction test) written into the workspace."""
+    """Run `targets` (test files, ids or labels, as the suite addresses them) on the base commit
+    with `patches` (diffs) applied and `files` (path -> text, e.g. the reproduction test) written
+    into the workspace."""
 
     purpose: str  # "reproduce", "baseline" or "check"
     targets: tuple[str, ...]
@@ -116,8 +114,13 @@ class Tester:
 
 @dataclass(frozen=True)
 class Reproduction:
+    """The reproduction test: a file of the repository's suite (it never enters the diff), how
+    the runner is told to run it, and its tests as the runner named them on the base commit."""
+
     path: str
     content: str
+    target: str
+    tests: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ class Evidence:
     """What the tests said of one patch, and whether that patch may be approved."""
 
     run: TestsRan
-    reproduction: tuple[str, ...]  # the tests that show the issue (files or ids): all must pass now
+    reproduction: tuple[str, ...]  # the reproduction's tests, as its run on the base commit named them: all must pass now
     regressions: tuple[str, ...]  # the regression tests that passed on the base commit
 
     @property
@@ -165,33 +168,22 @@ OUTPUT_FOR_MODEL = 3000  # characters of a test run's output a prompt shows (its
 
 
 def passed(run: TestsRan, test: str) -> bool:
-    """`test` (a file or an id) passed: some result names it and none of its results failed."""
-    mine = [t for t in (*run.passed, *run.failed) if t == test or t.startswith(test + "::")]
-    return bool(mine) and not any(t in run.failed for t in mine)
+    """The test `test` (as the runner names it) passed: a result names it and it did not fail."""
+    return test in run.passed and test not in run.failed
 
 
-def collected(run: TestsRan, test: str) -> bool:
-    """Whether pytest collected test functions from the file `test`: a file that fails to import
-    or to parse is reported as an error of the file itself (`ERROR path`), not of a test in it."""
-    if "::" in test:
-        return test in run.passed or test in run.failed
-    if test in run.failed or f"ERROR collecting {test}" in run.output:
-        return False
-    return any(t.startswith(test + "::") for t in (*run.passed, *run.failed))
-
-
-def reproduces(run: TestsRan, test: str) -> str:
-    """"" when `run` (the reproduction test on the base commit) shows the issue; else why not."""
+def reproduces(run: TestsRan, target: str, suite: TestSuite) -> tuple[str, tuple[str, ...]]:
+    """("", its tests) when `run` (the reproduction test `target` alone, on the base commit) shows
+    the issue; else (why not, ())."""
     if run.outcome == "timeout":
-        return "it did not finish within the time limit on the unfixed code"
-    if not collected(run, test):
-        return ("it does not even run: pytest could not collect it (a syntax or import error, or no test in it), "
-                f"so it shows nothing of the issue; the output says why:\n{run.output[-OUTPUT_FOR_MODEL:]}")
-    if passed(run, test):
-        return "it PASSES on the unfixed code, so it does not reproduce the issue"
-    if not any(t == test or t.startswith(test + "::") for t in run.failed):
-        return f"it did not run as a test on the unfixed code (no test result; the output says why):\n{run.output[-OUTPUT_FOR_MODEL:]}"
-    return ""
+        return "it did not finish within the time limit on the unfixed code", ()
+    tests = suite.tests_of(run, target)
+    if tests is None:
+        return (f"it does not even run: {suite.load_error} (a syntax or import error, or no test in it), "
+                f"so it shows nothing of the issue; the output says why:\n{run.output[-OUTPUT_FOR_MODEL:]}"), ()
+    if all(passed(run, t) for t in tests):
+        return "it PASSES on the unfixed code, so it does not reproduce the issue", ()
+    return "", tests
 
 
 @dataclass(frozen=True)
@@ -237,12 +229,13 @@ class PatchChecker:
         plan = self._plan
         regressions = self._baseline()
         repro = plan.reproduction
-        # Whole files run, not the test ids that passed before: a parsed id is not always one pytest
-        # takes back (parameters with spaces). The verdict goes by ids (Evidence), so a test of those
-        # files that failed on the base commit already says nothing of the patch.
+        # Whole files (or modules' labels) run, not the test ids that passed before: a parsed id is
+        # not always one the runner takes back (pytest's parameters with spaces, a Django test
+        # named by its docstring). The verdict goes by ids (Evidence), so a test of those files
+        # that failed on the base commit already says nothing of the patch.
         request = TestRequest(
-            "check", ((repro.path,) if repro else ()) + plan.regression_targets, (*plan.earlier_patches, diff),
+            "check", ((repro.target,) if repro else ()) + plan.regression_targets, (*plan.earlier_patches, diff),
             ((repro.path, repro.content),) if repro else (),
         )
         run = self._tester.run(request, task_id=self._task_id, attempt=attempt, candidate=candidate)
-        return Evidence(run, (repro.path,) if repro else (), regressions)
+        return Evidence(run, repro.tests if repro else (), regressions)

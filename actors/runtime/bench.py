@@ -5,8 +5,11 @@ its tests run, all in the sandbox.
 
 The environment and the install are the repository's SWE-bench spec when the issue names a version
 the `swebench` package knows (the same testbeds grading uses), and otherwise the user's
-`--env-setup` (default: the project installed editable, and pytest). Whether one can be built is
-settled before the run starts (`prepare`), so that a run with tests never finds out halfway."""
+`--env-setup` (default: the project installed editable, and pytest). The tests run in the
+repository's own suite (actors/code/suites.py), chosen from the spec's test command or the user's
+`test-cmd`: pytest, or Django's runner with its labels, read by the parser grading reads it with.
+Whether one can be built is settled before the run starts (`prepare`, whose event names the test
+command), so that a run with tests never finds out halfway."""
 from __future__ import annotations
 
 import os
@@ -19,6 +22,7 @@ from pathlib import Path
 from magis_ray.events.schema import RunSettings, TestsRan
 
 from magis_ray.actors.code.repository import UnsafePath, safe_repo_path
+from magis_ray.actors.code.suites import PYTEST_COMMAND, TestSuite, suite_for
 from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, EnvironmentUnsupported
 from magis_ray.actors.execution.interpreters import InterpreterMissing
 from magis_ray.actors.execution.runner import INPUTS, TestRunner
@@ -29,9 +33,7 @@ from magis_ray.actors.execution.workspaces import read_file_at
 from magis_ray.actors.roles.testing import TestRequest
 from magis_ray.actors.runtime.issue import IssueRecord
 
-# pytest names every test's outcome (-rA), never asks (no cache folder in a read-only tree).
-TEST_COMMAND = "python -m pytest -rA -p no:cacheprovider"
-OUTPUT_KEPT = 6_000  # characters of a run's output in its event: the end, where pytest says why
+OUTPUT_KEPT = 6_000  # characters of a run's output in its event: the end, where the runner says why
 TEST_LIMITS = Limits(wall_seconds=600.0, memory_bytes=4 * GiB, cpu_seconds=900, output_bytes=64 * 1024,
                      log_bytes=16 * MiB, tmp_bytes=1 * GiB, scratch_bytes=4 * GiB)
 PATCH_FAILED = 97  # the exit code of a run whose patch did not apply
@@ -51,13 +53,17 @@ class BenchSetup:
     python: str = "3.11"  # for a user's repository
     sandbox: str = "bwrap"  # "bwrap" or "none"
     env_cache: str = ""  # "" : the default cache folder
+    test_cmd: str = ""  # the user's own test command ("": the spec's runner, or pytest)
+
+    def __hash__(self) -> int:  # `record` is a dict; a worker's benches are cached by setup (services._bench_for)
+        return hash(repr(self))
 
     @classmethod
     def of(cls, issue: IssueRecord, settings: RunSettings, repo_path: str) -> BenchSetup:
         record = dict(repo=issue.repo, instance_id=issue.instance_id, base_commit=issue.base_commit,
                       version=issue.version, environment_setup_commit=issue.environment_setup_commit)
         return cls(record=record, repo_path=repo_path, env_setup=settings.env_setup, python=settings.test_python or "3.11",
-                   sandbox=settings.sandbox, env_cache=os.environ.get("MAGIS_ENV_CACHE", ""))
+                   sandbox=settings.sandbox, env_cache=os.environ.get("MAGIS_ENV_CACHE", ""), test_cmd=settings.test_cmd)
 
 
 PACKAGING_FILES = ("pyproject.toml", "setup.py")  # what `pip install -e .` needs (setup.cfg alone is not enough)
@@ -82,33 +88,24 @@ def spec_of(setup: BenchSetup) -> InstanceSpec:
 
 
 def with_pytest(spec: InstanceSpec) -> InstanceSpec:
-    """The same testbed with pytest installed into it too: the team's runs are pytest's (any file,
-    any test id, one output to parse), also where SWE-bench's own runner is another and the
-    install does not bring pytest (sympy's bin/test). The environment, the heavy part, stays the
-    one grading uses."""
+    """The same testbed with pytest installed into it too: where pytest can run a repository's
+    tests, the team's runs are pytest's (any file, any test id, one output to parse), also where
+    SWE-bench's own runner is another and the install does not bring pytest (sympy's bin/test).
+    The environment, the heavy part, stays the one grading uses."""
     return replace(spec, testbed=replace(spec.testbed, install=(*spec.testbed.install, "python -m pip install pytest")))
 
 
-def pytest_parse(log: str, targets: tuple[str, ...] = ()) -> dict[str, str]:
-    """Each test's status from pytest's -rA summary, for tests in `targets` (files, folders or test
-    ids; none: any)."""
-    from swebench.harness.log_parsers.python import parse_log_pytest  # installed: the spec came from it
-
-    files = {target.split("::")[0].rstrip("/") for target in targets}
-
-    def ran_here(test: str) -> bool:
-        # pytest's own suite prints its inner runs' summaries ("PASSED [100%]", "FAILED
-        # test_foo.py::test1"), which the parser takes for this run's tests
-        path = test.split("::")[0]
-        return ("::" in test or path.endswith(".py")) and (not files or any(path == f or path.startswith(f + "/") for f in files))
-
-    return {test: status for test, status in parse_log_pytest(log, None).items() if ran_here(test)}
+def suite_of(spec: InstanceSpec, setup: BenchSetup) -> TestSuite:
+    """The suite the run's tests run in: the user's test-cmd where given, else the spec's own
+    runner where pytest cannot run the repository's tests (Django's), else pytest."""
+    return suite_for(spec.test_command, setup.test_cmd)
 
 
 class ExecutionBench:
     def __init__(self, setup: BenchSetup):
         self._setup = setup
         self._spec: InstanceSpec | None = None
+        self._suite: TestSuite | None = None
         self._testbed: Testbed | None = None
         sandbox = Sandbox(mode=setup.sandbox)
         self._runner = TestRunner(sandbox, TEST_LIMITS)
@@ -122,10 +119,13 @@ class ExecutionBench:
                 if self._setup.sandbox != "none":
                     check_available()
                 self._spec = spec_of(self._setup)
+                self._suite = suite_of(self._spec, self._setup)
                 repo_path = Path(self._setup.repo_path)
                 mirrors = repo_path.resolve().parent
                 self._testbed = self.cache.get(self._spec.testbed, repo_path, mirrors=mirrors)
-                if not self._has_pytest(self._testbed):
+                # pytest as the team runs it, where the spec's install did not bring it (the user's own
+                # command is theirs to provide for)
+                if self._suite.command == PYTEST_COMMAND and not self._has_pytest(self._testbed):
                     self._spec = with_pytest(self._spec)
                     self._testbed = self.cache.get(self._spec.testbed, repo_path, mirrors=mirrors)
             except (HarnessMissing, SandboxUnavailable, EnvironmentUnsupported, InterpreterMissing) as exc:
@@ -139,19 +139,21 @@ class ExecutionBench:
         return probe.exit_code == 0
 
     def prepare(self) -> TestsRan:
-        """Bench.prepare: the testbed, ready, or why it cannot be."""
+        """Bench.prepare: the testbed, ready, with the command its tests run with (the team reads
+        the suite from it), or why it cannot be."""
         try:
             testbed = self.testbed()
         except BenchUnavailable as exc:
             return TestsRan(purpose="prepare", command="", outcome="error", output=str(exc))
         seconds = testbed.env.build_seconds + testbed.build_seconds
         how = f"built in {seconds:.0f} s" if testbed.built_now or testbed.env.built_now else "from this node's cache"
-        return TestsRan(purpose="prepare", command="", outcome="passed", output=f"environment {testbed.label or testbed.key}: {how}",
-                        duration_s=round(seconds, 3))
+        return TestsRan(purpose="prepare", command=self._suite.command, outcome="passed",
+                        output=f"environment {testbed.label or testbed.key}: {how}", duration_s=round(seconds, 3))
 
     def run(self, request: TestRequest) -> TestsRan:
         testbed = self.testbed()
-        command = " ".join([TEST_COMMAND, *(shlex.quote(t) for t in request.targets)])
+        suite = self._suite
+        command = suite.command_for(request.targets)
         inputs: dict[str, str] = {}
         lines = []
         for number, diff in enumerate((d for d in request.patches if d.strip()), 1):
@@ -169,8 +171,8 @@ class ExecutionBench:
         if reinstall:
             lines += [f"{step} >/dev/null 2>&1 || echo 'magis-ray: the install step failed again after the patch'"
                       for step in self._spec.testbed.install]
-        lines.append(command)
-        parse = partial(pytest_parse, targets=tuple(request.targets))
+        lines += [*exports(self._spec.eval_commands), command]
+        parse = partial(suite.parse, targets=tuple(request.targets))
         run = self._runner.run(testbed, "\n".join(lines), parse, inputs=inputs, name=request.purpose, installs=reinstall)
         if run.exit_code == PATCH_FAILED and "magis-ray: patch" in run.output:
             number = re.search(r"magis-ray: patch (\d+) does not apply", run.output)
@@ -190,6 +192,13 @@ class ExecutionBench:
     @staticmethod
     def _error(request: TestRequest, command: str, why: str) -> TestsRan:
         return TestsRan(purpose=request.purpose, command=command, outcome="error", output=why)
+
+
+def exports(eval_commands: tuple[str, ...]) -> list[str]:
+    """The spec's eval steps that set the tests' environment (Django's locale: LANG, LC_ALL), as
+    grading's eval script has them; not those that set up the machine (locale-gen), which is the
+    testbed's to have, and which a test run without the sandbox must not do to the host."""
+    return [c for c in eval_commands if c.startswith("export ")]
 
 
 def changed_paths(diff: str) -> list[str]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from magis_ray.events.history import effective
 from magis_ray.events.schema import LLMExchanged, Recorded, RunFailed, RunFinished, RunResumed, RunStarted
 
-from magis_ray.actors.model.asking import is_transport_failure
+from magis_ray.actors.model.failures import unanswered
 
 
 class CannotResume(Exception):
@@ -40,8 +40,8 @@ def resume_point(events: list[Recorded]) -> ResumePoint:
         kept = last.version - 1
         if last.event.error_type == "ModelUnavailable":
             # Retry from the first request the model did not answer; what followed it is redone.
-            unanswered = [r.version for r in history if isinstance(r.event, LLMExchanged) and is_transport_failure(r.event.error)]
-            kept = min(unanswered, default=last.version) - 1
+            asked_again = [r.version for r in history if isinstance(r.event, LLMExchanged) and unanswered(r.event)]
+            kept = min(asked_again, default=last.version) - 1
     recorded = [r for r in history if r.version <= kept]
     return ResumePoint(
         started=history[0].event, started_position=history[0].position, kept_version=kept, recorded=recorded,

@@ -16,7 +16,7 @@ from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.liveness import Liveness
 from magis_ray.actors.runtime.remote import NAMESPACE, answers, gateway_actor, gateway_name, pool_actor, store_actor, supervisor_actor
 from magis_ray.actors.runtime.replay import issue_of
-from magis_ray.actors.runtime.team import root_cause
+from magis_ray.actors.runtime.services import root_cause
 from magis_ray.store import Fenced
 
 INTERRUPTED = "interrupted by the user"
@@ -99,6 +99,8 @@ class Deployment:
     not end normally (cut off, taken over, its supervisor lost) takes its actors with it."""
 
     def __init__(self, store_path: str, gateway_config, liveness: Liveness | None = None):
+        # the leases are the caller's when it gives them (it closes them), else this deployment's
+        self._own_liveness = liveness is None
         self.liveness = liveness or Liveness(store_path)
         ensure_ray()
         self.store = store_actor(os.path.abspath(store_path))
@@ -124,10 +126,11 @@ class Deployment:
         return supervisor_actor(self.pool)
 
     def start(self, *, issue: IssueRecord, settings: RunSettings, repo_path: str, run_id: str,
-              recorded: list[Recorded] | None = None, resume: ResumePoint | None = None) -> RunningRun:
-        """Start (or resume) a run; RunIsLive when another driver holds it (taking a lease this
-        driver holds already just renews it)."""
-        fence = self.liveness.take(run_id)
+              recorded: list[Recorded] | None = None, resume: ResumePoint | None = None,
+              fence: int | None = None) -> RunningRun:
+        """Start (or resume) a run; RunIsLive when another driver holds it. `fence`: the epoch of
+        the run's lease when the caller took it already (else it is taken here)."""
+        fence = self.liveness.take(run_id) if fence is None else fence
         spent = 0
         if resume is not None:
             spent = tokens_spent(ray.get(self.store.read.remote(run_id)))
@@ -185,40 +188,43 @@ class Deployment:
         return end
 
     def close(self) -> None:
-        """End the kept supervisors and role actors (the driver's exit ends them too), and the leases."""
+        """End the kept supervisors and role actors (the driver's exit ends them too), and the
+        leases when they are this deployment's."""
         for supervisor in self._idle:
             ray.kill(supervisor)
         self._idle.clear()
         if self._pool is not None:
             ray.kill(self._pool)
             self._pool = None
-        self.liveness.close()
+        if self._own_liveness:
+            self.liveness.close()
 
 
 def run_issue(*, store_path: str, issue: IssueRecord, settings: RunSettings, repo_path: str, gateway_config,
-              run_id: str, resume: ResumePoint | None = None, liveness: Liveness | None = None) -> RunFinished | RunFailed:
+              run_id: str, resume: ResumePoint | None = None, liveness: Liveness | None = None,
+              fence: int | None = None) -> RunFinished | RunFailed:
     """Run (or resume) one issue on Ray; returns the run's terminal event. Ctrl-C ends the log resumably.
-    `liveness`: the driver's leases, when it took the run's lease already."""
+    `liveness` and `fence`: the driver's leases and the run's epoch, when it took the run's lease
+    already (the lease is taken once)."""
     deployment = Deployment(store_path, gateway_config, liveness)
     try:
         run = deployment.start(
             issue=issue, settings=settings, repo_path=repo_path, run_id=run_id,
-            recorded=resume.recorded if resume else None, resume=resume,
+            recorded=resume.recorded if resume else None, resume=resume, fence=fence,
         )
         try:
             return deployment.finish(run)
         except KeyboardInterrupt:
             return deployment.interrupt(run)
     finally:
-        if liveness is None:
-            deployment.close()
+        deployment.close()
 
 
 def resume_issue(*, store_path: str, run_id: str, point: ResumePoint, repo_path: str, gateway_config,
-                 liveness: Liveness | None = None) -> RunFinished | RunFailed:
+                 liveness: Liveness | None = None, fence: int | None = None) -> RunFinished | RunFailed:
     """Go on with a cut-off run: mark what is superseded, then re-live the log and continue."""
     return run_issue(
         store_path=store_path, issue=issue_of(point.started), settings=point.started.settings, repo_path=repo_path,
-        gateway_config=gateway_config, run_id=run_id, resume=point, liveness=liveness,
+        gateway_config=gateway_config, run_id=run_id, resume=point, liveness=liveness, fence=fence,
     )
 

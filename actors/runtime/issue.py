@@ -130,7 +130,8 @@ _SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
 
 def _from_markdown(text: str, where: str) -> IssueDraft:
     """The first line is the title (a heading's marks dropped); the rest is the body. The problem
-    statement is "title\\nbody", as SWE-bench's are."""
+    statement is "title\\nbody", as SWE-bench's are, with the blank line between them kept when
+    the file has one (a reader sees the title apart from the body, as the author wrote it)."""
     lines = text.strip().splitlines()
     title, rest = lines[0], lines[1:]
     if _HEADING.match(title):
@@ -141,7 +142,8 @@ def _from_markdown(text: str, where: str) -> IssueDraft:
     if not title:
         raise BadIssue(f"{where}: the first line, the issue's title, is empty")
     body = "\n".join(rest).strip()
-    return IssueDraft(problem_statement=f"{title}\n{body}".strip())
+    gap = "\n\n" if rest and not rest[0].strip() else "\n"
+    return IssueDraft(problem_statement=f"{title}{gap}{body}".strip())
 
 
 def title_of(problem_statement: str) -> str:

@@ -8,8 +8,12 @@ import threading
 from collections import deque
 from typing import Iterable, Protocol, Sequence
 
+import msgspec
+
 from magis_ray.events.codec import new_event
-from magis_ray.events.schema import TERMINAL_EVENTS, AnyEvent, LLMExchanged, NewEvent, Recorded, RunResumed, TestsRan
+from magis_ray.events.schema import (
+    SCHEMA_VERSION, TERMINAL_EVENTS, AnyEvent, LLMExchanged, NewEvent, Recorded, RunResumed, RunStarted, TestsRan,
+)
 
 from magis_ray.actors.model.fitting import fitted_from
 
@@ -39,6 +43,8 @@ def comparable(event: AnyEvent) -> object:
     timing come from the record); any other event whole."""
     if isinstance(event, LLMExchanged):
         return (event.purpose, event.task_id, event.attempt, event.messages)
+    if isinstance(event, RunStarted):  # the schema a log was written at is no decision of the run
+        return msgspec.structs.replace(event, schema_version=SCHEMA_VERSION)
     return event
 
 

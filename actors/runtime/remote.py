@@ -19,7 +19,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from magis_ray.actors.runtime.services import (CustodianService, DeveloperService, GatewayService, QAService, StoreService,
-                                               prepare_bench, run_bench)
+                                               prepare_bench, result_of, run_bench)
 
 NAMESPACE = "magis"
 # Role actors wait on the model, not the CPU: they take no CPU slot, so a 2-core machine runs
@@ -53,6 +53,12 @@ def here() -> NodeAffinitySchedulingStrategy:
 # (`magis-ray stop` ends them). The handles are kept per process, to look each up once.
 _shared: dict[str, object] = {}
 STORE_PREFIX, GATEWAY_PREFIX = "store:", "gateway:"
+
+
+def forget_shared() -> None:
+    """Drop this process's handles of the shared actors: they belong to one Ray session, so a
+    process that shuts its Ray down and starts or joins another must look them up again."""
+    _shared.clear()
 
 
 def store_name(path: str) -> str:
@@ -284,12 +290,12 @@ class BenchTasks:
     def prepare(self):
         """The testbed built (or found in the node's cache) in a build task."""
         build, _ = node_tasks()
-        return ray.get(self._placed(build, self._build_memory).remote(prepare_bench, self._setup))
+        return result_of(self._placed(build, self._build_memory).remote(prepare_bench, self._setup))
 
     def run(self, request):
         """One test run, in a test task."""
         _, test = node_tasks()
-        return ray.get(self._placed(test, self._test_memory).remote(run_bench, self._setup, request))
+        return result_of(self._placed(test, self._test_memory).remote(run_bench, self._setup, request))
 
 
 def bench_tasks(setup) -> BenchTasks:

@@ -2,8 +2,8 @@
 Each talks to the shared store and gateway through handles, and rebuilds its lanes from the log."""
 from __future__ import annotations
 
+import functools
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -87,6 +87,25 @@ class GatewayService:
 
 
 # --- ports: what the plain roles see, backed by actor handles ---------------------------------
+# Each waits with result_of, so a role (the Team above all) sees the exception the other actor
+# raised (Fenced, Divergence, ModelUnavailable, ...), never the RayTaskError that carried it.
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The exception an actor or task raised, unwrapped from the RayTaskErrors that carried it
+    (one per actor it crossed)."""
+    while getattr(exc, "cause", None) is not None:
+        exc = exc.cause  # type: ignore[attr-defined]
+    return exc
+
+
+def result_of(ref):
+    """ray.get of one call: its value, or the exception it raised, unwrapped (chained to the
+    RayTaskError, whose text holds the remote traceback). An actor that died stays a RayActorError."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        raise root_cause(exc) from exc
 
 
 class StoreSink:
@@ -94,7 +113,7 @@ class StoreSink:
         self._store, self._run_id, self._fence = store, run_id, fence
 
     def write(self, events: Sequence[NewEvent]) -> list[int]:
-        return ray.get(self._store.append_next.remote(self._run_id, list(events), self._fence))
+        return result_of(self._store.append_next.remote(self._run_id, list(events), self._fence))
 
 
 class StoreMemory:
@@ -102,13 +121,13 @@ class StoreMemory:
         self._store = store
 
     def get_summary(self, repo, path, blob_id, before_position=None, model=None):
-        return ray.get(self._store.get_summary.remote(repo, path, blob_id, before_position, model))
+        return result_of(self._store.get_summary.remote(repo, path, blob_id, before_position, model))
 
     def latest_summary(self, repo, path, before_position=None, model=None):
-        return ray.get(self._store.latest_summary.remote(repo, path, before_position, model))
+        return result_of(self._store.latest_summary.remote(repo, path, before_position, model))
 
     def put_summary(self, repo, path, blob_id, summary, model="") -> None:
-        ray.get(self._store.put_summary.remote(repo, path, blob_id, summary, model))
+        result_of(self._store.put_summary.remote(repo, path, blob_id, summary, model))
 
 
 class GatewayLLM:
@@ -117,7 +136,7 @@ class GatewayLLM:
 
     def exchange(self, *, run_id: str, purpose: str, messages: list[Message], schema: dict | None, task_id: str, attempt: int,
                  **sampling) -> LLMExchanged:
-        return ray.get(self._gateway.exchange.remote(
+        return result_of(self._gateway.exchange.remote(
             run_id=run_id, purpose=purpose, messages=messages, schema=schema, task_id=task_id, attempt=attempt, **sampling,
         ))
 
@@ -197,7 +216,7 @@ class RemoteReviewer:
         self._qa, self._binding, self._lane, self._issue, self._task = qa_actor, binding, lane, issue_text, task_description
 
     def review(self, qa: QAAssigned, patch: PatchProposed, evidence=None):
-        return ray.get(self._qa.review.remote(self._binding, self._lane, qa, patch, self._issue, self._task, evidence))
+        return result_of(self._qa.review.remote(self._binding, self._lane, qa, patch, self._issue, self._task, evidence))
 
 
 class DeveloperService(RoleService):
@@ -217,9 +236,9 @@ class DeveloperService(RoleService):
 # --- the test bench: each build and each test run a task on the run's node (remote.BenchTasks) ---
 
 BENCHES_KEPT = 16  # the most runs' benches a worker process keeps
-_benches: OrderedDict[str, object] = OrderedDict()  # this process's benches by setup, the most recent last
 
 
+@functools.lru_cache(maxsize=BENCHES_KEPT)
 def _bench_for(setup):
     """This worker process's bench for `setup`. Ray gives a run's tasks whichever worker of the
     node's pool is free, and keeps those workers: one that ran an earlier build or test of the
@@ -227,12 +246,7 @@ def _bench_for(setup):
     imports ready."""
     from magis_ray.actors.runtime.bench import ExecutionBench
 
-    key = repr(setup)
-    bench = _benches.pop(key, None) or ExecutionBench(setup)
-    _benches[key] = bench
-    while len(_benches) > BENCHES_KEPT:
-        _benches.popitem(last=False)
-    return bench
+    return ExecutionBench(setup)
 
 
 def prepare_bench(setup) -> TestsRan:

@@ -17,7 +17,7 @@ from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.journal import lanes_of
 from magis_ray.actors.code.repository import RepoSnapshot
 from magis_ray.actors.roles.developer import Assignment, TaskResult, candidate_numbers, lane_suffix
-from magis_ray.actors.runtime.services import Binding, lanes_for
+from magis_ray.actors.runtime.services import Binding, lanes_for, result_of
 from magis_ray.actors.runtime.team import Team
 
 log = structlog.get_logger()
@@ -70,7 +70,7 @@ class Recreating:
     def result(self):
         for retry in range(ACTOR_RETRIES + 1):
             try:
-                value = ray.get(self._ref)
+                value = result_of(self._ref)
                 self._finished = True
                 return value
             except ray.exceptions.RayActorError as exc:  # died, or its node crashed (unavailable)
@@ -78,7 +78,7 @@ class Recreating:
                     raise
                 log.warning("role actor died; recreating it from the log", run=self._s.run_id, error=str(exc).splitlines()[0])
                 end(self._s, self._lent, reuse=False)
-                self._lent = self._make(lanes_of(ray.get(self._s.store.read.remote(self._s.run_id))), True)
+                self._lent = self._make(lanes_of(result_of(self._s.store.read.remote(self._s.run_id))), True)
                 self._ref = self._call(self._lent)
         raise AssertionError("unreachable")
 
@@ -111,7 +111,7 @@ class SupervisorService:
     def projected_diff(self) -> str:
         from magis_ray.events.projections import final_diff, fold
 
-        return final_diff(fold(ray.get(self.store.read.remote(self.run_id))))
+        return final_diff(fold(result_of(self.store.read.remote(self.run_id))))
 
     def run(self, run_id: str, issue: IssueRecord, settings: RunSettings, repo_path: str, store, gateway,
             recorded: list[Recorded] | None = None, fence: int = 0):

@@ -23,19 +23,13 @@ from magis_ray.actors.roles.qa import write_reproduction
 from magis_ray.actors.roles.selection import choose
 from magis_ray.actors.roles.testing import Bench, Reproduction, Tester, TestPlan
 from magis_ray.actors.code.regression import nearest_tests
+from magis_ray.actors.code.suites import TestSuite, suite_for
 
 # Tries at a reproduction test that fails on the base commit: the first and two corrections, as
 # for any invalid answer.
 REPRODUCTION_TRIES = 3
 
 log = structlog.get_logger()
-
-
-def root_cause(exc: BaseException) -> BaseException:
-    """The exception a role raised, unwrapped from the RayTaskErrors that carried it across actors."""
-    while getattr(exc, "cause", None) is not None:
-        exc = exc.cause  # type: ignore[attr-defined]
-    return exc
 
 
 def one_line(exc: BaseException) -> str:
@@ -49,7 +43,8 @@ class Workforce(Protocol):
 
     def run_stage(self, assignments: list[Assignment]) -> list[TaskResult]:
         """Run the tasks of one stage in parallel, each by its own Developer and QA Engineer (one
-        pair per candidate when a task has several)."""
+        pair per candidate when a task has several). A role's exception is raised as itself, not
+        wrapped by whatever carried it (services.result_of)."""
 
 
 class Locator(Protocol):
@@ -97,10 +92,9 @@ class Team:
         journal.emit(self.started_event())
         try:
             end: RunFinished | RunFailed = self._collaborate(memory_before=journal.last_position)
-        except Exception as raised:  # noqa: BLE001 - the log must end consistently whatever broke
-            exc = root_cause(raised)
+        except Exception as exc:  # noqa: BLE001 - the log must end consistently whatever broke
             if isinstance(exc, (Divergence, Fenced)):  # the log is another's now: nothing may be written
-                raise exc from None
+                raise
             if isinstance(exc, NoScriptedAnswer):
                 end = RunFailed(reason=one_line(exc), error_type="ModelUnavailable")  # resumed like one, once the rule is there
             elif isinstance(exc, ModelUnavailable):
@@ -117,16 +111,19 @@ class Team:
         """The file as the base commit has it; "" for a file the task creates."""
         return self._snapshot.read_text(task.path) if task.base_blob_id else ""
 
-    def _reproduce(self, issue_text: str, tasks: list[TaskDefined]) -> Reproduction | None:
-        """The QA side's reproduction test, before the Developers start."""
+    def _reproduce(self, issue_text: str, tasks: list[TaskDefined], suite: TestSuite) -> Reproduction | None:
+        """The QA side's reproduction test, before the Developers start, in the suite's framework
+        and in the place it has for a change to these files."""
         asker = self._asker_for("qa:reproduction")
         files = "\n".join(f"- `{t.path}`: {t.description}" for t in tasks)
-        return write_reproduction(asker, Tester(asker.journal, self._bench), issue_text, files, REPRODUCTION_TRIES)
+        place = suite.reproduction_place(self._snapshot, [t.path for t in tasks if t.base_blob_id])
+        return write_reproduction(asker, Tester(asker.journal, self._bench), issue_text, files, REPRODUCTION_TRIES, suite, place)
 
-    def _test_plan(self, task: TaskDefined, reproduction: Reproduction | None, earlier_patches: tuple[str, ...]) -> TestPlan:
+    def _test_plan(self, task: TaskDefined, reproduction: Reproduction | None, earlier_patches: tuple[str, ...],
+                   suite: TestSuite) -> TestPlan:
         """The reproduction test, and the repository's tests nearest the task's file (a new file has
         none), run with the patches of earlier stages applied: a later stage builds on them."""
-        targets = nearest_tests(self._snapshot, task.path) if task.base_blob_id else ()
+        targets = nearest_tests(self._snapshot, task.path, suite) if task.base_blob_id else ()
         return TestPlan(reproduction, targets, earlier_patches)
 
     def _settle(self, results: list[TaskResult], issue_text: str) -> list[TaskResult]:
@@ -149,14 +146,16 @@ class Team:
             settled.append(winner)
         return settled
 
-    def _tests_ready(self) -> bool:
-        """Tests are on and this run's environment is ready; otherwise the log says why not."""
+    def _tests_ready(self) -> TestSuite | None:
+        """The suite the run's tests run in, when tests are on and its environment is ready (the
+        bench names its command); otherwise None, and the log says why not."""
         if not self.settings.tests:
-            return False
-        return Tester(self._asker_for("supervisor").journal, self._bench).prepare().outcome == "passed"
+            return None
+        ready = Tester(self._asker_for("supervisor").journal, self._bench).prepare()
+        return suite_for(ready.command) if ready.outcome == "passed" else None
 
     def _collaborate(self, memory_before: int) -> RunFinished:
-        tests = self._tests_ready()
+        suite = self._tests_ready()  # None: no tests in this run
         issue_text = self.issue.brief(self.settings.use_hints)
         located = self._custodian.locate(issue_text, memory_before)
         manager = Manager(self._asker_for, issue_text, self._snapshot.read_text, self._snapshot.blob_id)
@@ -167,7 +166,7 @@ class Team:
         team = manager.recruit(tasks)
         transcript = manager.hold_meeting(tasks, team)
         plan = manager.make_plan(tasks, transcript)
-        reproduction = self._reproduce(issue_text, tasks) if tests else None
+        reproduction = self._reproduce(issue_text, tasks, suite) if suite is not None else None
         by_id = {t.task_id: (t, d) for t, d in zip(tasks, team)}
         finished: list[TaskFinished] = []
         kept_patches: list[str] = []  # the diffs of earlier stages' tasks that did not fail
@@ -177,7 +176,7 @@ class Team:
                     issue_text=issue_text, task=by_id[tid][0], developer=by_id[tid][1],
                     base_text=self._base_text(by_id[tid][0]),
                     max_review_rounds=self.settings.max_review_rounds, use_qa=self.settings.use_qa,
-                    tests=self._test_plan(by_id[tid][0], reproduction, tuple(kept_patches)) if tests else None,
+                    tests=self._test_plan(by_id[tid][0], reproduction, tuple(kept_patches), suite) if suite is not None else None,
                     candidates=self.settings.candidates,
                 )
                 for tid in stage

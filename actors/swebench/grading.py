@@ -27,7 +27,7 @@ from magis_ray.actors.execution.interpreters import InterpreterMissing
 from magis_ray.actors.execution.runner import INPUTS, TestRunner
 from magis_ray.actors.execution.sandbox import GiB, Limits, MiB
 from magis_ray.actors.execution.specs import HarnessMissing, InstanceSpec, NoSpec, custom_spec, harness, instance_spec
-from magis_ray.actors.execution.testbeds import TestbedCache
+from magis_ray.actors.execution.testbeds import TestbedCache, missing_system_packages
 
 OUTPUT_KEPT = 4000  # characters of test output kept in the result (its tail)
 EVAL_BEGINS = ">>>>> magis-ray: the eval script begins"
@@ -129,6 +129,10 @@ def grade(record: dict, patch: str | None, repos_dir: str | Path, testbeds: Test
         failed = _failed(result, "environment", f"build failed at {exc}")
         failed.needs_internet = "needs the internet" in str(exc)
         return failed
+    skipping = missing_system_packages(spec.optional_packages)
+    if skipping:
+        result.warnings.append(f"some tests skip without the system packages {', '.join(skipping)} "
+                               f"(apt-get install {' '.join(skipping)})")
     env = testbed.env
     result.env_key, result.env_label = env.key, env.label
     result.env_build_seconds, result.env_built_now = env.build_seconds, env.built_now

@@ -89,7 +89,11 @@ def gold_edits(base_text: str, new_text: str) -> tuple[list[Edit], str]:
     return edits, "line endings apply_edits normalizes (\\n lines in a \\r\\n file)"
 
 
-def build_oracle(instance: Instance, repo_path: str, settings: RunSettings = RunSettings()) -> Oracle:
+# The oracle answers every step from the gold patch and runs no test; it ranks as a run does.
+ORACLE_SETTINGS = RunSettings(tests=False)
+
+
+def build_oracle(instance: Instance, repo_path: str, settings: RunSettings = ORACLE_SETTINGS) -> Oracle:
     """The oracle for one instance, its repository at `repo_path`.
 
     Raises RepoError (repository or commit missing) or PatchError (the gold patch does not apply).
@@ -129,12 +133,12 @@ def build_oracle(instance: Instance, repo_path: str, settings: RunSettings = Run
     return Oracle(team=team, candidates=candidates, limits=limits)
 
 
-def oracle_server(instance: Instance, repo_path: str, settings: RunSettings = RunSettings()) -> ScriptedServer:
+def oracle_server(instance: Instance, repo_path: str, settings: RunSettings = ORACLE_SETTINGS) -> ScriptedServer:
     """A scripted model server answering every step of `instance` from its gold patch."""
     return ScriptedServer(build_oracle(instance, repo_path, settings).team)
 
 
-def run_oracle(instance: Instance, repo_path: str, store, run_id: str, settings: RunSettings = RunSettings(),
+def run_oracle(instance: Instance, repo_path: str, store, run_id: str, settings: RunSettings = ORACLE_SETTINGS,
                oracle: Oracle | None = None) -> RunFinished | RunFailed:
     """One whole run of `instance` in this process (real gateway over HTTP, the given store),
     the model being the oracle. Returns the run's terminal event."""

@@ -7,14 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
-import time
 from importlib.resources import files
 from typing import AsyncIterator
 from urllib.parse import urlencode
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
-from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
@@ -25,15 +21,13 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from magis_ray.events import schema as ev
-from magis_ray.events.projections import final_diff, metrics
-from magis_ray.events.projections.audit import TEST_PURPOSES, describe
-from magis_ray.events.projections.html import superseded
-from magis_ray.events.projections.inspection import diff_lines, memory_reuse, steps
+from magis_ray.events.projections import audit_json
 from magis_ray.store import UnknownRun
 
 from . import listing
 from .compare import compare
 from .live import Hub
+from .pages import environment
 from .state import Inspector
 
 HERE = files(__package__)
@@ -46,75 +40,13 @@ SECURITY_HEADERS = {
     "x-frame-options": "DENY",
     "cache-control": "no-store",
 }
-# Control characters (tabs and line ends aside) in model text are shown as \xNN, never sent raw.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-
-
-def shown(value: object) -> object:
-    """Jinja2's finalize: every plain string printed loses its control characters (then autoescape)."""
-    if type(value) is str:
-        return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value)
-    return value
-
-
-def _environment() -> Environment:
-    env = Environment(
-        loader=FileSystemLoader(str(HERE / "templates")), autoescape=True, finalize=shown, undefined=StrictUndefined,
-        trim_blocks=True, lstrip_blocks=True,
-    )
-    env.globals.update(describe=describe, TEST_PURPOSES=TEST_PURPOSES, ago=ago, money=money, num=num, clock=clock,
-                       seconds=seconds, short=short, type_name=lambda e: type(e).__name__, marked=marked)
-    return env
-
-
-def money(value: float) -> str:
-    return f"${value:,.4f}"
-
-
-def num(value: int | float) -> str:
-    return f"{value:,}"
-
-
-def seconds(value: float) -> str:
-    if value < 60:
-        return f"{value:.1f} s"
-    minutes, secs = divmod(int(value), 60)
-    return f"{minutes}:{secs:02d} min" if minutes < 60 else f"{minutes // 60}:{minutes % 60:02d} h"
-
-
-def clock(value: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value)) if value else "-"
-
-
-def ago(value: float) -> str:
-    return seconds(max(0.0, time.time() - value)) + " ago" if value else "-"
-
-
-def short(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def marked(text: str, words: list[str], width: int = 220) -> Markup:
-    """A snippet of `text` around the first query word, each query word wrapped in <mark>; every
-    piece of the text is escaped."""
-    flat = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", " ".join(text.split()))
-    pattern = re.compile("|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)), re.IGNORECASE) if words else None
-    hit = pattern.search(flat) if pattern else None
-    start = max(0, hit.start() - width // 3) if hit else 0
-    piece = flat[start : start + width]
-    out, at = [], 0
-    for m in pattern.finditer(piece) if pattern else ():
-        out += [escape(piece[at : m.start()]), Markup("<mark>"), escape(m.group()), Markup("</mark>")]
-        at = m.end()
-    out.append(escape(piece[at:]))
-    return Markup(("…" if start else "") + "".join(out) + ("…" if start + width < len(flat) else ""))
+SEARCH_PAGE = 50  # results on one page of search
 
 
 class Pages:
     def __init__(self, inspector: Inspector, hub: Hub, store_label: str) -> None:
         self.inspector, self.hub, self.store_label = inspector, hub, store_label
-        self.env = _environment()
+        self.env = environment()
 
     def render(self, name: str, status: int = 200, **context) -> HTMLResponse:
         body = self.env.get_template(name).render(store=self.store_label, **context)
@@ -149,16 +81,10 @@ class Pages:
             view = self.inspector.view(run_id)
         except UnknownRun as exc:
             return self.not_found(str(exc))
-        summary = self.inspector.summary(run_id)
-        rows = steps(view)
-        roles = sorted({s.role for s in rows})
-        reused, fresh = memory_reuse(view)
         title = view.started.instance_id if view.started else run_id
         return self.render(
-            "run.html", title=title, live=f"/live?run={run_id}", view=view, s=summary, m=metrics(view),
-            steps=[s for s in rows if not role or s.role == role], roles=roles, role=role, old=superseded(view),
-            start=view.timeline[0].time if view.timeline else 0.0, reused=reused, fresh=fresh,
-            diff=diff_lines(final_diff(view)), diff_lines=diff_lines, stalled=run_id in self.inspector.stalled(),
+            "run.html", title=title, live=f"/live?run={run_id}", doc=audit_json(view), s=self.inspector.summary(run_id),
+            role=role, stalled=run_id in self.inspector.stalled(), standalone=False,
         )
 
     async def exchange(self, request: Request) -> Response:
@@ -204,23 +130,30 @@ class Pages:
     async def search(self, request: Request) -> Response:
         params = request.query_params
         types = [t for t in params.getlist("type") if t]
-        return await run_in_threadpool(self._search, params.get("q", ""), types, params.get("before", ""))
+        shown = params.get("shown", "")
+        return await run_in_threadpool(self._search, params.get("q", ""), types, params.get("before", ""),
+                                       int(shown) if shown.isdigit() else 0)
 
-    def _search(self, q: str, types: list[str], before: str) -> Response:
+    def _search(self, q: str, types: list[str], before: str, shown: int) -> Response:
+        """One page of results, newest first; the next page starts below this page's last event
+        (`before`), and `shown` counts the results of the pages before it, for numbering."""
+        from magis_ray.events.text import searchable_text
         from magis_ray.store.fulltext import parse_query
 
-        limit = 50
         before_position = int(before) if before.isdigit() else None
-        hits = self.inspector.store.search(q, types=types, limit=limit, before_position=before_position) if q.strip() else []
+        found = (self.inspector.store.search(q, types=types, limit=SEARCH_PAGE + 1, before_position=before_position)
+                 if q.strip() else [])
+        hits = found[:SEARCH_PAGE]
         words = [w for term in parse_query(q) for w in term.words]
-        from magis_ray.events.text import searchable_text
-
         results = [(rec, self.inspector.catalog.runs.get(rec.run_id), searchable_text(rec)) for rec in hits]
-        next_link = ("?" + urlencode([("q", q), *[("type", t) for t in types], ("before", str(hits[-1].position))])
-                     if len(hits) == limit else "")
+        query = [("q", q), *[("type", t) for t in types]]
+        next_link = ("?" + urlencode([*query, ("before", str(hits[-1].position)), ("shown", str(shown + len(hits)))])
+                     if len(found) > SEARCH_PAGE else "")
+        first_link = "?" + urlencode(query) if before_position is not None else ""
         return self.render(
             "search.html", title=f"Search: {q}" if q else "Search", live="", q=q, types=types, results=results, words=words,
             event_types=sorted(cls.__struct_config__.tag for cls in ev.AnyEvent.__args__), next_link=next_link,
+            first_link=first_link, shown=shown,
         )
 
     async def live(self, request: Request) -> Response:

@@ -3,13 +3,9 @@ from __future__ import annotations
 
 import click
 
-from ..source import BadInput
+from ..errors import BadInput, require_extra
+from ..options import store_option
 
-# as cli/main.py's (which imports this module, so it cannot be imported from here)
-store_option = click.option(
-    "--store", "store_path", default=".magis", envvar="MAGIS_STORE", show_default=True,
-    help="The magis store: a folder (or its events.sqlite3 file).",
-)
 
 
 @click.command("serve")
@@ -24,6 +20,7 @@ def serve_command(store_path: str, host: str, port: int, poll_s: float) -> None:
     event. Pages update live as events are appended."""
     import socket
 
+    require_extra("serve", "magis-ray serve")
     import uvicorn
 
     from magis_ray.store import open_store

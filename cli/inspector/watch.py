@@ -12,10 +12,14 @@ from typing import Callable, TextIO
 from magis_ray.events import schema as ev
 from magis_ray.events.projections import RunView
 from magis_ray.events.projections.audit import describe
+from magis_ray.events.projections.tests import verdict as test_verdict, view_tally
 from magis_ray.events.projections.catalog import BatchSummary, Catalog, RunSummary
 from magis_ray.store import Lease
 
-from ..source import BadInput, resolve_run_id
+from ..errors import BadInput
+from ..progress import PhaseTicker
+from ..source import resolve_run_id
+from ..wording import count, duration, money
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 GRACE_S = 2.0  # a batch counts as ended once nothing of it has run for this long (drivers pick instances up in turns)
@@ -29,12 +33,9 @@ def plain(text: object, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def money(value: float) -> str:
-    return f"${value:,.4f}"
-
-
-def run_lines(summary: RunSummary, view: RunView, stalled: bool = False) -> list[str]:
-    """The run's view: status, stage, cost, then each task with its attempts, reviews and tests."""
+def run_lines(summary: RunSummary, view: RunView, stalled: bool = False, lasted: str = "") -> list[str]:
+    """The run's view: status, stage (and for how long, `lasted`), cost, then each task with its
+    attempts, reviews and tests."""
     status = "stalled" if stalled else summary.status
     head = f"run {summary.run_id}  {plain(summary.instance_id)}  [{status}]"
     if summary.status == "finished":
@@ -45,11 +46,11 @@ def run_lines(summary: RunSummary, view: RunView, stalled: bool = False) -> list
                      + (f"  batch {plain(summary.batch)}" if summary.batch else ""))
     if summary.status == "failed":
         lines.append(f"  failed: {plain(summary.outcome)}")
-    lines.append(f"  stage: {plain(summary.stage)}")
+    lines.append(f"  stage: {plain(summary.stage)}" + (f" ({lasted})" if lasted and not summary.ended else ""))
     lines.append(f"  tokens {summary.prompt_tokens:,} + {summary.completion_tokens:,}  cost {money(summary.cost_usd)}  "
                  f"calls {summary.calls}  time {summary.seconds:.1f} s  events {summary.events}")
     lines.append(f"  reviews: {summary.approvals} approved, {summary.rejections} sent back  "
-                 f"test runs: {summary.test_runs} ({summary.tests_failed} not passing)")
+                 f"{view_tally(view).words()}")
     for task in view.tasks.values():
         status = task.finished.status if task.finished else "working"
         lines.append(f"  {plain(task.task_id)} {plain(task.path)}: {status}")
@@ -60,7 +61,7 @@ def run_lines(summary: RunSummary, view: RunView, stalled: bool = False) -> list
             verdict = ("approved" if review.approved else "sent back") if review else "in review"
             line = f"    {who}attempt {patch.attempt}: {verdict}"
             if tests:
-                line += "; tests " + ", ".join(t.outcome for t in tests)
+                line += "; tests " + ", ".join(test_verdict(t) for t in tests)
             if review and review.comment:
                 line += f" ({plain(review.comment, 100)})"
             lines.append(line)
@@ -71,13 +72,13 @@ def run_lines(summary: RunSummary, view: RunView, stalled: bool = False) -> list
 
 def batch_lines(batch: BatchSummary, stalled: set[str]) -> list[str]:
     runs = sorted(batch.runs, key=lambda r: r.first_time)
-    lines = [f"batch {plain(batch.name)}: {batch.ended} of {len(runs)} run(s) ended, {batch.count('running')} running, "
+    lines = [f"batch {plain(batch.name)}: {batch.ended} of {count(len(runs), 'run')} ended, {batch.count('running')} running, "
              f"{batch.count('failed')} failed, {batch.patched} patched; tokens {batch.tokens:,}, cost {money(batch.cost_usd)}"]
     for r in runs:
         status = "stalled" if r.run_id in stalled else r.status
         detail = plain(r.outcome, 80) if r.ended else plain(r.stage, 80)
         lines.append(f"  {r.run_id}  {plain(r.instance_id, 40):40}  {status:8}  {detail}  "
-                     f"{r.tokens:,} tokens  {money(r.cost_usd)}")
+                     f"{count(r.tokens, 'token')}  {money(r.cost_usd)}")
     return lines
 
 
@@ -96,7 +97,7 @@ class Watcher:
 
     def watch_run(self, run: str) -> int:
         run_id = resolve_run_id(self.store, run)
-        summary, view = RunSummary(run_id), RunView()
+        summary, view, ticker = RunSummary(run_id), RunView(), PhaseTicker()
         version, start = 0, None
         pending: dict[str, list[ev.LLMExchanged]] = {}
         shown: list[str] | None = None
@@ -108,9 +109,13 @@ class Watcher:
                 start = rec.time if start is None else start
                 if not self.redraw:
                     self._decision_line(rec, pending, start)
+            now = self.now()
+            phase = ticker.tick(summary, now)  # a quiet phase (an environment, a slow model) is no hang
+            if not self.redraw and phase:
+                self._print(phase)
             lease = self._leases(run_id).get(run_id)
-            stalled = not summary.ended and lease is not None and not lease.live(self.now())
-            lines = run_lines(summary, view, stalled)
+            stalled = not summary.ended and lease is not None and not lease.live(now)
+            lines = run_lines(summary, view, stalled, duration(now - ticker.since) if ticker.stage else "")
             if self.redraw and lines != shown:
                 self.out.write(CLEAR)
                 self._print(lines)
@@ -131,7 +136,7 @@ class Watcher:
         cost = ""
         if asked:
             tokens = sum(x.prompt_tokens + x.completion_tokens for x in asked)
-            cost = f"  [{len(asked)} call(s), {tokens:,} tokens, {money(sum(x.cost_usd for x in asked))}]"
+            cost = f"  [{count(len(asked), 'call')}, {count(tokens, 'token')}, {money(sum(x.cost_usd for x in asked))}]"
         self._print([f"+{rec.time - start:7.1f}s  {plain(rec.actor, 40):24} {plain(describe(rec.event))}{cost}"])
 
     def watch_batch(self, name: str) -> int:

@@ -1,12 +1,17 @@
-"""The audit trail: who decided what, when, why and at what cost (Markdown and JSON)."""
+"""The audit trail: who decided what, when, why and at what cost, as Markdown and as JSON. The
+JSON is the one document every page of a run is rendered from (cli/inspector/pages.py): the audit
+page, the inspector's run page."""
 from __future__ import annotations
 
 from magis_ray.events import schema as ev
 from magis_ray.events.codec import to_builtins
+from magis_ray.events.history import effective
 
 from .diff import changed_files, final_diff
-from .metrics import metrics
+from .inspection import steps
 from .state import RunView
+from .tests import counts, kind, verdict, view_tally
+from .usage import metrics, role_of
 
 
 def describe(e: ev.AnyEvent) -> str:
@@ -21,7 +26,7 @@ def describe(e: ev.AnyEvent) -> str:
         case ev.FileJudged():
             return f"{e.path}: {'relevant' if e.relevant else 'not relevant'}" + (f" ({e.reason})" if e.reason else "")
         case ev.FilesLocated():
-            return f"located {len(e.paths)} file(s): {', '.join(e.paths) or '-'}"
+            return f"located {len(e.paths)} file{'' if len(e.paths) == 1 else 's'}: {', '.join(e.paths) or '-'}"
         case ev.TaskDefined():
             return f"task {e.task_id} on {e.path}"
         case ev.DeveloperRecruited():
@@ -51,10 +56,10 @@ def describe(e: ev.AnyEvent) -> str:
         case ev.TestsRan() if e.purpose == "prepare":
             return f"test environment: {e.output}" if e.outcome == "passed" else f"no test environment ({e.output}); tests off"
         case ev.TestsRan():
-            who = f"{e.task_id} attempt {e.attempt}: " if e.task_id else ""
-            counts = f"{len(e.passed)} passed, {len(e.failed)} failed" if e.passed or e.failed else "no test result"
+            # a baseline runs before any attempt, on the base commit: it belongs to no attempt
+            who = "" if not e.task_id else f"{e.task_id}: " if e.purpose == "baseline" else f"{e.task_id} attempt {e.attempt}: "
             limits = f"; {'; '.join(e.limits)}" if e.limits else ""
-            return f"{who}{TEST_PURPOSES.get(e.purpose, e.purpose)} {e.outcome} ({counts}, {e.duration_s:.1f}s{limits})"
+            return f"{who}{TEST_PURPOSES.get(e.purpose, e.purpose)} {verdict(e)} ({counts(e)}, {e.duration_s:.1f}s{limits})"
         case ev.CandidateChosen():
             return f"{e.task_id}: candidate {e.chosen} of {e.candidates} chosen ({e.reason})"
         case ev.RunResumed():
@@ -66,12 +71,13 @@ def describe(e: ev.AnyEvent) -> str:
     return type(e).__name__
 
 
-TEST_PURPOSES = {"reproduce": "reproduction test on the base commit", "baseline": "regression tests on the base commit",
+TEST_PURPOSES = {"reproduce": "reproduction test on the base commit", "baseline": "regression tests, baseline at the base commit",
                  "check": "tests of the patch"}
 
 
 def test_run_json(run: ev.TestsRan) -> dict:
-    return {k: v for k, v in to_builtins(run).items() if k != "type"}
+    return {**{k: v for k, v in to_builtins(run).items() if k != "type"},
+            "verdict": verdict(run), "kind": kind(run), "counts": counts(run)}
 
 
 def test_run_markdown(run: ev.TestsRan) -> list[str]:
@@ -83,8 +89,46 @@ def test_run_markdown(run: ev.TestsRan) -> list[str]:
     return lines + [""]
 
 
+def superseded(view: RunView) -> set[int]:
+    """Versions of the events a resumed run superseded (history, but not the run's state)."""
+    return {r.version for r in view.timeline} - {r.version for r in effective(view.timeline, keep_markers=True)}
+
+
+def _failed(e: ev.AnyEvent) -> bool:
+    return isinstance(e, (ev.StepFailed, ev.RunFailed)) or (isinstance(e, ev.LLMExchanged) and bool(e.error))
+
+
+def _where(r: ev.Recorded, old: set[int]) -> dict:
+    return {"version": r.version, "time": r.time, "actor": r.actor, "role": role_of(r.actor), "superseded": r.version in old}
+
+
+def _exchange_json(r: ev.Recorded, old: set[int]) -> dict:
+    x: ev.LLMExchanged = r.event  # type: ignore[assignment]
+    return {**_where(r, old), **{k: v for k, v in to_builtins(x).items() if k != "type"}, "what": describe(x)}
+
+
+def _failures(view: RunView, old: set[int]) -> list[dict]:
+    """What went wrong, in order: failed steps and calls, failed tasks (their answers stayed
+    invalid after corrections: no call failed, yet the task did), and the run's own failure."""
+    out = []
+    for r in view.timeline:
+        e = r.event
+        if isinstance(e, ev.StepFailed):
+            what = e.purpose + (f" / {e.task_id}" if e.task_id else "") + (f" / {e.path}" if e.path else "")
+            out.append({**_where(r, old), "what": what, "why": e.reason, "then": e.fallback})
+        elif isinstance(e, ev.LLMExchanged) and e.error:
+            out.append({**_where(r, old), "what": f"LLM call {e.purpose} (attempt {e.attempt})", "why": e.error, "then": ""})
+        elif isinstance(e, ev.TaskFinished) and e.status == "failed":
+            out.append({**_where(r, old), "what": f"task {e.task_id}", "why": e.reason or "failed", "then": "no patch for this task"})
+        elif isinstance(e, ev.RunFailed):
+            what = "run failed" + (f" ({e.error_type})" if e.error_type else "")
+            out.append({**_where(r, old), "what": what, "why": e.reason, "then": "resumable" if e.resumable else "not resumable"})
+    return out
+
+
 def audit_json(view: RunView) -> dict:
     started = view.started
+    old = superseded(view)
     return {
         "run_id": view.run_id,
         "status": view.status,
@@ -131,8 +175,25 @@ def audit_json(view: RunView) -> dict:
             for r in view.timeline
         ],
         "metrics": metrics(view),
+        "tests": view_tally(view).as_json(),
         "files_changed": changed_files(view),
         "diff": final_diff(view),
+        # what the pages show beside the above: the ranking, each decision with the model
+        # exchanges that led to it, every exchange whole, what failed, and what a resume superseded
+        "ranked": to_builtins(view.ranked) if view.ranked else None,
+        "steps": [
+            {**_where(st.record, old), "type": type(st.record.event).__name__, "what": describe(st.record.event),
+             "failed": _failed(st.record.event), "exchanges": [{k: v for k, v in _exchange_json(x, old).items() if k not in ("messages", "answer")}
+                                                             for x in st.exchanges]}
+            for st in steps(view)
+        ],
+        "exchanges": [_exchange_json(r, old) for r in view.exchanges],
+        "failures": _failures(view, old),
+        "superseded": sorted(old),
+        "resumptions": sum(isinstance(r.event, ev.RunResumed) for r in view.timeline),
+        "summary": view.finished.summary if view.finished else "",
+        "failure_type": view.failed.error_type if view.failed else "",
+        "resumable": view.failed.resumable if view.failed else None,
     }
 
 
@@ -223,8 +284,9 @@ def audit_markdown(view: RunView) -> str:
     out += ["## Final diff", "", _fence(final_diff(view) or "(empty)", "diff")]
     m = metrics(view)
     out += ["## Cost", "", *cost_table(m)]
-    if m["total"].get("test_runs"):
-        out.append(f"\nTests: {m['total']['test_runs']} runs, {m['total']['test_seconds']:.1f} s in the sandbox.")
+    tests = view_tally(view)
+    if tests.runs:
+        out.append(f"\nTests: {tests.words()}; {tests.seconds:.1f} s in the sandbox.")
     out.append(f"\nWall time: {m['total']['wall_seconds']:.1f} s over {m['total']['events']} events.\n")
     out += ["## Timeline", ""]
     out += [f"{r.version}. `{r.actor}` {describe(r.event)}" for r in view.timeline]

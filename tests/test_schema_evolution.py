@@ -1,0 +1,67 @@
+"""Schema version 2: older records are upcast as they are decoded (events/upcasting.py). A version
+1 run meant "no tests" and the previous ranking by leaving those settings out, and named a failed
+exchange's kind only in its error's words; a version 2 record means the current defaults."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from magis_ray.events import schema as ev
+from magis_ray.events.codec import decode_recorded, encode
+
+from magis_ray.actors.model.failures import unanswered
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def record(event: dict, version: int) -> bytes:
+    return json.dumps({"run_id": "r", "version": 1, "position": 1, "time": 1.0, "actor": "supervisor", "event_id": "e",
+                       "event": event, "schema_version": version}).encode()
+
+
+STARTED = {"type": "RunStarted", "instance_id": "i", "repo": "o/r", "base_commit": "c", "problem_statement": "p",
+           "settings": {"top_k": 3, "model": "m"}}
+
+
+def test_a_version_1_run_keeps_what_it_meant_by_leaving_settings_out():
+    old = decode_recorded(record(STARTED, 1)).event
+    assert (old.settings.tests, old.settings.ranking, old.settings.top_k) == (False, "previous", 3)
+    new = decode_recorded(record(STARTED, 2)).event
+    assert (new.settings.tests, new.settings.ranking) == (True, "symbols") == (ev.RunSettings().tests, ev.RunSettings().ranking)
+
+
+def test_what_a_version_1_record_wrote_stays_as_written_and_upcasting_twice_changes_nothing():
+    written = {**STARTED, "settings": {"tests": True, "ranking": "symbols"}}
+    assert decode_recorded(record(written, 1)).event.settings.ranking == "symbols"
+    once = decode_recorded(record(STARTED, 1))
+    assert decode_recorded(encode(once)) == once  # the envelope still says version 1: upcast again, the same
+
+
+def exchange(error: str, version: int = 1) -> ev.LLMExchanged:
+    return decode_recorded(record({"type": "LLMExchanged", "purpose": "p", "model": "m", "messages": [], "error": error},
+                                  version)).event
+
+
+def test_a_version_1_exchange_gets_its_failure_kind_from_its_words_once():
+    assert (exchange("http 429: slow down").failure, exchange("http 429: slow down").status) == ("http", 429)
+    assert exchange("timeout: no answer within 60 s").failure == "timeout"
+    assert exchange("empty: the model returned no content").failure == "empty"
+    assert exchange("script: no rule answers purpose='x'").failure == "script"
+    assert exchange("answer is not the JSON asked for").failure == ""  # no kind: the step's own failure
+    assert exchange("http 429: slow down", version=2).failure == ""  # version 2 writes its kind itself
+
+
+def test_the_kind_decides_whether_a_resume_asks_again():
+    assert unanswered(exchange("http 429: slow down")) and unanswered(exchange("http 503: down"))
+    assert unanswered(exchange("connection: refused")) and unanswered(exchange("script: no rule"))
+    assert not unanswered(exchange("http 400: context too long")) and not unanswered(exchange("empty: nothing"))
+    assert not unanswered(exchange("answer is not the JSON asked for"))
+
+
+def test_the_committed_version_1_logs_decode_as_version_1_runs():
+    for name in ("v1_run.jsonl", "v1_example_run.jsonl"):
+        records = [decode_recorded(line) for line in (GOLDEN / name).read_bytes().splitlines()]
+        started = records[0].event
+        assert records[0].schema_version == 1 and (started.settings.tests, started.settings.ranking) == (False, "previous")
+        timeouts = [r.event for r in records if isinstance(r.event, ev.LLMExchanged) and r.event.error.startswith("timeout:")]
+        assert all(x.failure == "timeout" for x in timeouts)
