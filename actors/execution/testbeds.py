@@ -11,6 +11,10 @@ the environments:
                              in its bin/ and site-packages, never in the shared environment
     testbeds/KEY/wheelhouse  the project's build requirements, so that installing it again in a
                              test run (as the harness's eval script does) works without the network
+    testbeds/KEY/inputs.json what its install read and left behind (install_inputs.py,
+                             testbed_reuse.py): another commit of its environment whose tree gives
+                             the same inputs is made from it, with no install run; another commit
+                             has the install run again on a copy of it
 
 The install ran with the tree at /testbed, so what it wrote points there; a test run gets copies of
 the tree (at /testbed) and of the prefix's bin/ and site-packages, in memory, and changes neither
@@ -205,6 +209,10 @@ class TestbedCache:
         if donor is not None and verdict == SAME:
             info = self._reuse(donor, record, folder, notes + [f"reused the install of testbed {donor.name}: {why}"])
             return {**info, **made, "made": REUSED, "made_from": donor.name}
+        if donor is not None and verdict == DIFFERENT and not all(PIP_INSTALL.match(command) for command in recipe.install):
+            # Only pip uninstalls what an earlier install of the project left before it installs
+            # (`setup.py install` would leave the donor's modules beside this commit's).
+            why, donor = f"{why}, and its install is not pip's", None
         if donor is not None:
             try:
                 info = self._reinstall(recipe, env, steps, donor, record, before, folder, verdict == INCREMENTAL,
