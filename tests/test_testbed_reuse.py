@@ -192,3 +192,27 @@ def test_the_next_job_is_one_of_an_environment_no_worker_builds():
     assert next_job(todo, [todo[0]]) == 2  # not a second one of a/a 1 while b/b waits
     assert next_job(todo, [todo[0], todo[2]]) == 3
     assert next_job(todo[:2], [todo[0]]) == 0  # nothing else waits: the queue's first
+
+
+def test_what_an_install_run_again_must_leave_as_the_donor_left_it(tmp_path):
+    """The distributions of a prefix but the project's own (an editable or local install), and the
+    project's requirements that its install steps install (the base ones and the extras asked for)."""
+    from magis_ray.actors.execution.testbed_reuse import distributions, project_requirements, requested_extras
+
+    site = tmp_path / "python" / "lib" / "python3.9" / "site-packages"
+    for name in ("Jinja2-2.11.3.dist-info", "mpmath-1.3.0-py3.9.egg-info", "widget-1.0.dist-info", "widget-1.1.dist-info"):
+        (site / name).mkdir(parents=True)
+    (site / "widget-1.0.dist-info" / "direct_url.json").write_text('{"url": "file:///testbed", "dir_info": {"editable": true}}')
+    (site / "widget-1.0.dist-info" / "METADATA").write_text(
+        "Name: widget\nVersion: 1.0\nRequires-Dist: iniconfig==2.0.0\nRequires-Dist: pytest; extra == \"test\"\n"
+        "Requires-Dist: sphinx; extra == \"docs\"\n\nA description\nRequires-Dist: not a header\n")
+    (site / "widget-1.1.dist-info" / "direct_url.json").write_text('{"url": "https://example.org/widget.tar.gz"}')
+    assert distributions(tmp_path / "python") == {"jinja2": "2.11.3", "mpmath": "1.3.0", "widget": "1.1"}
+    (tmp_path / "tree" / "widget.egg-info").mkdir(parents=True)
+    (tmp_path / "tree" / "widget.egg-info" / "requires.txt").write_text("numpy>=1.15\n\n[:python_version < \"3.8\"]\nimportlib-metadata\n\n[test]\npytest\n\n[docs]\nsphinx\n")
+    made = ["widget.egg-info/requires.txt", "widget.egg-info/PKG-INFO"]
+    found = project_requirements(tmp_path, made, requested_extras(("python -m pip install -e .[test] --verbose",)))
+    assert found == sorted(["widget.egg-info/requires.txt [] numpy>=1.15", "widget.egg-info/requires.txt [] importlib-metadata",
+                            "widget.egg-info/requires.txt [test] pytest", "widget: Requires-Dist: iniconfig==2.0.0",
+                            "widget: Requires-Dist: pytest; extra == \"test\""])
+    assert len(project_requirements(tmp_path, made, requested_extras(("python setup.py develop",)))) == 7  # all count
