@@ -23,8 +23,11 @@ SETUP = """from setuptools import Extension, setup
 
 with open("requirements.txt") as f:
     requirements = [line.strip() for line in f if line.strip()]
+about = {}
+with open("widget/version.py") as f:
+    exec(f.read(), about)
 
-setup(name="widget", version="1.0", packages=["widget"], install_requires=requirements,
+setup(name="widget", version=about["version"], packages=["widget"], install_requires=requirements,
       ext_modules=[Extension("widget._speed", ["widget/_speed.c"])],
       entry_points={"console_scripts": ["widget-cli = widget.core:main"]})
 """
@@ -56,14 +59,16 @@ def widget(tmp_path_factory):
     root = tmp_path_factory.mktemp("reuse")
     repo, base = make_repo(root / "repos" / "widget__widget", {
         "setup.py": SETUP, "pyproject.toml": PYPROJECT, "requirements.txt": "iniconfig==2.0.0\n",
-        "widget/__init__.py": "", "widget/core.py": CORE % "hello", "widget/_speed.c": SPEED % 1,
+        "widget/__init__.py": "", "widget/version.py": "version = '1.0'\n", "widget/core.py": CORE % "hello",
+        "widget/_speed.c": SPEED % 1,
         "tests/test_core.py": "def test_greeting():\n    from widget.core import greeting\n    assert greeting()\n",
     })
     commits = {"base": base}
     commits["code"] = commit_files(repo, {"widget/core.py": CORE % "hi", "tests/test_more.py": "def test_x():\n    pass\n"},
                                    "code and tests only")
     commits["c source"] = commit_files(repo, {"widget/_speed.c": SPEED % 2}, "a C source")
-    commits["setup.py"] = commit_files(repo, {"setup.py": SETUP.replace('version="1.0"', 'version="1.1"')}, "setup.py")
+    commits["version"] = commit_files(repo, {"widget/version.py": "version = '1.1'\n"}, "a version read by setup.py")
+    commits["setup.py"] = commit_files(repo, {"setup.py": SETUP + "# the same setup\n"}, "setup.py")
     commits["pin"] = commit_files(repo, {"requirements.txt": "iniconfig==1.1.1\n"}, "a requirement pin")
     cache = TestbedCache(EnvironmentCache(root / "envs"))
     env = Recipe(python="3.11", label="widget")
@@ -113,16 +118,23 @@ def test_an_unchanged_install_is_reused_and_a_changed_input_installs_again(widge
     assert "the same, but not the compiled sources" in (Path(c_source.path) / "logs" / "testbed.log").read_text()
     assert check(c_source).splitlines()[-1] == "hi 2"
 
-    setup_py = cache.get(recipe("setup.py"), repo)  # the install again (its version, its metadata)
-    assert setup_py.made == REINSTALLED and install_logs(setup_py) == ["01-install-1.log"]
+    version = cache.get(recipe("version"), repo)  # another file setup.py reads: the install again, its version
+    assert version.made == REINSTALLED and install_logs(version) == ["01-install-1.log"]
+    assert check(version).splitlines()[-2:] == ["iniconfig 2.0.0", "hi 2"]
+    assert "Version: 1.1" in next(Path(version.prefix).glob("lib/python3.11/site-packages/widget-1.1*/METADATA")).read_text()
+
+    # setup.py, where requirements are declared, on a donor whose prefix has a dependency of its
+    # own (iniconfig): the install in full, as if there were no donor.
+    setup_py = cache.get(recipe("setup.py"), repo)
+    assert setup_py.made == BUILT and install_logs(setup_py) == ["01-install-1.log"]
+    assert "the files that declare its requirements differ" in (Path(setup_py.path) / "logs" / "testbed.log").read_text()
     assert check(setup_py).splitlines()[-2:] == ["iniconfig 2.0.0", "hi 2"]
-    assert "Version: 1.1" in next(Path(setup_py.prefix).glob("lib/python3.11/site-packages/widget-1.1*/METADATA")).read_text()
 
     pin = cache.get(recipe("pin"), repo)  # other dependencies: the install in full
     assert pin.made == BUILT and "01-install-1.log" in install_logs(pin)
     assert check(pin).splitlines()[-2:] == ["iniconfig 1.1.1", "hi 2"]
-    log = (Path(pin.path) / "logs" / "testbed.log").read_text()
-    assert "did not give its dependencies" in log and "iniconfig" in log
+    assert "requirements.txt differs; the files that declare its requirements differ" in (
+        Path(pin.path) / "logs" / "testbed.log").read_text()
     assert tree_fingerprint(Path(donor.path)) == before  # nothing made from it changed it
 
 

@@ -296,6 +296,15 @@ def distributions(prefix: Path) -> dict[str, str]:
     return found
 
 
+REQUIREMENT_FILES = re.compile(r"(?:^|/)(?:setup\.py|setup\.cfg|pyproject\.toml|[^/]*requirements[^/]*\.(?:txt|in))$")
+
+
+def requirements_may_differ(record: InstallRecord, state: TreeState) -> bool:
+    """Whether a file where projects declare their requirements (setup.py, setup.cfg,
+    pyproject.toml, a requirements file), read by the donor's install, differs in `state`."""
+    return any(REQUIREMENT_FILES.search(path) and state.blob(path) != blob for path, blob in record.inputs.files.items())
+
+
 def requested_extras(commands: tuple[str, ...]) -> set[str] | None:
     """The extras the install steps ask for (`pip install -e .[test]`); None when a step is not a
     pip install of the project, whose requirements then all count."""

@@ -48,7 +48,7 @@ from .environments import (SYSTEM_PREFIXES, BuildSteps, Environment, Environment
 from .identities import build_identity, give_to
 from .install_inputs import DIFFERENT, INCREMENTAL, SAME, InstallInputs, Trace, TreeState
 from .testbed_reuse import (INPUTS_FILE, Donors, InstallRecord, copy_installed, copy_prefix, date_unchanged, distributions,
-                            drop_untouched, to_copy,
+                            drop_untouched, requirements_may_differ, to_copy,
                             installed_files, link_folder, mentions_of, project_requirements,
                             requested_extras)
 from .era import constraints_from_report, requirement_name
@@ -213,6 +213,9 @@ class TestbedCache:
             # Only pip uninstalls what an earlier install of the project left before it installs
             # (`setup.py install` would leave the donor's modules beside this commit's).
             why, donor = f"{why}, and its install is not pip's", None
+        if donor is not None and verdict == DIFFERENT and record.distributions and requirements_may_differ(record, before):
+            # Its dependencies would have to be the donor's: not worth an install (a compile) to find out.
+            why, donor = f"{why}; the files that declare its requirements differ and the donor's prefix has its own", None
         if donor is not None:
             try:
                 info = self._reinstall(recipe, env, steps, donor, record, before, folder, verdict == INCREMENTAL,
