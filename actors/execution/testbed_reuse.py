@@ -3,14 +3,15 @@
 - the same inputs (install_inputs.py: SAME): the donor's prefix linked and what its install wrote
   into its tree copied into the new checkout, no install run;
 - the same inputs but the version from git or other compiled sources (INCREMENTAL), or other
-  inputs (DIFFERENT): the install runs again, on a copy of the donor's prefix, whose dependencies
-  are then there already, and without the resolution as of the date and the wheelhouse download
-  that only the dependencies decide. Afterwards the project's requirements (its metadata's
-  Requires-Dist, its egg-info's requires.txt) and the installed distributions must be the
-  donor's; if not, the testbed is built in full. INCREMENTAL also copies what the donor's install
-  wrote into its tree, dated so that an extension whose sources are the same is kept; DIFFERENT
-  copies only its egg-info, which pip needs to uninstall the donor's install first, as it does
-  when it upgrades an editable install in place.
+  inputs (DIFFERENT) with a pip install: the install runs again, on a copy of the donor's prefix,
+  whose dependencies are then there already, and without the resolution as of the date and the
+  wheelhouse download that only the dependencies decide. Afterwards the installed distributions
+  must be the donor's and, where the donor's prefix holds dependencies of its own, the project's
+  requirements too (its egg-info's requires.txt, its Requires-Dist); if not, the testbed is built
+  in full (at once, where such a donor's files declaring requirements differ). Of the donor's
+  egg-info, its PKG-INFO and entry points come along, which pip reads to uninstall the donor's
+  install first, as it does when it upgrades an editable install in place; INCREMENTAL also
+  copies the donor's other tree outputs, dated so that what their sources did not change is kept.
 
 What an install leaves behind, and where it goes here:
 - in the prefix: the editable link (an .egg-link and easy-install.pth, or a PEP 660 .pth and
