@@ -3,7 +3,10 @@
 - from a grading in the store (`--store S --grading NAME`, e.g. `magis-ray grade --gold` at
   `--workers 2`): its wall time, the first build of each environment and the build of each
   testbed, and the test time of each instance (its one sandboxed run: the prediction applied, the
-  install again, the tests), with a summary per repository;
+  install again, the tests), with a summary per repository; then per instance its preparation
+  (the builds this grading ran for it), how its testbed was made (its own install, another's
+  reused, or the install again on a copy of another's), its test time, and over all instances
+  (preparation + tests) / tests, the cost of grading against the tests' own time;
 - the sandbox ratio, on instances whose testbeds are cached: an instance's whole run (the
   prediction applied and the harness's eval script) in bubblewrap over the same steps directly on
   the host (`--sandbox none`, which has no install step again), the median of alternating repeats
@@ -26,6 +29,7 @@ from magis_ray.actors.execution.runner import TestRunner
 from magis_ray.actors.execution.sandbox import Sandbox
 from magis_ray.actors.execution.testbeds import TestbedCache
 from magis_ray.actors.swebench.grading import grade, grading_limits, spec_for
+from magis_ray.actors.swebench.grading_batch import preparation_seconds
 from magis_ray.events.schema import GradingStarted, InstanceGraded
 
 DEFAULT_DATASET = Path(__file__).resolve().parents[2] / "shared" / "swebench" / "verified-tuning.jsonl"
@@ -69,8 +73,37 @@ def grading_figures(store_path: str, name: str, cache_root: Path) -> None:
               f"{statistics.median(testbeds) if testbeds else 0:.0f} | {len(events)} | "
               f"{statistics.median(tests) if tests else 0:.1f} | {max(tests) if tests else 0:.1f} |")
     print("\n\\* built before this grading, cached (its build time as the cache recorded it)")
-    print("\n### test time per instance (s)\n")
-    print(" ".join(f"{r.event.instance_id}={r.event.test_seconds:.1f}" for r in sorted(graded, key=lambda r: r.event.instance_id)))
+    preparation_figures([r.event for r in graded], cache_root)
+
+
+def preparation_figures(events: list[InstanceGraded], cache_root: Path) -> None:
+    """Per instance: what preparing it cost, how its testbed was made, its tests; and the ratio."""
+    print("\n### preparation and tests per instance\n")
+    print("| instance | environment built s | testbed built s | testbed made | tests s | (prep + tests) / tests |")
+    print("|---|---:|---:|---|---:|---:|")
+    prepared = tested = 0.0
+    for event in sorted(events, key=lambda e: e.instance_id):
+        if not event.ran:
+            continue
+        made = testbed_made(cache_root, event.testbed_key) if event.testbed_built_now else "cached"
+        prep = preparation_seconds(event)
+        prepared, tested = prepared + prep, tested + event.test_seconds
+        ratio = f"{(prep + event.test_seconds) / event.test_seconds:.2f}" if event.test_seconds else "-"
+        print(f"| {event.instance_id} | {event.env_build_seconds * event.env_built_now:.1f} | "
+              f"{event.testbed_build_seconds * event.testbed_built_now:.1f} | {made} | {event.test_seconds:.1f} | {ratio} |")
+    total = f"{(prepared + tested) / tested:.2f}" if tested else "-"
+    print(f"| **all** | | | | **{tested:.1f}** | **{total}** |")
+    print(f"\npreparation {prepared:.1f} s, tests {tested:.1f} s: (preparation + tests) / tests = {total}")
+
+
+def testbed_made(cache_root: Path, key: str) -> str:
+    """How a cached testbed was made (its record): built, or reused / reinstalled from another."""
+    try:
+        info = json.loads((cache_root / "testbeds" / key / "ready.json").read_text())
+    except (OSError, ValueError):
+        return "?"
+    made = info.get("made", "built")
+    return f"{made} ({info['made_from'][:8]})" if info.get("made_from") else made
 
 
 def sandbox_ratios(records: list[dict], repos_dir: Path, cache_root: Path, repeats: int) -> None:
@@ -120,9 +153,12 @@ def main() -> None:
     parser.add_argument("--per-repo", type=int, default=1, help="instances per repository in the sandbox ratio")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--env-cache", type=Path, default=default_cache_root())
+    parser.add_argument("--figures-only", action="store_true", help="the grading's figures, not the sandbox ratio")
     args = parser.parse_args()
     if args.store and args.grading:
         grading_figures(args.store, args.grading, args.env_cache)
+        if args.figures_only:
+            return
     records = [json.loads(line) for line in args.dataset.read_text().splitlines() if line.strip()]
     if args.instances:
         records = [r for r in records if r["instance_id"] in args.instances]

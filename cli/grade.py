@@ -122,8 +122,8 @@ def grade_command(predictions, dataset, repos_dir, gold, empty, instances, worke
     from magis_ray.actors.execution.sandbox import SandboxUnavailable, check_available
     from magis_ray.actors.swebench.grading import CustomSetup
     from magis_ray.actors.swebench.grading_batch import (GradeJob, GradeOptions, ThreadExecutor, grade_after_build,
-                                                         instance_details, official_report, prepare_environment,
-                                                         run_grading)
+                                                         instance_details, official_report, preparation_line,
+                                                         prepare_environment, run_grading)
     from magis_ray.actors.execution.specs import HarnessMissing, harness
     from magis_ray.events.schema import GradingStarted
     from magis_ray.store import open_store
@@ -211,6 +211,7 @@ def grade_command(predictions, dataset, repos_dir, gold, empty, instances, worke
     details = report.with_suffix(".details.json")
     details.write_text(json.dumps(instance_details(results), indent=2))
     click.echo(summary_table(results))
+    click.echo(preparation_line(results))
     if len({r.instance_id.rsplit("-", 1)[0] for r in results}) > 1:
         click.echo(repository_table(results))
     offline = sorted(r.instance_id for r in results if r.needs_internet and not r.resolved)
@@ -259,13 +260,15 @@ def repository_table(results) -> str:
 
 
 def summary_table(results) -> str:
-    header = ("INSTANCE", "RESOLVED", "F2P", "P2P", "ENV", "BUILD s", "TESTS s", "NOTE")
+    from magis_ray.actors.swebench.grading_batch import preparation_seconds
+
+    header = ("INSTANCE", "RESOLVED", "F2P", "P2P", "ENV", "PREP s", "TESTS s", "NOTE")
     rows = []
     for r in results:
         f2p = f"{len(r.fail_to_pass_success)}/{len(r.fail_to_pass_success) + len(r.fail_to_pass_failure)}"
         p2p = f"{len(r.pass_to_pass_success)}/{len(r.pass_to_pass_success) + len(r.pass_to_pass_failure)}"
-        built = r.env_build_seconds * r.env_built_now + r.testbed_build_seconds * r.testbed_built_now
-        build = f"{built:.0f}" if (r.env_built_now or r.testbed_built_now) else ("cached" if r.env_key else "-")
+        built = preparation_seconds(r)
+        build = f"{built:.1f}" if (r.env_built_now or r.testbed_built_now) else ("cached" if r.env_key else "-")
         if not r.ran:
             note = "empty patch: not run"
         elif r.error_step:

@@ -11,6 +11,10 @@ the environments:
                              in its bin/ and site-packages, never in the shared environment
     testbeds/KEY/wheelhouse  the project's build requirements, so that installing it again in a
                              test run (as the harness's eval script does) works without the network
+    testbeds/KEY/inputs.json what its install read and left behind (install_inputs.py,
+                             testbed_reuse.py): another commit of its environment whose tree gives
+                             the same inputs is made from it, with no install run; another commit
+                             has the install run again on a copy of it
 
 The install ran with the tree at /testbed, so what it wrote points there; a test run gets copies of
 the tree (at /testbed) and of the prefix's bin/ and site-packages, in memory, and changes neither
@@ -27,6 +31,7 @@ interpreter's own files, linked (read-only to the sandbox's users); a system int
 /usr, laid out by its distribution) gets a venv instead."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -34,12 +39,18 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .environments import (SYSTEM_PREFIXES, BuildSteps, Environment, EnvironmentBuildError, EnvironmentCache,
                            EnvironmentUnsupported, Recipe, folder_lock, locked_build, write_ready)
 from .identities import build_identity, give_to
+from .install_inputs import DIFFERENT, INCREMENTAL, SAME, InstallInputs, Trace, TreeState
+from .testbed_reuse import (INPUTS_FILE, Donors, InstallRecord, copy_installed, copy_prefix, date_unchanged, distributions,
+                            drop_untouched, requirements_may_differ, to_copy,
+                            installed_files, link_folder, mentions_of, project_requirements,
+                            requested_extras)
 from .era import constraints_from_report, requirement_name
 from .sandbox import Mount
 from .workspaces import WorkspaceError, borrow_objects, checkout, git_env, objects_of
@@ -47,6 +58,10 @@ from .workspaces import WorkspaceError, borrow_objects, checkout, git_env, objec
 TESTBED = "/testbed"
 DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0", "wheel")  # pip's own default for a project without pyproject.toml
 PIP_INSTALL = re.compile(r"^\s*(?:python -m pip|pip) install (.*)$")
+LAYOUT = 7  # what a cached testbed holds; another number builds anew
+BUILT, REUSED, REINSTALLED = "built", "reused", "reinstalled"
+TRACE = "trace"  # the install's trace (install_trace_hook.py), in the testbed's folder
+TRACE_HOOK = "_magis_install_trace"
 CONFLICT_SIGNS = ("ResolutionImpossible", "conflicting dependencies", "Could not find a version that satisfies")
 
 
@@ -68,7 +83,13 @@ class TestbedRecipe:
 
     def key(self, env_key: str) -> str:
         data = json.dumps({"env": env_key, "commit": self.commit, "pre_install": self.pre_install,
-                           "install": self.install, "layout": 6}, sort_keys=True).encode()
+                           "install": self.install, "layout": LAYOUT}, sort_keys=True).encode()
+        return hashlib.sha256(data).hexdigest()[:20]
+
+    def group(self, env_key: str) -> str:
+        """What testbeds that may be made from one another share: all but the commit."""
+        data = json.dumps({"env": env_key, "repo": self.repo, "pre_install": self.pre_install, "install": self.install,
+                           "system": self.system_packages, "layout": LAYOUT}, sort_keys=True).encode()
         return hashlib.sha256(data).hexdigest()[:20]
 
 
@@ -83,6 +104,8 @@ class Testbed:
     build_seconds: float
     built_now: bool
     label: str = ""
+    made: str = BUILT  # how: BUILT (its install ran), REUSED (another's install, no install run), REINSTALLED
+    made_from: str = ""  # the testbed it was made from (REUSED, REINSTALLED)
 
     @property
     def tree(self) -> str:
@@ -115,9 +138,10 @@ class TestbedCache:
 
     __test__ = False
 
-    def __init__(self, envs: EnvironmentCache) -> None:
+    def __init__(self, envs: EnvironmentCache, reuse: bool = True) -> None:
         self.envs = envs
         self.root = Path(envs.root) / "testbeds"
+        self.reuse = reuse  # False: every testbed runs its own install (benchmarks compare the two)
 
     def get(self, recipe: TestbedRecipe, repo_path: str | os.PathLike, mirrors: str | os.PathLike | None = None) -> Testbed:
         """The testbed of `recipe`, built now unless this node has it. Raises what
@@ -128,11 +152,21 @@ class TestbedCache:
         key = recipe.key(env.key)
         folder = self.root / key
         repo_path = Path(repo_path).resolve()
-        info, seconds, built_now = locked_build(folder, lambda: self._build(recipe, env, folder, repo_path, mirrors))
+        if (folder / "ready.json").is_file():
+            info, seconds, built_now = locked_build(folder, lambda: {})
+        else:
+            donors = Donors(self.root, recipe.group(env.key))
+            # The group's builds one at a time: a commit waits for another's install, then reuses it.
+            with donors.lock():
+                info, seconds, built_now = locked_build(folder, lambda: self._build(recipe, env, folder, repo_path, mirrors,
+                                                                                   donors if self.reuse else None))
+                if built_now and info.get("made") in (BUILT, REINSTALLED) and (folder / INPUTS_FILE).is_file():
+                    donors.add(key)
         objects = info["objects"]
         if not Path(objects).is_dir():
             objects = self._borrow_anew(folder, repo_path, recipe.commit)
-        return Testbed(env, key, str(folder), objects, seconds, built_now, recipe.label or env.label)
+        return Testbed(env, key, str(folder), objects, seconds, built_now, recipe.label or env.label,
+                       info.get("made", BUILT), info.get("made_from", ""))
 
     def _borrow_anew(self, folder: Path, repo_path: Path, commit: str) -> str:
         """The testbed outlived the repository it was built from (a temporary clone, a moved
@@ -149,29 +183,72 @@ class TestbedCache:
             write_ready(folder, info)
             return info["objects"]
 
-    def _build(self, recipe: TestbedRecipe, env: Environment, folder: Path, repo_path: Path, mirrors) -> dict:
+    def _build(self, recipe: TestbedRecipe, env: Environment, folder: Path, repo_path: Path, mirrors,
+               donors: Donors | None, earlier: tuple[str, ...] = ()) -> dict:
         identity = build_identity()
-        tree, prefix = folder / "tree", folder / "python"
+        tree = folder / "tree"
         try:
             missing = checkout(repo_path, recipe.commit, tree)
         except WorkspaceError as exc:
             raise EnvironmentBuildError("checkout", str(exc)) from None
-        notes = [f"checked out {recipe.commit} of {recipe.repo}"]
+        notes = [*earlier, f"checked out {recipe.commit} of {recipe.repo}"]
         if missing:
             notes.append(f"the repository lacks {len(missing)} file(s) of the commit: {', '.join(missing[:5])}")
         notes += _submodules(tree, recipe.commit, mirrors)
         (folder / "logs").mkdir()
         (folder / "wheelhouse").mkdir()
+        (folder / TRACE).mkdir()
         give_to(folder, identity)
         self.envs.prepare_writable(folder)
-        constraints = {"PIP_CONSTRAINT": env.constraints} if env.constraints else {}
+        steps = self._steps(env, folder, repo_path)
+        for number, command in enumerate(recipe.pre_install, 1):
+            steps.run(f"pre_install-{number}", command, network=False)
+        before = TreeState.of(tree)
+        verdict, donor, record, why = donors.match(before) if donors is not None else (DIFFERENT, None, None, "")
+        made = {"objects": objects_of(repo_path), "label": recipe.label}
+        if donor is not None and verdict == SAME:
+            info = self._reuse(donor, record, folder, notes + [f"reused the install of testbed {donor.name}: {why}"])
+            return {**info, **made, "made": REUSED, "made_from": donor.name}
+        if donor is not None and verdict == DIFFERENT and not all(PIP_INSTALL.match(command) for command in recipe.install):
+            # Only pip uninstalls what an earlier install of the project left before it installs
+            # (`setup.py install` would leave the donor's modules beside this commit's).
+            why, donor = f"{why}, and its install is not pip's", None
+        if donor is not None and verdict == DIFFERENT and record.distributions and requirements_may_differ(record, before):
+            # Its dependencies would have to be the donor's: not worth an install (a compile) to find out.
+            why, donor = f"{why}; the files that declare its requirements differ and the donor's prefix has its own", None
+        if donor is not None:
+            try:
+                info = self._reinstall(recipe, env, steps, donor, record, before, folder, verdict == INCREMENTAL,
+                                       notes + [f"installed again on a copy of testbed {donor.name}: {why}"])
+                return {**info, **made, "made": REINSTALLED, "made_from": donor.name}
+            except EnvironmentBuildError as exc:
+                # When in doubt, build: the install in full, as if there were no donor.
+                for child in list(folder.iterdir()):
+                    shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+                return self._build(recipe, env, folder, repo_path, mirrors, None,
+                                   (f"installing again on a copy of testbed {donor.name} did not give its dependencies "
+                                    f"({exc}); built in full",))
+        if why:
+            notes.append(f"its own install: {why}")
+        info = self._install(recipe, env, steps, before, folder, notes)
+        return {**info, **made, "made": BUILT}
+
+    def _steps(self, env: Environment, folder: Path, repo_path: Path) -> BuildSteps:
+        prefix, tree = folder / "python", folder / "tree"
         variables = {"PATH": f"{prefix}/bin:{env.venv}/bin:/usr/local/bin:/usr/bin:/bin",
                      "PIP_CACHE_DIR": str(self.envs.pip_cache), "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
                      "PIP_PROGRESS_BAR": "off", **_index_variables()}
         mounts = [*env.mounts(), Mount(str(folder), str(folder), writable=True), Mount(str(tree), TESTBED, writable=True),
                   Mount(objects_of(repo_path), objects_of(repo_path)),
                   Mount(str(self.envs.pip_cache), str(self.envs.pip_cache), writable=True)]
-        steps = BuildSteps(self.envs.sandbox, folder, mounts, variables, cwd=TESTBED)
+        return BuildSteps(self.envs.sandbox, folder, mounts, variables, cwd=TESTBED)
+
+    def _install(self, recipe: TestbedRecipe, env: Environment, steps: BuildSteps, before: TreeState, folder: Path,
+                 notes: list[str]) -> dict:
+        """The install in full, traced: the testbed may then be a donor."""
+        identity = build_identity()
+        tree, prefix = folder / "tree", folder / "python"
+        constraints = {"PIP_CONSTRAINT": env.constraints} if env.constraints else {}
         if env.interpreter_prefix.startswith(SYSTEM_PREFIXES):
             # --copies: its python is a file of its own, so a link to it is still this venv's.
             steps.run("venv", f"{shlex.quote(env.interpreter)} -m venv --copies --without-pip {shlex.quote(str(prefix))}",
@@ -186,39 +263,121 @@ class TestbedCache:
         for writable in (prefix / "bin", prefix / "include", Path(site_packages_of(prefix))):
             if writable.is_dir():
                 give_own_files(writable, identity)
-        for number, command in enumerate(recipe.pre_install, 1):
-            steps.run(f"pre_install-{number}", command, network=False)
-        for number, command in enumerate(recipe.install, 1):
-            dated = self._resolve_install(recipe, env, steps, folder, number, command, notes) or constraints
-            outcome = steps.run(f"install-{number}", pinned(command, dated), extra=unpinned_env(command, dated), required=False)
-            if not outcome.ok and dated and any(sign in outcome.output + _log_text(steps) for sign in CONFLICT_SIGNS):
-                # The date's pins against what this commit asks for: the harness pinned nothing
-                # here, so neither do we on a second try.
-                notes.append(f"install step {number} conflicts with the date's pins; installed without them")
-                outcome = steps.run(f"install-{number}-unpinned", command, required=False)
-            if not outcome.ok:
-                unmirrored = [note for note in notes if "no local mirror" in note]
-                if unmirrored:
-                    # The harness's image clones its submodules from GitHub; here they come from a
-                    # local mirror, and without one the install fails for want of the network.
-                    raise EnvironmentBuildError(f"install-{number}", f"needs the internet: {'; '.join(unmirrored)} "
-                                                f"(put a clone in the repositories folder as OWNER__NAME)", outcome.output)
-                tail = " | ".join(outcome.output.strip().splitlines()[-3:])
-                raise EnvironmentBuildError(f"install-{number}", f"{command!r} exit {outcome.exit_code}: {tail[-400:]} "
-                                            f"(log: {steps.logs})", outcome.output)
+        started = time.time()
+        used: list[str] = []
+        tracing = _start_trace(folder, prefix)
+        try:
+            for number, command in enumerate(recipe.install, 1):
+                dated = self._resolve_install(recipe, env, steps, folder, number, command, notes) or constraints
+                if dated.get("PIP_CONSTRAINT", "").startswith(str(folder)):
+                    used.append(Path(dated["PIP_CONSTRAINT"]).name)
+                outcome = steps.run(f"install-{number}", pinned(command, dated), extra={**unpinned_env(command, dated), **tracing},
+                                    required=False)
+                if not outcome.ok and dated and any(sign in outcome.output + _log_text(steps) for sign in CONFLICT_SIGNS):
+                    # The date's pins against what this commit asks for: the harness pinned nothing
+                    # here, so neither do we on a second try.
+                    notes.append(f"install step {number} conflicts with the date's pins; installed without them")
+                    used = [name for name in used if name != f"install-{number}-constraints.txt"]
+                    outcome = steps.run(f"install-{number}-unpinned", command, extra=tracing, required=False)
+                if not outcome.ok:
+                    unmirrored = [note for note in notes if "no local mirror" in note]
+                    if unmirrored:
+                        # The harness's image clones its submodules from GitHub; here they come from a
+                        # local mirror, and without one the install fails for want of the network.
+                        raise EnvironmentBuildError(f"install-{number}", f"needs the internet: {'; '.join(unmirrored)} "
+                                                    f"(put a clone in the repositories folder as OWNER__NAME)", outcome.output)
+                    tail = " | ".join(outcome.output.strip().splitlines()[-3:])
+                    raise EnvironmentBuildError(f"install-{number}", f"{command!r} exit {outcome.exit_code}: {tail[-400:]} "
+                                                f"(log: {steps.logs})", outcome.output)
+        finally:
+            _stop_trace(prefix)
         requires = build_requirements(tree)
-        # The build requirements as of the date (the resolver knows dates; the install's pip
-        # may not), free of the environment's pins, as a build's own environment is.
+        self._fetch_wheelhouse(env, steps, folder, requires, notes)
+        self._record(recipe, folder, before, started, used, requires, notes)
+        return {"notes": notes, "build_requires": list(requires)}
+
+    def _fetch_wheelhouse(self, env: Environment, steps: BuildSteps, folder: Path, requires: tuple[str, ...],
+                          notes: list[str]) -> None:
+        """The build requirements as of the date (the resolver knows dates; the install's pip may
+        not), free of the environment's pins, as a build's own environment is."""
         fetch = f"{shlex.quote(env.resolver)} -m pip download --uploaded-prior-to {env.uploaded_before}" \
             if env.resolver and env.uploaded_before else "python -m pip download"
         fetched = steps.run("wheelhouse", f"{fetch} --quiet -d " + shlex.quote(str(folder / "wheelhouse")) + " "
                             + " ".join(shlex.quote(r) for r in requires), required=False)
         if not fetched.ok:
             notes.append("the build requirements could not be fetched: a test run cannot install the project again offline")
+
+    def _record(self, recipe: TestbedRecipe, folder: Path, before: TreeState, started: float, constraints: list[str],
+                requires: tuple[str, ...], notes: list[str]) -> InstallRecord:
+        """What the install read and left behind (the testbed is a donor from now on), its log."""
+        tree, prefix = folder / "tree", folder / "python"
+        inputs = InstallInputs.from_trace(Trace.read(folder / TRACE), before, (TESTBED, str(tree)), str(prefix))
+        if inputs.refusal:
+            notes.append(f"other commits install again: {inputs.refusal}")
+        made, removed = installed_files(tree, before)
+        record = InstallRecord(inputs, made, removed, mentions_of(folder), before.files, started, constraints,
+                               project_requirements(folder, made, requested_extras(recipe.install)), distributions(prefix), list(requires))
+        record.write(folder)
         (folder / "logs" / "testbed.log").write_text("\n".join(notes) + "\n")
         readable_by_all(tree)  # test runs copy it as uids of their own
-        return {"objects": objects_of(repo_path), "label": recipe.label, "notes": notes, "build_requires": list(requires)}
+        return record
 
+    def _reuse(self, donor: Path, record: InstallRecord, folder: Path, notes: list[str]) -> dict:
+        """The donor's install, copied: its prefix and wheelhouse linked, what it wrote into its
+        tree copied."""
+        copy_prefix(donor, folder, record.mentions, copy_own=False)
+        copy_installed(donor / "tree", folder / "tree", record.made, record.removed)
+        link_folder(donor / "wheelhouse", folder / "wheelhouse")
+        for name in record.constraints:
+            shutil.copy2(donor / name, folder / name)
+        (folder / "logs" / "testbed.log").write_text("\n".join(notes) + "\n")
+        readable_by_all(folder / "tree")
+        return {"notes": notes, "build_requires": record.build_requires}
+
+    def _reinstall(self, recipe: TestbedRecipe, env: Environment, steps: BuildSteps, donor: Path, record: InstallRecord,
+                   before: TreeState, folder: Path, incremental: bool, notes: list[str]) -> dict:
+        """The install run again, traced, on a copy of the donor's prefix (and, `incremental`, of
+        what it wrote into its tree): EnvironmentBuildError when it fails or when the project's
+        requirements or the installed distributions are not the donor's."""
+        tree, prefix = folder / "tree", folder / "python"
+        copy_prefix(donor, folder, record.mentions, copy_own=True)
+        copied = to_copy(record, incremental)
+        copy_installed(donor / "tree", tree, copied)
+        if incremental and record.inputs.compiled is not None:
+            date_unchanged(tree, before, record)
+        for name in record.constraints:
+            shutil.copy2(donor / name, folder / name)
+        base = {"PIP_CONSTRAINT": env.constraints} if env.constraints else {}
+        started = time.time()
+        tracing = _start_trace(folder, prefix)
+        try:
+            for number, command in enumerate(recipe.install, 1):
+                own = f"install-{number}-constraints.txt"
+                dated = {"PIP_CONSTRAINT": str(folder / own)} if own in record.constraints else base
+                steps.run(f"install-{number}", pinned(command, dated), extra={**unpinned_env(command, dated), **tracing})
+        finally:
+            _stop_trace(prefix)
+        drop_untouched(donor / "tree", tree, copied)
+        found = distributions(prefix)
+        if found != record.distributions:
+            changed = sorted(f"{n} {record.distributions.get(n, '-')} -> {found.get(n, '-')}"
+                             for n in set(found) | set(record.distributions) if found.get(n) != record.distributions.get(n))
+            raise EnvironmentBuildError("reinstall", f"the install changed the dependencies: {'; '.join(changed[:3])}")
+        if record.distributions:
+            # The donor's prefix holds dependencies of its own (what the environment lacks or has in
+            # other versions), which this commit's requirements might not ask for: they must be the same.
+            made, _ = installed_files(tree, before)
+            requirements = project_requirements(folder, made, requested_extras(recipe.install))
+            if requirements != record.requirements:
+                changed = sorted(set(requirements) ^ set(record.requirements))
+                raise EnvironmentBuildError("reinstall", f"the project's requirements differ: {'; '.join(changed[:3])}")
+        requires = build_requirements(tree)
+        if list(requires) == record.build_requires:
+            link_folder(donor / "wheelhouse", folder / "wheelhouse")
+        else:
+            self._fetch_wheelhouse(env, steps, folder, requires, notes)
+        self._record(recipe, folder, before, started, list(record.constraints), requires, notes)
+        return {"notes": notes, "build_requires": list(requires)}
 
     def _resolve_install(self, recipe: TestbedRecipe, env: Environment, steps: BuildSteps, folder: Path, number: int,
                          command: str, notes: list[str]) -> dict[str, str]:
@@ -268,6 +427,23 @@ def pinned(command: str, constraints: dict[str, str]) -> str:
 def unpinned_env(command: str, constraints: dict[str, str]) -> dict[str, str]:
     """Another step (a user's own setup command) gets the constraints from the environment."""
     return {} if PIP_INSTALL.match(command) else constraints
+
+
+def _start_trace(folder: Path, prefix: Path) -> dict[str, str]:
+    """The trace hook in the prefix while its install runs; the variables that turn it on."""
+    site = Path(site_packages_of(prefix))
+    shutil.copy(Path(__file__).with_name("install_trace_hook.py"), site / f"{TRACE_HOOK}.py")
+    (site / f"{TRACE_HOOK}.pth").write_text(f"import {TRACE_HOOK}\n")
+    return {"MAGIS_TRACE_DIR": str(folder / TRACE), "MAGIS_TRACE_ROOTS": TESTBED}
+
+
+def _stop_trace(prefix: Path) -> None:
+    """The prefix without the trace hook: test runs and other testbeds never see it."""
+    site = Path(site_packages_of(prefix))
+    for path in (site / f"{TRACE_HOOK}.py", site / f"{TRACE_HOOK}.pth", *(site / "__pycache__").glob(f"{TRACE_HOOK}.*")):
+        path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        (site / "__pycache__").rmdir()  # only when the hook's was all it held
 
 
 def readable_by_all(root: Path) -> None:

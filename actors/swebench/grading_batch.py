@@ -177,7 +177,7 @@ def run_grading(store, name: str, jobs: list[GradeJob], executor: Executor, work
     try:
         while todo or in_flight:
             while todo and len(in_flight) < workers:
-                job = todo.pop(0)
+                job = todo.pop(next_job(todo, in_flight.values()))
                 log.append(InstanceGradingStarted(job.instance_id, patch_sha(job.patch), log.attempts[job.instance_id] + 1))
                 in_flight[executor.start(job)] = job
             handle, result = executor.next_done(list(in_flight))
@@ -188,6 +188,35 @@ def run_grading(store, name: str, jobs: list[GradeJob], executor: Executor, work
     finally:
         executor.close()
     return [log.graded[job.instance_id] for job in jobs]
+
+
+def preparation_seconds(event: InstanceGraded) -> float:
+    """What preparing the instance cost this grading: the builds it ran (its environment's, if it
+    built it, and its testbed's); 0 when both came from the cache."""
+    return event.env_build_seconds * event.env_built_now + event.testbed_build_seconds * event.testbed_built_now
+
+
+def preparation_line(results: list[InstanceGraded]) -> str:
+    """Preparation against the tests' own time, over the instances that ran."""
+    ran = [r for r in results if r.ran]
+    prepared, tested = sum(map(preparation_seconds, ran)), sum(r.test_seconds for r in ran)
+    ratio = f"{(prepared + tested) / tested:.2f}" if tested else "-"
+    return (f"preparation: {prepared:.0f} s, tests: {tested:.0f} s over {len(ran)} instances; "
+            f"(preparation + tests) / tests = {ratio}")
+
+
+def environment_of(job: GradeJob) -> tuple[str, str]:
+    """The environment a job needs, as the dataset names it: (repo, version)."""
+    return job.record.get("repo", ""), str(job.record.get("version", ""))
+
+
+def next_job(todo: list[GradeJob], in_flight) -> int:
+    """Which waiting job to start: the first whose environment no running job needs, else the
+    first. Builds of different environments then run at once, and the instances of one
+    environment, which build one at a time (one waits for the other's environment, then reuses its
+    testbed), do not hold the other workers while other environments wait."""
+    busy = {environment_of(job) for job in in_flight}
+    return next((index for index, job in enumerate(todo) if environment_of(job) not in busy), 0)
 
 
 def completed(event: InstanceGraded) -> bool:
