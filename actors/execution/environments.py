@@ -324,11 +324,9 @@ class EnvironmentCache:
             # Too old for a resolver of its own: this process's pip resolves for its version, from
             # wheels only, so no package code runs here.
             if pins:
-                env = {**{k: v for k, v in os.environ.items() if not k.startswith("PIP_")}, **era.index_variables(),
-                       "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CACHE_DIR": str(self.pip_cache)}
                 subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(exact),
                                 "--python-version", ".".join(map(str, major_minor)), "--only-binary=:all:", *pins],
-                               capture_output=True, text=True, env=env, timeout=900)
+                               capture_output=True, text=True, env=era.pip_environment(self.pip_cache), timeout=900)
             for what, requested in attempts:
                 ok, error = era.resolve_from_wheels(requested, version, when, str(exact), report, self.pip_cache)
                 if ok:

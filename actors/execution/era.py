@@ -104,6 +104,13 @@ def index_variables(environ: dict[str, str] | None = None) -> dict[str, str]:
     return found
 
 
+def pip_environment(pip_cache: str | os.PathLike) -> dict[str, str]:
+    """This process's environment for a pip of its own: none of the caller's PIP_ settings but
+    the index's (index_variables), and the cache given."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("PIP_")}, **index_variables(),
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CACHE_DIR": str(pip_cache)}
+
+
 def resolve_from_wheels(requested: list[str], python_version: str, when: str, exact: str, report: str | os.PathLike,
                         pip_cache: str | os.PathLike, constraints: str = "", timeout: float = 900.0) -> tuple[bool, str]:
     """Resolve `requested` as of `when` for a Python too old for a resolver of its own: this
@@ -112,13 +119,11 @@ def resolve_from_wheels(requested: list[str], python_version: str, when: str, ex
     import subprocess
     import sys
 
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PIP_")}, **index_variables(),
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CACHE_DIR": str(pip_cache)}
     major_minor = ".".join(python_version.split(".")[:2])
     command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
                "--python-version", major_minor, "--only-binary=:all:", "--uploaded-prior-to", when, "--find-links", exact,
                *(["-c", constraints] if constraints else []), *requested]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    done = subprocess.run(command, capture_output=True, text=True, env=pip_environment(pip_cache), timeout=timeout)
     return done.returncode == 0 and os.path.isfile(report), done.stderr[-1500:]
 
 

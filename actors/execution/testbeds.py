@@ -416,7 +416,6 @@ class TestbedCache:
         notes.append(f"install step {number}: resolved as of {when}, {how} (constraints: {path.name})")
         return {"PIP_CONSTRAINT": str(path)}
 
-
     def _resolve_install_from_wheels(self, env: Environment, steps: BuildSteps, folder: Path, number: int, arguments: str,
                                      notes: list[str]) -> dict[str, str]:
         """_resolve_install for a Python too old for a resolver (below 3.9): the environment's own
