@@ -104,6 +104,21 @@ def test_h_an_install_on_a_python_too_old_for_a_resolver_keeps_to_the_date(cache
     assert "resolved as of 2023-01-01T00:00:00Z for Python 3.8" in (Path(testbed.path) / "logs" / "testbed.log").read_text()
 
 
+def test_what_an_install_asks_for_is_read_for_the_environment_s_python(tmp_path):
+    from magis_ray.actors.execution.era import project_requirements_for
+
+    report = {"install": [
+        {"requested": True, "requested_extras": ["test"], "download_info": {"url": "file:///testbed", "dir_info": {"editable": True}},
+         "metadata": {"name": "pkg", "requires_dist": ["numpy>=1.17", "importlib-metadata; python_version < '3.8'",
+                                                       "typing-extensions; python_version < '3.10'", "pytest; extra == 'test'",
+                                                       "sphinx; extra == 'docs'"]}},
+        {"requested": True, "download_info": {"url": "https://files/pytest.whl"}, "metadata": {"name": "pytest"}},
+        {"requested": False, "download_info": {"url": "https://files/six.whl"}, "metadata": {"name": "six"}}]}
+    (tmp_path / "r.json").write_text(json.dumps(report))
+    # Python 3.8's markers, not this process's; the extra asked for, not the others; what was named.
+    assert project_requirements_for(tmp_path / "r.json", "3.8.18") == ["numpy>=1.17", "pytest", "typing-extensions"]
+
+
 # --- B: tests that need the internet ----------------------------------------------------------
 
 
