@@ -114,14 +114,15 @@ def pip_environment(pip_cache: str | os.PathLike) -> dict[str, str]:
 def resolve_from_wheels(requested: list[str], python_version: str, when: str, exact: str, report: str | os.PathLike,
                         pip_cache: str | os.PathLike, constraints: str = "", timeout: float = 900.0) -> tuple[bool, str]:
     """Resolve `requested` as of `when` for a Python too old for a resolver of its own: this
-    process's pip, for that Python's version, from wheels only (so no package's code runs here),
-    writing a `pip install --report` to `report`. (True, "") or (False, pip's error's end)."""
+    process's pip, for that Python's version and markers (pip_for_python.py), from wheels only (so
+    no package's code runs here), writing a `pip install --report` to `report`. (True, "") or
+    (False, pip's error's end)."""
     import subprocess
     import sys
 
     major_minor = ".".join(python_version.split(".")[:2])
-    command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
-               "--python-version", major_minor, "--only-binary=:all:", "--uploaded-prior-to", when, "--find-links", exact,
+    command = [sys.executable, "-m", "magis_ray.actors.execution.pip_for_python", python_version, "install", "--dry-run",
+               "--ignore-installed", "--quiet", "--report", str(report), "--python-version", major_minor, "--only-binary=:all:", "--uploaded-prior-to", when, "--find-links", exact,
                *(["-c", constraints] if constraints else []), *requested]
     done = subprocess.run(command, capture_output=True, text=True, env=pip_environment(pip_cache), timeout=timeout)
     return done.returncode == 0 and os.path.isfile(report), done.stderr[-1500:]
