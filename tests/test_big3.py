@@ -160,17 +160,6 @@ def test_matplotlib_builds_with_the_system_s_freetype_and_qhull(fixture_repo):
     assert older.system_packages == ("ghostscript", "libfreetype6-dev", "pkg-config", "libqhull-dev")
 
 
-def test_matplotlib_3_4_s_requirements_include_the_files_its_requirements_file_names(tmp_path):
-    """matplotlib 3.4's spec takes requirements/dev/dev-requirements.txt, which is only `-r
-    ../testing/all.txt` and its siblings: the harness fetches them by URL, where `..` goes up a
-    folder (pandas and pytz, which test_dates.py needs, are in testing/extra.txt)."""
-    _, commit = make_repo(tmp_path / "mpl", {"requirements/dev/dev-requirements.txt": "-r ../testing/all.txt\n-r ../testing/extra.txt\n",
-                                             "requirements/testing/all.txt": "# CI\npytest!=4.6.0\ncoverage\n",
-                                             "requirements/testing/extra.txt": "pandas!=0.25.0\npytz\n", "setup.py": "setup()\n"})
-    recipe = instance_spec(record("matplotlib/matplotlib", "3.4", commit), tmp_path / "mpl").recipe
-    assert recipe.requirements.split() == ["pytest!=4.6.0", "coverage", "pandas!=0.25.0", "pytz"]
-
-
 def test_the_pre_install_line_s_packages_behind_a_variable():
     assert system_packages_of("apt-get -y update && DEBIAN_FRONTEND=noninteractive apt-get install -y ffmpeg dvipng") == \
         ("ffmpeg", "dvipng")

@@ -8,7 +8,6 @@ commit instead; conda package lists and environment.yml files map to pip (conda.
 `apt-get install` of the spec needs the package on this machine already."""
 from __future__ import annotations
 
-import posixpath
 import re
 import shlex
 from dataclasses import dataclass
@@ -93,9 +92,7 @@ def _requirements(repo: str, repo_path, commit: str, constants, spec_python) -> 
     for line in text.split("\n"):
         if line.strip().startswith("-r"):
             name = line.strip()[2:].strip()
-            # The harness fetches it by URL, where `-r ../testing/all.txt` of matplotlib's
-            # requirements/dev/ names requirements/testing/all.txt; git needs the path so written.
-            nested = read_file_at(repo_path, commit, posixpath.normpath(f"{folder}/{name}" if folder else name))
+            nested = read_file_at(repo_path, commit, f"{folder}/{name}" if folder else name)
             for nested_line in (nested or "").split("\n"):
                 if not any(nested_line.strip().startswith(x) for x in excluded):
                     extra.append(nested_line)
