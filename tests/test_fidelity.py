@@ -27,6 +27,7 @@ from execfixtures import new_file_patch, pyproject
 from gitfixtures import Submodule, commit_files, make_repo
 from magis_ray.actors.execution.conda import pip_equivalent
 from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, Recipe
+from magis_ray.actors.execution.interpreters import InterpreterMissing, find_python
 from magis_ray.actors.execution.runner import TestRunner
 from magis_ray.actors.execution.sandbox import Sandbox, bwrap_path
 from magis_ray.actors.execution.testbeds import SystemPackagesMissing, TestbedCache, TestbedRecipe
@@ -83,6 +84,51 @@ def test_a_an_exact_pin_wins_over_the_date_which_moves_to_its_release(caches):
     assert "six-1.17.0.dist-info" in installed and "attrs-24.2.0.dist-info" in installed
     log = (Path(env.path) / "logs" / "era.log").read_text()
     assert "six==1.17.0 was released 2024-12-04" in log and env.uploaded_before.startswith("2024-12-04")
+
+
+def test_h_an_install_on_a_python_too_old_for_a_resolver_keeps_to_the_date(caches):
+    """Below Python 3.9 no pip resolves as of a date in the environment itself (matplotlib 3.4 and
+    Django 3.0 run 3.8 and 3.6): what the project's install adds is resolved from wheels as of
+    the date all the same. matplotlib asks for setuptools_scm, whose today's release warns at
+    import, and its tests turn warnings into errors."""
+    testbeds, root = caches
+    try:
+        find_python("3.8")
+    except InterpreterMissing:
+        pytest.skip("no Python 3.8 on this machine")
+    _, base = make_repo(root / "repos" / "old__old", {"pyproject.toml": pyproject("pkg", ["six"]), "pkg/__init__.py": ""})
+    env = Recipe(python="3.8", pip_packages=("pytest",), uploaded_before="2023-01-01T00:00:00Z", label="era-38")
+    testbed = testbeds.get(TestbedRecipe(env=env, repo="old/old", commit=base, install=("python -m pip install -e .",)),
+                           root / "repos" / "old__old")
+    assert "six-1.16.0.dist-info" in site_packages(str(Path(testbed.path) / "python"))  # not 1.17.0 of 2024
+    assert "resolved as of 2023-01-01T00:00:00Z for Python 3.8" in (Path(testbed.path) / "logs" / "testbed.log").read_text()
+
+
+def test_a_resolution_for_an_older_python_decides_its_markers_for_that_python(tmp_path):
+    """pikepdf 8.11.1 asks for `lxml<5; python_version < "3.10"`: resolved for Python 3.8 from this
+    3.11 process, the marker holds (lxml 5.0.0 of 2023-12-29 would conflict at the install)."""
+    from magis_ray.actors.execution.era import resolve_from_wheels
+
+    report = tmp_path / "report.json"
+    ok, error = resolve_from_wheels(["pikepdf==8.11.1"], "3.8.18", "2024-01-01T00:00:00Z", str(tmp_path), report, tmp_path / "cache")
+    assert ok, error
+    versions = {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in json.loads(report.read_text())["install"]}
+    assert versions["lxml"].startswith("4."), versions
+
+
+def test_what_an_install_asks_for_is_read_for_the_environment_s_python(tmp_path):
+    from magis_ray.actors.execution.era import project_requirements_for
+
+    report = {"install": [
+        {"requested": True, "requested_extras": ["test"], "download_info": {"url": "file:///testbed", "dir_info": {"editable": True}},
+         "metadata": {"name": "pkg", "requires_dist": ["numpy>=1.17", "importlib-metadata; python_version < '3.8'",
+                                                       "typing-extensions; python_version < '3.10'", "pytest; extra == 'test'",
+                                                       "sphinx; extra == 'docs'"]}},
+        {"requested": True, "download_info": {"url": "https://files/pytest.whl"}, "metadata": {"name": "pytest"}},
+        {"requested": False, "download_info": {"url": "https://files/six.whl"}, "metadata": {"name": "six"}}]}
+    (tmp_path / "r.json").write_text(json.dumps(report))
+    # Python 3.8's markers, not this process's; the extra asked for, not the others; what was named.
+    assert project_requirements_for(tmp_path / "r.json", "3.8.18") == ["numpy>=1.17", "pytest", "typing-extensions"]
 
 
 # --- B: tests that need the internet ----------------------------------------------------------

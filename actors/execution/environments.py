@@ -323,21 +323,16 @@ class EnvironmentCache:
         else:
             # Too old for a resolver of its own: this process's pip resolves for its version, from
             # wheels only, so no package code runs here.
-            base = [sys.executable, "-m", "pip"]
-            env = {**{k: v for k, v in os.environ.items() if not k.startswith("PIP_")}, **era.index_variables(),
-                   "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CACHE_DIR": str(self.pip_cache)}
-            target = ["--python-version", ".".join(map(str, major_minor)), "--only-binary=:all:"]
             if pins:
-                subprocess.run([*base, "download", "--no-deps", "--quiet", "-d", str(exact), *target, *pins],
-                               capture_output=True, text=True, env=env, timeout=900)
+                subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(exact),
+                                "--python-version", ".".join(map(str, major_minor)), "--only-binary=:all:", *pins],
+                               capture_output=True, text=True, env=era.pip_environment(self.pip_cache), timeout=900)
             for what, requested in attempts:
-                command = [*base, "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report), *target,
-                           *date, *requested]
-                done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
-                if done.returncode == 0 and report.is_file():
+                ok, error = era.resolve_from_wheels(requested, version, when, str(exact), report, self.pip_cache)
+                if ok:
                     notes.append(f"resolved {what} as of {when} for Python {version}, from wheels")
                     break
-                notes.append(f"resolving {what} failed (exit {done.returncode}): {done.stderr[-1500:]}")
+                notes.append(f"resolving {what} failed: {error}")
         if not report.is_file():
             log.write_text("\n".join(notes) + "\nbuilding without the date limit\n")
             return []

@@ -104,6 +104,58 @@ def index_variables(environ: dict[str, str] | None = None) -> dict[str, str]:
     return found
 
 
+def pip_environment(pip_cache: str | os.PathLike) -> dict[str, str]:
+    """This process's environment for a pip of its own: none of the caller's PIP_ settings but
+    the index's (index_variables), and the cache given."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("PIP_")}, **index_variables(),
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CACHE_DIR": str(pip_cache)}
+
+
+def resolve_from_wheels(requested: list[str], python_version: str, when: str, exact: str, report: str | os.PathLike,
+                        pip_cache: str | os.PathLike, constraints: str = "", timeout: float = 900.0) -> tuple[bool, str]:
+    """Resolve `requested` as of `when` for a Python too old for a resolver of its own: this
+    process's pip, for that Python's version and markers (pip_for_python.py), from wheels only (so
+    no package's code runs here), writing a `pip install --report` to `report`. (True, "") or
+    (False, pip's error's end)."""
+    import subprocess
+    import sys
+
+    major_minor = ".".join(python_version.split(".")[:2])
+    command = [sys.executable, "-m", "magis_ray.actors.execution.pip_for_python", python_version, "install", "--dry-run",
+               "--ignore-installed", "--quiet", "--report", str(report), "--python-version", major_minor, "--only-binary=:all:", "--uploaded-prior-to", when, "--find-links", exact,
+               *(["-c", constraints] if constraints else []), *requested]
+    done = subprocess.run(command, capture_output=True, text=True, env=pip_environment(pip_cache), timeout=timeout)
+    return done.returncode == 0 and os.path.isfile(report), done.stderr[-1500:]
+
+
+def project_requirements_for(report_path: str | os.PathLike, python_version: str) -> list[str]:
+    """What a `pip install --dry-run --report` was asked for, as requirements without markers for
+    Python `python_version`: a local project's Requires-Dist (its markers decided, the extras asked
+    for included), and a package from the index by its name."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    with open(report_path) as handle:
+        report = json.load(handle)
+    target = {"python_version": ".".join(python_version.split(".")[:2]), "python_full_version": python_version}
+    found: list[str] = []
+    for item in report.get("install", []):
+        if not item.get("requested"):
+            continue
+        extras = ["", *item.get("requested_extras", [])]
+        if not item.get("download_info", {}).get("dir_info"):
+            found.append(item["metadata"]["name"] + (f"[{','.join(extras[1:])}]" if extras[1:] else ""))
+            continue
+        for line in item.get("metadata", {}).get("requires_dist", []):
+            try:
+                requirement = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if requirement.marker is None or any(requirement.marker.evaluate({**target, "extra": e}) for e in extras):
+                requirement.marker = None
+                found.append(str(requirement))
+    return sorted(set(found), key=str.lower)
+
+
 def _version_of(filename: str, name: str) -> str:
     """The version a distribution file's name carries ("" when it is not one of `name`'s)."""
     for ext in (".whl", ".tar.gz", ".zip", ".tar.bz2", ".egg"):

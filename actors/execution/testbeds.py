@@ -51,14 +51,14 @@ from .testbed_reuse import (INPUTS_FILE, Donors, InstallRecord, copy_installed, 
                             drop_untouched, requirements_may_differ, to_copy,
                             installed_files, link_folder, mentions_of, project_requirements,
                             requested_extras)
-from .era import constraints_from_report, requirement_name
+from .era import constraints_from_report, project_requirements_for, requirement_name, resolve_from_wheels
 from .sandbox import Mount
 from .workspaces import WorkspaceError, borrow_objects, checkout, git_env, objects_of
 
 TESTBED = "/testbed"
 DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0", "wheel")  # pip's own default for a project without pyproject.toml
 PIP_INSTALL = re.compile(r"^\s*(?:python -m pip|pip) install (.*)$")
-LAYOUT = 7  # what a cached testbed holds; another number builds anew
+LAYOUT = 8  # what a cached testbed holds; another number builds anew
 BUILT, REUSED, REINSTALLED = "built", "reused", "reinstalled"
 TRACE = "trace"  # the install's trace (install_trace_hook.py), in the testbed's folder
 TRACE_HOOK = "_magis_install_trace"
@@ -386,8 +386,10 @@ class TestbedCache:
         keeps to the environment's pins alone)."""
         match = PIP_INSTALL.match(command)
         when = env.uploaded_before
-        if not (when and env.resolver and env.constraints and match):
+        if not (when and env.constraints and match):
             return {}
+        if not env.resolver:
+            return self._resolve_install_from_wheels(env, steps, folder, number, match.group(1), notes)
         report = folder / f"install-{number}-report.json"
         base = (f"{shlex.quote(env.resolver)} -m pip install --dry-run --ignore-installed --quiet --report {report} "
                 f"--uploaded-prior-to {when} --find-links {shlex.quote(env.exact_pins)} ")
@@ -412,6 +414,37 @@ class TestbedCache:
         path = folder / f"install-{number}-constraints.txt"
         path.write_text("\n".join(pins) + "\n")
         notes.append(f"install step {number}: resolved as of {when}, {how} (constraints: {path.name})")
+        return {"PIP_CONSTRAINT": str(path)}
+
+    def _resolve_install_from_wheels(self, env: Environment, steps: BuildSteps, folder: Path, number: int, arguments: str,
+                                     notes: list[str]) -> dict[str, str]:
+        """_resolve_install for a Python too old for a resolver (below 3.9): the environment's own
+        pip says what the install asks for (it builds the project's metadata, in the sandbox), and
+        what that adds to the environment is resolved as of the date from wheels (era.py)."""
+        when, report = env.uploaded_before, folder / f"install-{number}-asks.json"
+        asked = steps.run(f"install-{number}-asks", f"python -m pip install --dry-run --quiet --report {report} "
+                          f"-c {shlex.quote(env.constraints)} {arguments}", required=False)
+        if not (asked.ok and report.is_file()):
+            notes.append(f"install step {number}: no resolution as of {when} (this pip cannot report what it would "
+                         "install); the environment's pins alone")
+            return {}
+        requirements = project_requirements_for(report, env.python_version)
+        if not requirements:
+            return {}
+        dated = folder / f"install-{number}-report.json"
+        ok, error = resolve_from_wheels(requirements, env.python_version, when, env.exact_pins, dated, self.envs.pip_cache,
+                                        constraints=env.constraints)
+        if not ok:
+            notes.append(f"install step {number}: no resolution as of {when} from wheels; the environment's pins alone "
+                         f"({error.strip().splitlines()[-1][:200] if error.strip() else 'no report'})")
+            return {}
+        pins = Path(env.constraints).read_text().splitlines()
+        held = {requirement_name(pin) for pin in pins}
+        pins += [pin for pin in constraints_from_report(dated) if requirement_name(pin) not in held]
+        path = folder / f"install-{number}-constraints.txt"
+        path.write_text("\n".join(pins) + "\n")
+        notes.append(f"install step {number}: resolved as of {when} for Python {env.python_version}, from wheels "
+                     f"(constraints: {path.name})")
         return {"PIP_CONSTRAINT": str(path)}
 
 
