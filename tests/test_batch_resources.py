@@ -75,8 +75,9 @@ def test_a_batch_of_more_runs_than_cores_runs_their_bench_phases_at_once(ray_wit
     _, base = make_calc_repo(repos / "calc__calc")
     repo = repos / "calc__calc"
     items = [BatchItem(f"calc__calc-{i}", calc_issue(repo, base, instance_id=f"calc__calc-{i}")) for i in range(1, RUNS + 1)]
-    # Each call waits a little, as a model does: a run spends most of its bench phase waiting on it.
-    team = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, reproductions=[REPRODUCES], delay_s=0.3)
+    # Each call waits a second, as a model does: a run spends most of its bench phase waiting on it,
+    # long enough on a busy machine for every run to be in its bench phase at one moment.
+    team = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, reproductions=[REPRODUCES], delay_s=1.0)
     store_path = tmp_path / "store"
     with ScriptedServer(team) as server:
         deployment = Deployment(str(store_path), GatewayConfig(base_url=server.base_url, api_key="k", model="m", concurrency=64))
