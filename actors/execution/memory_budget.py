@@ -301,7 +301,7 @@ class WatchdogBudget:
     peak: int = 0
 
     def join(self) -> None:
-        pass
+        """Nothing to join: the watchdog looks at the sandbox's processes from outside."""
 
     def used(self, tree_root: int) -> int:
         """What the sandbox holds: its processes' resident sets, summed (a look costs microseconds),
@@ -323,7 +323,7 @@ class WatchdogBudget:
         return used > self.limit
 
     def close(self) -> None:
-        pass
+        """Nothing to remove: the watchdog made no cgroup."""
 
 
 def _pid_namespace(pid: int) -> str | None:
