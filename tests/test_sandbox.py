@@ -581,6 +581,33 @@ def test_the_memory_controllers_cgroup_is_found_on_each_kind_of_host():
     assert own_place("", MOUNTINFO_V2) is None
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_kill_between_two_looks_still_reports_the_kernels_peak(tmp_path, version):
+    """The kernel keeps its own high-water mark; a sandbox killed between two of our looks reports
+    it, and one that was not killed reports only what could not be reclaimed (no file cache)."""
+    from magis_ray.actors.execution.memory_budget import CgroupBudget, CgroupPlace
+
+    budget = CgroupBudget(CgroupPlace(version, tmp_path), 2 * GiB)
+    folder = budget.folder
+    if version == 1:
+        stat, kills, high_water = "total_rss {}\ntotal_shmem 0\ntotal_cache 0\n", "memory.oom_control", "memory.max_usage_in_bytes"
+    else:
+        stat, kills, high_water = "anon {}\nshmem 0\nfile 0\n", "memory.events", "memory.peak"
+    (folder / "memory.stat").write_text(stat.format(300 * MiB))
+    (folder / high_water).write_text(str(1900 * MiB))  # its file cache, before any kill
+    (folder / kills).write_text("oom_kill 0\n")
+    assert not budget.over(os.getpid()) and budget.peak == 300 * MiB
+    (folder / "memory.stat").write_text(stat.format(100 * MiB))  # what was left after the kill
+    (folder / high_water).write_text(str(2 * GiB))
+    (folder / kills).write_text("oom_kill 1\n")
+    assert budget.over(os.getpid()) and budget.peak == 2 * GiB
+    for name in ("memory.stat", high_water, kills, "memory.limit_in_bytes", "memory.memsw.limit_in_bytes",
+                 "memory.max", "memory.swap.max", "memory.oom.group"):
+        (folder / name).unlink(missing_ok=True)
+    budget.close()
+    assert not folder.exists()
+
+
 def test_a_v2_cgroup_without_memory_for_its_children_gives_the_watchdog(tmp_path, monkeypatch):
     """cgroup v2 lets a cgroup with processes in it give no controller to its children: unless
     one is delegated (memory in cgroup.subtree_control), the watchdog holds the budget."""

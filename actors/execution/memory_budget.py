@@ -140,6 +140,14 @@ def _counter(path: Path, name: str) -> int:
     return 0
 
 
+def _number(path: Path) -> int:
+    """A cgroup file holding one number; 0 where the kernel has no such file."""
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return 0
+
+
 def _remove_stale(parent: Path) -> None:
     """Sandboxes' cgroups beneath `parent` whose maker is gone (killed before it could remove
     them): empty ones go; rmdir refuses any that still holds a process."""
@@ -198,15 +206,25 @@ class CgroupBudget:
 
     def over(self, tree_root: int) -> bool:
         """Whether the kernel killed one of its processes at the limit. Also keeps the peak of what
-        cannot be reclaimed (anonymous memory and tmpfs; the file cache it can)."""
-        if self.place.version == 1:
-            stat = self.folder / "memory.stat"
-            self.peak = max(self.peak, _counter(stat, "total_rss") + _counter(stat, "total_shmem"))
-            return _counter(self.folder / "memory.oom_control", "oom_kill") > 0
+        cannot be reclaimed (anonymous memory and tmpfs; the file cache it can).
+
+        A fast allocation can climb to the limit and be killed between two looks, so at a kill the
+        peak is the kernel's own high-water mark: the kernel kills only once it has reclaimed what
+        it could, so what it charged then could not be reclaimed. (Before a kill that mark would
+        count the file cache too.)"""
         stat = self.folder / "memory.stat"
-        self.peak = max(self.peak, _counter(stat, "anon") + _counter(stat, "shmem"))
-        events = self.folder / "memory.events"
-        return _counter(events, "oom_kill") > 0 or _counter(events, "oom_group_kill") > 0
+        if self.place.version == 1:
+            self.peak = max(self.peak, _counter(stat, "total_rss") + _counter(stat, "total_shmem"))
+            killed = _counter(self.folder / "memory.oom_control", "oom_kill") > 0
+            high_water = self.folder / "memory.max_usage_in_bytes"
+        else:
+            self.peak = max(self.peak, _counter(stat, "anon") + _counter(stat, "shmem"))
+            events = self.folder / "memory.events"
+            killed = _counter(events, "oom_kill") > 0 or _counter(events, "oom_group_kill") > 0
+            high_water = self.folder / "memory.peak"  # Linux 5.19 and later
+        if killed:
+            self.peak = max(self.peak, _number(high_water))
+        return killed
 
     def close(self) -> None:
         """Ends whatever is still in the cgroup (a daemon the sandbox started) and removes it."""
