@@ -30,8 +30,12 @@ def ray_session():
     from ray._private import auto_init_hook
 
     assert not auto_init_hook.enable_auto_connect, "ray was imported before conftest.py turned its auto-connect off"
-    # "local": a Ray of this test module's own, even if a cluster runs on the machine
-    ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="magis", log_to_driver=False)
+    from magis_ray.actors.runtime.deployment import own_ray_config
+
+    # "local": a Ray of this test module's own, even if a cluster runs on the machine, configured
+    # as magis-ray configures the Ray it starts
+    ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="magis", log_to_driver=False,
+             **own_ray_config("local"))
     yield
     from magis_ray.actors.runtime import remote
 

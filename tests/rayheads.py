@@ -51,7 +51,7 @@ def ray_head_started(prefix: str, *options: str, ports: int = 4):
     gcs, *more = free_ports(1 + ports)
     token = secrets.token_hex(32)
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "RAY_USAGE_STATS_ENABLED": "0",
-           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_worker_niceness": "0"}  # as ray_cluster.yaml starts nodes
     for name in ("RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH"):
         env.pop(name, None)
     flags = [option.format(**{f"port{i}": port for i, port in enumerate(more)}) for option in options]

@@ -147,3 +147,21 @@ def test_a_worker_process_loads_no_serializer_addon_and_can_still_import_one(ray
     # an environment of its own: a new worker process, never one an earlier test's tasks used
     probe = Probe.options(runtime_env={"env_vars": {"MAGIS_PROBE": str(os.getpid())}}).remote({"a": [1, 2]})
     assert ray.get(probe.loaded.remote()) == (False, True)
+
+
+def test_the_workers_run_at_the_drivers_priority(ray_with_env_cache):
+    """Every role, build and test runs in a worker; at Ray's default of nice 15 they would wait
+    behind anything else the machine runs."""
+    ray = ray_with_env_cache
+
+    @ray.remote(num_cpus=0)
+    class Role:
+        def niceness(self) -> int:
+            return os.nice(0)
+
+    @ray.remote(num_cpus=1)
+    def build() -> int:
+        return os.nice(0)
+
+    assert ray.get(Role.remote().niceness.remote()) == os.nice(0)
+    assert ray.get(build.remote()) == os.nice(0)

@@ -21,6 +21,7 @@ from magis_ray.actors.code.diffs import file_diff
 from magis_ray.actors.code.edits import apply_edits
 from magis_ray.actors.model.scripted_server import Rule, ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
+from magis_ray.actors.runtime.deployment import WORKER_NICENESS
 from magis_ray.events.projections import final_diff, fold, metrics
 from magis_ray.events.schema import LLMExchanged, RunFinished, RunSettings, TaskFinished
 from magis_ray.store import open_store
@@ -60,6 +61,9 @@ def test_the_cluster_config_is_one_ray_up_accepts():
     assert f"-e {checkout}" in setup and f'"ray[default]=={ray.__version__}"' in setup
     assert any("--head" in c for c in config["head_start_ray_commands"])
     assert any("$RAY_HEAD_IP" in c for c in config["worker_start_ray_commands"])
+    # every node's workers at the priority of the Ray magis-ray starts for itself
+    starts = [c for c in config["head_start_ray_commands"] + config["worker_start_ray_commands"] if "ray start" in c]
+    assert len(starts) == 2 and all(f"RAY_worker_niceness={WORKER_NICENESS} " in c for c in starts)
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +80,7 @@ def cluster():
     temp_dir = tempfile.mkdtemp(prefix="mrc-", dir="/tmp")
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "object_store_memory": 80 * MB, "include_dashboard": False, "temp_dir": temp_dir,
+        "_system_config": {"worker_niceness": WORKER_NICENESS},  # as ray_cluster.yaml starts its nodes
     })
     try:
         for _ in range(2):

@@ -44,10 +44,19 @@ def settings_runtime_env(address: str, environ: dict[str, str]) -> dict | None:
     return {"env_vars": settings} if settings else None
 
 
+# Ray runs its workers at nice 15 by default, below the driver. Here every role, build and test
+# runs in a worker while the driver only waits, so on a busy machine a run would crawl (a team run
+# took 4 times as long beside two busy processes) and its tests would use up their wall-time limits
+# waiting for a CPU. Ray's job manager runs a job's own workers at 0 for the same reason.
+WORKER_NICENESS = 0
+
+
 def own_ray_config(address: str) -> dict:
-    """What a Ray we start gets (a cluster's was set when its nodes started): its workers import
-    LEAN_WORKERS first."""
-    return {"_system_config": {"preload_python_modules": [LEAN_WORKERS]}} if address == "local" else {}
+    """What a Ray we start gets (a cluster's was set when its nodes started, docs/cluster.md): its
+    workers import LEAN_WORKERS first and run at the driver's priority."""
+    if address != "local":
+        return {}
+    return {"_system_config": {"preload_python_modules": [LEAN_WORKERS], "worker_niceness": WORKER_NICENESS}}
 
 
 def ensure_ray(address: str | None = None) -> None:
