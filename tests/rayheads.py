@@ -75,7 +75,9 @@ def stop_head(head: subprocess.Popen, root: str) -> None:
     if head.poll() is None:
         head.send_signal(signal.SIGTERM)  # `ray start --block` ends the processes it started
         try:
-            head.wait(timeout=20)
+            # With jobs' or drivers' workers still up it can take 20 s and more; whatever is left
+            # after a short grace is killed below, and waited out.
+            head.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
     for pid in [head.pid, *in_session(head.pid)]:
