@@ -117,6 +117,7 @@ def model_server_pids(driver: subprocess.Popen) -> list[int]:
     return [pid for pid in tree_of(driver.pid) if "magis_ray.actors.model.local_model" in cmdline_of(pid)]
 
 
+@pytest.mark.slow  # the suite's time: the scripted model's faults and resume cover the run's side (test_transient)
 def test_a_model_server_killed_mid_run_fails_the_run_and_resume_finishes_it(example, tmp_path):
     repo, base = example
     driver = magis("submit", str(ROOT / "examples" / "calc" / "issue.json"), "--repo", str(repo), "--store", "store",

@@ -87,7 +87,11 @@ def issue_file(calc_repo, tmp_path):
     return write_issue(tmp_path / "issue.json", calc_issue(repo_path, base, BOTH_ISSUE))
 
 
-@pytest.mark.parametrize("kill_at", [6, 20, 31], ids=["custodian", "meeting", "developers"])
+# The developers' phase in the default run: it is the one with the most in flight at the kill. The
+# two earlier phases are slow-marked for the suite's time.
+@pytest.mark.parametrize("kill_at", [pytest.param(6, id="custodian", marks=pytest.mark.slow),
+                                     pytest.param(20, id="meeting", marks=pytest.mark.slow),
+                                     pytest.param(31, id="developers")])
 def test_sigkill_then_resume_at_once_pays_nothing_twice(kill_at, issue_file, tmp_path):
     """Resumed the moment the driver is dead, on the same host: its lease (ten minutes long) is no
     obstacle, and what the dead driver's actors still write before Ray ends them is either in the
