@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))  # the calc fixture project
+sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))  # the calc fixture project, the busy loops
 
 REPRODUCES = "from calc.stats import mean\n\n\ndef test_mean_of_four():\n    assert mean([1, 2, 3, 4]) == 2.5\n"
 
@@ -73,20 +73,17 @@ def main() -> None:
     if args.one is not None:
         print(one_run(args.one, args.folder, args.round))
         return
+    from processes import busy_loops
     from scenarios import make_calc_repo
 
     folder = Path(tempfile.mkdtemp(prefix="magis-busy-"))
     make_calc_repo(folder / "calc")
     # The first run builds the environment and the testbed both settings then take from the cache.
     print(f"warm-up (builds the environment, not counted): {timed(0, folder, 0):.1f} s", flush=True)
-    loops = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(args.loops)]
-    try:
+    with busy_loops(args.loops):
         for round_ in range(1, args.rounds + 1):
             slow, fair = timed(15, folder, round_), timed(0, folder, round_)
             print(f"round {round_}: nice 15 {slow:6.1f} s, nice 0 {fair:6.1f} s, 0/15 = {fair / slow:.2f}", flush=True)
-    finally:
-        for loop in loops:
-            loop.kill()
 
 
 if __name__ == "__main__":

@@ -12,13 +12,17 @@ always share the cores, hence default_threads(): half of them.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
+from pathlib import Path
 
 from openai import OpenAI
 
-from magis_ray.actors.model.local_model import LocalModelServer
+sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))  # the busy loops' helper
+
+from processes import busy_loops  # noqa: E402
+
+from magis_ray.actors.model.local_model import LocalModelServer  # noqa: E402
 
 PROMPT = "Summarize this file.\n" + "\n".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(120))
 
@@ -39,14 +43,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2, help="requests per timing")
     args = parser.parse_args()
     for load in ("unloaded", "two busy loops"):
-        loops = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(2 if load != "unloaded" else 0)]
-        try:
+        with busy_loops(2 if load != "unloaded" else 0):
             for round_ in range(args.rounds):
                 one, two = seconds_for(1, args.requests), seconds_for(2, args.requests)
                 print(f"{load:15} round {round_ + 1}: 1 thread {one:6.1f} s, 2 threads {two:6.1f} s, 2/1 = {two / one:.2f}", flush=True)
-        finally:
-            for loop in loops:
-                loop.kill()
 
 
 if __name__ == "__main__":

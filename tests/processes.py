@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -102,3 +105,16 @@ def carrying(marker: str) -> list[int]:
     if not _UNIQUE.search(marker):
         raise ValueError(f"{marker!r} is no marker of the caller's own (it holds no uuid4().hex)")
     return sorted(pid for pid in _table() if pid != os.getpid() and marker in cmdline_of(pid))
+
+
+@contextmanager
+def busy_loops(count: int):
+    """`count` processes that each keep a core busy at normal priority (another job on a shared
+    machine), killed and reaped on the way out."""
+    loops = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(count)]
+    try:
+        yield loops
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()

@@ -45,9 +45,9 @@ def settings_runtime_env(address: str, environ: dict[str, str]) -> dict | None:
 
 
 # Ray runs its workers at nice 15 by default, below the driver. Here every role, build and test
-# runs in a worker while the driver only waits, so on a busy machine a run would crawl (a team run
-# took 4 times as long beside two busy processes) and its tests would use up their wall-time limits
-# waiting for a CPU. Ray's job manager runs a job's own workers at 0 for the same reason.
+# runs in a worker while the driver only waits, so on a busy machine a run would crawl (about five
+# times as long beside two busy loops: benchmarks/busy_machine.py) and its tests would use up their
+# wall-time limits waiting for a CPU. Ray's job manager runs a job's own workers at 0 for the same reason.
 WORKER_NICENESS = 0
 
 
