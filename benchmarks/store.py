@@ -25,7 +25,8 @@ import msgspec
 
 from magis_ray.events.codec import new_event
 from magis_ray.events.schema import LLMExchanged, Message, NewEvent, Recorded
-from magis_ray.store.sqlite import PRAGMAS, SCHEMA, SQLiteStore
+from magis_ray.store.migrations import migrate
+from magis_ray.store.sqlite import PRAGMAS, SQLiteStore
 
 GOAL = 0.5
 
@@ -74,8 +75,7 @@ def raw_append(db: Path, batches: list[list[tuple]]) -> float:
     conn = sqlite3.connect(db, isolation_level=None)
     for pragma in PRAGMAS:
         conn.execute(pragma)
-    for statement in SCHEMA.split(";"):
-        conn.execute(statement)
+    migrate(conn)  # the store's own tables
     start = time.perf_counter()
     for rows in batches:
         conn.execute("BEGIN IMMEDIATE")

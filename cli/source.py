@@ -3,15 +3,20 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Protocol
 
 from magis_ray.events.codec import DecodeError, decode_recorded
 from magis_ray.events.schema import Recorded
-from magis_ray.store import EventStore, UnknownRun, open_store
+from magis_ray.store import EventLog, Leases, UnknownRun, open_store
 
 from .errors import BadInput
 
 
-def resolve_run_id(store: EventStore, run: str) -> str:
+class RunsAndLeases(EventLog, Leases, Protocol):
+    """What finding a run reads: the runs in the log, and the leases of runs not started yet."""
+
+
+def resolve_run_id(store: RunsAndLeases, run: str) -> str:
     runs = [r.run_id for r in store.list_runs()]
     if run in runs:
         return run

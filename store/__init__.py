@@ -1,27 +1,36 @@
-"""The event log and the Custodian's summary memory, behind one small interface."""
+"""The event log, search over it, the Custodian's summary memory and leases: four small ports,
+implemented by a SQLite backend (the default) and an in-memory one."""
 from .base import (
     ConcurrencyConflict,
     CorruptStore,
+    EventLog,
+    EventSearch,
     EventStore,
     Fenced,
     Lease,
+    Leases,
     MemoryEntry,
     NotAStore,
     RunInfo,
     StoreError,
+    SummaryMemory,
     UnknownRun,
 )
 
 __all__ = [
     "ConcurrencyConflict",
     "CorruptStore",
+    "EventLog",
+    "EventSearch",
     "EventStore",
     "Fenced",
     "Lease",
+    "Leases",
     "MemoryEntry",
     "NotAStore",
     "RunInfo",
     "StoreError",
+    "SummaryMemory",
     "UnknownRun",
     "open_store",
 ]

@@ -1,11 +1,14 @@
-"""The store's one interface: an append-only log of runs' event streams plus the summary memory."""
+"""The store's ports: the event log, search over it, the Custodian's summary memory (its port is
+stated in events/summaries.py, beside the events both ends know) and leases. Each caller depends
+on the smallest port it uses; a backend implements all four (EventStore)."""
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 import msgspec
 
 from magis_ray.events.schema import NewEvent, Recorded
+from magis_ray.events.summaries import MemoryEntry, SummaryMemory  # noqa: F401 - the store's callers find every port here
 
 
 class StoreError(Exception):
@@ -63,18 +66,10 @@ class RunInfo(msgspec.Struct, frozen=True):
     last_time: float
 
 
-class MemoryEntry(msgspec.Struct, frozen=True):
-    """A file summary remembered for (repo, path, blob_id); `position` orders entries in time."""
+@runtime_checkable
+class EventLog(Protocol):
+    """Runs' event streams: appended in batches under optimistic concurrency, read back whole."""
 
-    repo: str
-    path: str
-    blob_id: str
-    summary: str
-    position: int
-    model: str = ""  # the model that wrote it ("": a store from before models were recorded, attributed on opening)
-
-
-class EventStore(Protocol):
     def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent], fence: int = 0) -> list[Recorded]:
         """Append a batch atomically after `expected_version` (0 for a new run).
 
@@ -89,31 +84,26 @@ class EventStore(Protocol):
     def read_all(self, after_position: int = 0, limit: int | None = None) -> list[Recorded]:
         """Every run's events after a global position, in position order."""
 
-    def search(self, query: str, types: Sequence[str] = (), limit: int = 50,
-               before_position: int | None = None) -> list[Recorded]:
-        """Every run's events that hold all the query's words, "phrases" and prefix* (store.fulltext),
-        of the given event types (all when none), newest first; `before_position` pages on."""
-
     def version(self, run_id: str) -> int:
         """The run's current version (0 when it has no events)."""
 
     def list_runs(self) -> list[RunInfo]:
         """All runs, oldest first."""
 
-    def put_summary(self, repo: str, path: str, blob_id: str, summary: str, model: str = "") -> None:
-        """Remember a file summary written by `model` (the last one written for a key and model wins)."""
 
-    def get_summary(self, repo: str, path: str, blob_id: str, before_position: int | None = None,
-                    model: str | None = None) -> MemoryEntry | None:
-        """The summary of exactly this version of the file, by `model` (None: by any model, the latest)."""
+@runtime_checkable
+class EventSearch(Protocol):
+    """Full-text search over every run's events."""
 
-    def latest_summary(self, repo: str, path: str, before_position: int | None = None,
-                       model: str | None = None) -> MemoryEntry | None:
-        """The most recent summary of any version of the file.
+    def search(self, query: str, types: Sequence[str] = (), limit: int = 50,
+               before_position: int | None = None) -> list[Recorded]:
+        """Every run's events that hold all the query's words, "phrases" and prefix* (store.fulltext),
+        of the given event types (all when none), newest first; `before_position` pages on."""
 
-        `before_position` limits the answer to entries written before that global event
-        position, so a replay sees the memory as it was when the run started.
-        """
+
+@runtime_checkable
+class Leases(Protocol):
+    """Who holds a key (a run, a batch's instance) until when: one live driver per run."""
 
     def take_lease(self, key: str, owner: str, host: str, pid: int, ttl_s: float, now: float, *,
                    started: int = 0, pid_space: str = "", replacing: str = "") -> Lease:
@@ -131,4 +121,13 @@ class EventStore(Protocol):
     def leases(self, prefix: str = "") -> list[Lease]:
         """The leases whose key starts with `prefix`, live or not."""
 
+
+@runtime_checkable
+class EventStore(EventLog, EventSearch, SummaryMemory, Leases, Protocol):
+    """A whole store, as `open_store` gives it: the four ports on one file, closed when done."""
+
     def close(self) -> None: ...
+
+    def __enter__(self) -> EventStore: ...
+
+    def __exit__(self, *exc: object) -> None: ...

@@ -17,13 +17,13 @@ from typing import Iterator, Sequence
 import msgspec
 
 from magis_ray.events.codec import encode, read_recorded
-from magis_ray.events.schema import SCHEMA_VERSION, NewEvent, Recorded
+from magis_ray.events.schema import NewEvent, Recorded
 
 from .fulltext import available, catch_up, parse_query, search_rows
+from .migrations import MARKER_VALUE, NewerFormat, is_empty, marker_of, migrate
 from .base import ConcurrencyConflict, CorruptStore, Fenced, Lease, MemoryEntry, NotAStore, RunInfo, StoreError, UnknownRun
 
 DB_NAME = "events.sqlite3"
-STORE_FORMAT = 1  # the layout below; bump on incompatible table changes
 _FILE_SUFFIXES = (".sqlite3", ".sqlite", ".db")  # a new path with these names is a file, else a folder
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _BUSY_TIMEOUT_MS = 30_000  # how long a writer waits for another process's transaction
@@ -37,74 +37,6 @@ PRAGMAS = (
     # Read pages straight from the OS's file cache instead of copying them in: reads run ~1.3x faster.
     "PRAGMA mmap_size = 268435456",
 )
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS events (
-    position INTEGER PRIMARY KEY,
-    run_id TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    time REAL NOT NULL,
-    data TEXT NOT NULL,
-    UNIQUE (run_id, version)
-);
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    version INTEGER NOT NULL,
-    first_time REAL NOT NULL,
-    last_time REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS summaries (
-    repo TEXT NOT NULL,
-    path TEXT NOT NULL,
-    blob_id TEXT NOT NULL,
-    summary TEXT NOT NULL,
-    position INTEGER NOT NULL,
-    model TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (repo, path, blob_id, model)
-);
-CREATE INDEX IF NOT EXISTS summaries_by_file ON summaries (repo, path, position);
-"""
-
-# Summaries record their model since format 1 stores were in use: an older store's table is
-# rebuilt with the column, each summary attributed to the model of the run that logged it.
-SUMMARIES_BY_MODEL = """
-ALTER TABLE summaries RENAME TO summaries_before_models;
-DROP INDEX IF EXISTS summaries_by_file;
-""" + SCHEMA.split("CREATE TABLE IF NOT EXISTS summaries", 1)[1].join(["CREATE TABLE IF NOT EXISTS summaries", ""]) + """;
-INSERT INTO summaries (repo, path, blob_id, summary, position, model)
-SELECT s.repo, s.path, s.blob_id, s.summary, s.position, coalesce((
-    SELECT json_extract(started.data, '$.event.settings.model')
-    FROM events AS said JOIN events AS started ON started.run_id = said.run_id AND started.version = 1
-    WHERE said.type = 'FileSummarized' AND json_extract(said.data, '$.event.path') = s.path
-      AND json_extract(said.data, '$.event.blob_id') = s.blob_id AND json_extract(said.data, '$.event.summary') = s.summary
-    ORDER BY said.position LIMIT 1), '')
-FROM summaries_before_models AS s;
-DROP TABLE summaries_before_models
-"""
-
-# Added after format 1 stores were in use: made in any store that lacks it when opened.
-LEASES = """
-CREATE TABLE IF NOT EXISTS leases (
-    key TEXT PRIMARY KEY,
-    owner TEXT NOT NULL,
-    host TEXT NOT NULL,
-    pid INTEGER NOT NULL,
-    epoch INTEGER NOT NULL,
-    renewed REAL NOT NULL,
-    expires REAL NOT NULL
-)"""
-
-# Who each lease's holder is on its host (see Lease.started): a table of its own, added after
-# leases were in use, so that a store keeps working with a magis-ray that predates it (which
-# writes leases as seven values). Keyed by owner, one row per driver that holds a lease.
-LEASE_HOLDERS = """
-CREATE TABLE IF NOT EXISTS lease_holders (
-    owner TEXT PRIMARY KEY,
-    started INTEGER NOT NULL,
-    pid_space TEXT NOT NULL
-)"""
 
 _decode_one = read_recorded  # older records upcast (events/upcasting.py)
 _tags: dict[type, str] = {}
@@ -388,10 +320,6 @@ _LEASES_WITH_HOLDERS = "leases LEFT JOIN lease_holders USING (owner)"
 _SUMMARY_COLUMNS = "repo, path, blob_id, summary, position, model"
 
 
-def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
-    return any(row[1] == column for row in conn.execute(f"PRAGMA table_info({table})"))
-
-
 def _create_whole(db: Path) -> None:
     """Make the store beside `db` and link it into place whole, so that no reader ever opens a
     store that is still being created (it would see an SQLite file without the magis tables).
@@ -420,38 +348,18 @@ def _upper(before_position: int | None) -> int:
 
 
 def _setup(conn: sqlite3.Connection, db: Path, create: bool) -> None:
-    """Set the pragmas, create the tables in an empty database, and check the store marker."""
+    """Set the pragmas, check that the database is a magis store (or make an empty one into one,
+    with `create`), and bring its layout to this magis-ray's format (store.migrations)."""
     try:
         for pragma in PRAGMAS:
             conn.execute(pragma)
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if not tables and create:
-            conn.execute("BEGIN IMMEDIATE")
-            for statement in SCHEMA.split(";"):  # IF NOT EXISTS: a racing creator is fine
-                conn.execute(statement)
-            conn.execute(
-                "INSERT OR IGNORE INTO meta VALUES ('magis_store', ?), ('event_schema_version', ?)",
-                (str(STORE_FORMAT), str(SCHEMA_VERSION)),
-            )
-            conn.execute("COMMIT")
-            tables = {"meta"}
-        marker = None
-        if "meta" in tables:
-            row = conn.execute("SELECT value FROM meta WHERE key = 'magis_store'").fetchone()
-            marker = row[0] if row else None
-        if marker == str(STORE_FORMAT) and "leases" not in tables:
-            conn.execute(LEASES)
-        if marker == str(STORE_FORMAT) and "lease_holders" not in tables:
-            conn.execute(LEASE_HOLDERS)
-        if marker == str(STORE_FORMAT) and not _has_column(conn, "summaries", "model"):
-            conn.execute("BEGIN IMMEDIATE")
-            if not _has_column(conn, "summaries", "model"):  # a racing opener did it meanwhile
-                for statement in SUMMARIES_BY_MODEL.split(";"):
-                    conn.execute(statement)
-            conn.execute("COMMIT")
+        marker = marker_of(conn)
+        if marker is None and not (create and is_empty(conn)):
+            raise NotAStore(f"{db} is not a magis store (an SQLite database without the magis tables)")
+        if marker not in (None, MARKER_VALUE):
+            raise StoreError(f"{db} is a magis store marked {marker!r}, a layout this magis-ray cannot read: upgrade magis-ray")
+        migrate(conn)
+    except NewerFormat as exc:
+        raise StoreError(f"{db} is {exc}") from None
     except (sqlite3.Error, UnicodeDecodeError) as exc:
         raise _wrap(exc, str(db)) from None
-    if marker is None:
-        raise NotAStore(f"{db} is not a magis store (an SQLite database without the magis tables)")
-    if marker != str(STORE_FORMAT):
-        raise StoreError(f"{db} is a magis store of format {marker}; this magis-ray reads format {STORE_FORMAT}")

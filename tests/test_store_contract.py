@@ -1,22 +1,77 @@
-"""The EventStore contract, run on every backend: in-memory and SQLite on a real file."""
+"""The store's contract, port by port (store/base.py): the log, search, the summary memory and
+leases, each run on every backend that implements it (in-memory, and SQLite on a real file), and
+the summary memory also through the store actor's class (run in this process, over its own
+connection to the file the log is appended to)."""
 from __future__ import annotations
 
+import inspect
 import threading
 
 import pytest
 
 from magis_ray.events.codec import new_event
 from magis_ray.events.schema import LLMExchanged, MeetingUtterance, Message, Recorded, RunStarted
-from magis_ray.store import ConcurrencyConflict, MemoryEntry, UnknownRun
+from magis_ray.store import (
+    ConcurrencyConflict, EventLog, EventSearch, EventStore, Leases, MemoryEntry, SummaryMemory, UnknownRun,
+)
 from magis_ray.store.memory import InMemoryStore
 from magis_ray.store.sqlite import SQLiteStore
 
+BACKENDS = ["memory", "sqlite"]
 
-@pytest.fixture(params=["memory", "sqlite"])
+
+def open_backend(kind: str, tmp_path) -> EventStore:
+    return InMemoryStore() if kind == "memory" else SQLiteStore.open(tmp_path / ".magis", create=True)
+
+
+@pytest.fixture(params=BACKENDS)
 def store(request, tmp_path):
-    s = InMemoryStore() if request.param == "memory" else SQLiteStore.open(tmp_path / ".magis", create=True)
+    """A whole backend; each section below uses only its port's methods (and the log's append,
+    to move the global position on)."""
+    s = open_backend(request.param, tmp_path)
     yield s
     s.close()
+
+
+@pytest.fixture(params=[*BACKENDS, "store actor"])
+def memory_and_log(request, tmp_path):
+    """A summary memory and the log its positions are taken from."""
+    if request.param != "store actor":
+        s = open_backend(request.param, tmp_path)
+        yield s, s
+        s.close()
+        return
+    from magis_ray.actors.runtime.services import StoreService
+
+    log = SQLiteStore.open(tmp_path / ".magis", create=True)
+    service = StoreService(str(tmp_path / ".magis"))
+    yield service, log
+    log.close()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_every_backend_implements_every_port(kind, tmp_path):
+    with open_backend(kind, tmp_path) as backend:
+        assert all(isinstance(backend, port) for port in (EventLog, EventSearch, SummaryMemory, Leases, EventStore))
+
+
+def test_the_memorys_proxies_forward_every_method_with_the_ports_signature():
+    """The store actor, a role's view of it and replay's view forward the port's methods, made
+    from the port itself (Ray checks a call's arguments against these signatures); replay's view
+    writes nothing, its one method of its own."""
+    from magis_ray.actors.runtime.forwarding import port_methods
+    from magis_ray.actors.runtime.replay import MemoryAsOf
+    from magis_ray.actors.runtime.services import StoreMemory, StoreService
+
+    assert port_methods(SummaryMemory) == ["get_summary", "latest_summary", "put_summary"]
+    for proxy in (StoreService, StoreMemory, MemoryAsOf):
+        forwarded = [name for name in port_methods(SummaryMemory) if name not in vars(proxy)]
+        assert forwarded == (["get_summary", "latest_summary"] if proxy is MemoryAsOf else port_methods(SummaryMemory))
+        for name in forwarded:
+            assert inspect.signature(getattr(proxy, name)) == inspect.signature(getattr(SummaryMemory, name)), (proxy, name)
+
+
+# --- the log -------------------------------------------------------------------------------
 
 
 def started(instance: str = "django__django-11099"):
@@ -169,53 +224,73 @@ def test_threads_appending_with_retry_lose_nothing(store):
 # --- the summary memory ------------------------------------------------------------------
 
 
-def test_summary_put_and_get(store):
-    assert store.get_summary("repo", "a.py", "blob1") is None
-    store.append("r1", 0, talk(2))
-    store.put_summary("repo", "a.py", "blob1", "parses the config")
-    assert store.get_summary("repo", "a.py", "blob1") == MemoryEntry("repo", "a.py", "blob1", "parses the config", 2)
-    assert store.get_summary("repo", "a.py", "blob2") is None
-    assert store.get_summary("other", "a.py", "blob1") is None
+def test_summary_put_and_get(memory_and_log):
+    memory, log = memory_and_log
+    assert memory.get_summary("repo", "a.py", "blob1") is None
+    log.append("r1", 0, talk(2))
+    memory.put_summary("repo", "a.py", "blob1", "parses the config")
+    assert memory.get_summary("repo", "a.py", "blob1") == MemoryEntry("repo", "a.py", "blob1", "parses the config", 2)
+    assert memory.get_summary("repo", "a.py", "blob2") is None
+    assert memory.get_summary("other", "a.py", "blob1") is None
 
 
-def test_summary_position_is_the_log_position_at_write_time(store):
-    store.put_summary("repo", "a.py", "v0", "before any event")
-    store.append("r1", 0, talk(3))
-    store.put_summary("repo", "a.py", "v1", "after three events")
-    assert store.get_summary("repo", "a.py", "v0").position == 0
-    assert store.get_summary("repo", "a.py", "v1").position == 3
+def test_summary_position_is_the_log_position_at_write_time(memory_and_log):
+    memory, log = memory_and_log
+    memory.put_summary("repo", "a.py", "v0", "before any event")
+    log.append("r1", 0, talk(3))
+    memory.put_summary("repo", "a.py", "v1", "after three events")
+    assert memory.get_summary("repo", "a.py", "v0").position == 0
+    assert memory.get_summary("repo", "a.py", "v1").position == 3
 
 
-def test_latest_summary_and_before_position(store):
-    assert store.latest_summary("repo", "a.py") is None
-    store.append("r1", 0, talk(1))
-    store.put_summary("repo", "a.py", "v1", "first")  # position 1
-    store.append("r1", 1, talk(2))
-    store.put_summary("repo", "a.py", "v2", "second")  # position 3
-    store.put_summary("repo", "b.py", "v9", "another file")
-    assert store.latest_summary("repo", "a.py").summary == "second"
-    assert store.latest_summary("repo", "a.py", before_position=3).summary == "first"
-    assert store.latest_summary("repo", "a.py", before_position=1) is None
-    assert store.get_summary("repo", "a.py", "v2", before_position=3) is None
-    assert store.get_summary("repo", "a.py", "v2", before_position=4).summary == "second"
-    assert store.latest_summary("repo", "c.py") is None
+def test_latest_summary_and_before_position(memory_and_log):
+    memory, log = memory_and_log
+    assert memory.latest_summary("repo", "a.py") is None
+    log.append("r1", 0, talk(1))
+    memory.put_summary("repo", "a.py", "v1", "first")  # position 1
+    log.append("r1", 1, talk(2))
+    memory.put_summary("repo", "a.py", "v2", "second")  # position 3
+    memory.put_summary("repo", "b.py", "v9", "another file")
+    assert memory.latest_summary("repo", "a.py").summary == "second"
+    assert memory.latest_summary("repo", "a.py", before_position=3).summary == "first"
+    assert memory.latest_summary("repo", "a.py", before_position=1) is None
+    assert memory.get_summary("repo", "a.py", "v2", before_position=3) is None
+    assert memory.get_summary("repo", "a.py", "v2", before_position=4).summary == "second"
+    assert memory.latest_summary("repo", "c.py") is None
 
 
-def test_latest_summary_prefers_the_later_write_at_the_same_position(store):
-    store.append("r1", 0, talk(1))
-    store.put_summary("repo", "a.py", "v1", "one")
-    store.put_summary("repo", "a.py", "v2", "two")
-    assert store.latest_summary("repo", "a.py").blob_id == "v2"
-    store.put_summary("repo", "a.py", "v1", "one again")
-    assert store.latest_summary("repo", "a.py").summary == "one again"
+def test_latest_summary_prefers_the_later_write_at_the_same_position(memory_and_log):
+    memory, log = memory_and_log
+    log.append("r1", 0, talk(1))
+    memory.put_summary("repo", "a.py", "v1", "one")
+    memory.put_summary("repo", "a.py", "v2", "two")
+    assert memory.latest_summary("repo", "a.py").blob_id == "v2"
+    memory.put_summary("repo", "a.py", "v1", "one again")
+    assert memory.latest_summary("repo", "a.py").summary == "one again"
 
 
-def test_summary_overwrite_replaces_text_and_position(store):
-    store.put_summary("repo", "a.py", "v1", "old")
-    store.append("r1", 0, talk(2))
-    store.put_summary("repo", "a.py", "v1", "new")
-    assert store.get_summary("repo", "a.py", "v1") == MemoryEntry("repo", "a.py", "v1", "new", 2)
-    assert store.latest_summary("repo", "a.py", before_position=2) is None  # the old entry is gone
+def test_summary_overwrite_replaces_text_and_position(memory_and_log):
+    memory, log = memory_and_log
+    memory.put_summary("repo", "a.py", "v1", "old")
+    log.append("r1", 0, talk(2))
+    memory.put_summary("repo", "a.py", "v1", "new")
+    assert memory.get_summary("repo", "a.py", "v1") == MemoryEntry("repo", "a.py", "v1", "new", 2)
+    assert memory.latest_summary("repo", "a.py", before_position=2) is None  # the old entry is gone
+
+
+def test_summaries_are_kept_per_model(memory_and_log):
+    memory, log = memory_and_log
+    log.append("r1", 0, talk(1))
+    memory.put_summary("repo", "a.py", "v1", "by big", model="big")
+    memory.put_summary("repo", "a.py", "v1", "by small", "small")
+    assert memory.get_summary("repo", "a.py", "v1", model="big").summary == "by big"
+    assert memory.get_summary("repo", "a.py", "v1", None, "small").summary == "by small"
+    assert memory.get_summary("repo", "a.py", "v1").summary == "by small"  # by any model: the later write
+    assert memory.get_summary("repo", "a.py", "v1", model="other") is None
+    assert memory.latest_summary("repo", "a.py", model="big") == MemoryEntry("repo", "a.py", "v1", "by big", 1, "big")
+
+
+# --- leases ------------------------------------------------------------------------------
 
 
 def test_a_live_lease_is_refused_to_another_owner_and_an_expired_one_is_taken_over(store):
@@ -249,6 +324,19 @@ def test_an_append_with_a_lost_lease_is_fenced_out_and_writes_nothing(store):
         store.append("r1", 1, talk(1), fence=first.epoch)
     store.append("r1", 1, talk(1), fence=second.epoch)
     assert [r.version for r in store.read("r1")] == [1, 2]
+
+
+def test_a_lease_says_who_holds_it_and_a_dead_holders_lease_is_taken_over_while_live(store):
+    """`replacing` takes over a live lease whose holder the caller knows to be dead, but only from
+    that holder: a lease another driver took meanwhile stays its own."""
+    dead = store.take_lease("r1", "a", "h", 11, ttl_s=30, now=100.0, started=555, pid_space="boot/pid:[1]")
+    assert (dead.started, dead.pid_space) == (555, "boot/pid:[1]") and store.leases("r1") == [dead]
+    assert store.take_lease("r1", "c", "h", 33, ttl_s=30, now=101.0, replacing="b").owner == "a"  # not b's
+    taken = store.take_lease("r1", "b", "h", 22, ttl_s=30, now=101.0, started=777, pid_space="boot/pid:[1]", replacing="a")
+    assert (taken.owner, taken.epoch, taken.started, taken.expires) == ("b", 2, 777, 131.0)
+    assert store.leases("r1") == [taken]
+    assert store.take_lease("r1", "c", "h", 33, ttl_s=30, now=102.0, replacing="a").owner == "b"  # too late: b holds it
+    assert store.renew_leases("a", ttl_s=30, now=103.0) == []  # the dead holder, were it to wake, learns it lost it
 
 
 # --- full-text search across every run's events ------------------------------------------------
@@ -293,16 +381,3 @@ def test_search_takes_any_text_and_finds_what_was_appended_since(store):
     assert store.search("turn") == []
     store.append("r1", 1, talk(2))
     assert [r.version for r in store.search("turn")] == [3, 2]
-
-
-def test_a_lease_says_who_holds_it_and_a_dead_holders_lease_is_taken_over_while_live(store):
-    """`replacing` takes over a live lease whose holder the caller knows to be dead, but only from
-    that holder: a lease another driver took meanwhile stays its own."""
-    dead = store.take_lease("r1", "a", "h", 11, ttl_s=30, now=100.0, started=555, pid_space="boot/pid:[1]")
-    assert (dead.started, dead.pid_space) == (555, "boot/pid:[1]") and store.leases("r1") == [dead]
-    assert store.take_lease("r1", "c", "h", 33, ttl_s=30, now=101.0, replacing="b").owner == "a"  # not b's
-    taken = store.take_lease("r1", "b", "h", 22, ttl_s=30, now=101.0, started=777, pid_space="boot/pid:[1]", replacing="a")
-    assert (taken.owner, taken.epoch, taken.started, taken.expires) == ("b", 2, 777, 131.0)
-    assert store.leases("r1") == [taken]
-    assert store.take_lease("r1", "c", "h", 33, ttl_s=30, now=102.0, replacing="a").owner == "b"  # too late: b holds it
-    assert store.renew_leases("a", ttl_s=30, now=103.0) == []  # the dead holder, were it to wake, learns it lost it

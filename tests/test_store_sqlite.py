@@ -297,6 +297,7 @@ def test_a_store_from_before_lease_holders_keeps_its_leases_and_older_drivers_ke
     db = tmp_path / "events.sqlite3"
     with sqlite3.connect(db) as conn:  # the store as a magis-ray before lease_holders left it
         conn.execute("DROP TABLE lease_holders")
+        conn.execute("PRAGMA user_version = 0")  # it kept no format: its tables said what it had
         conn.execute("INSERT INTO leases VALUES ('r1', 'old-driver', 'h', 42, 3, 100.0, 130.0)")
     with open_store(tmp_path) as store:
         [old] = store.leases("r1")

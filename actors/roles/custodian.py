@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable
 
 from magis_ray.events.schema import FileJudged, FilesLocated, FilesRanked, FileSummarized, RankedFile, RunSettings
+from magis_ray.events.summaries import SummaryMemory
 
 from magis_ray.actors.model.answers import CommitMessageAnswer, RelevanceAnswer, SummaryAnswer
 from magis_ray.actors.model.asking import Asker, NoUsableAnswer
@@ -15,12 +16,6 @@ from magis_ray.actors.code.repository import RepoSnapshot
 
 # The model reads at most this much of a file to summarize it; the rest is cut with a marker.
 SUMMARY_CHARS = 12_000
-
-
-class SummaryMemory(Protocol):
-    def get_summary(self, repo: str, path: str, blob_id: str, before_position: int | None = None, model: str | None = None): ...
-    def latest_summary(self, repo: str, path: str, before_position: int | None = None, model: str | None = None): ...
-    def put_summary(self, repo: str, path: str, blob_id: str, summary: str, model: str = "") -> None: ...
 
 
 @dataclass(frozen=True)

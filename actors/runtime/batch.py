@@ -14,6 +14,7 @@ import ray
 
 from magis_ray.events.history import effective
 from magis_ray.events.schema import RunFinished, RunSettings, RunStarted
+from magis_ray.store import EventLog
 
 from magis_ray.actors.code.repository import RepoError, RepoSnapshot, find_repo
 from magis_ray.actors.runtime.continuation import CannotResume, ResumePoint, resume_point
@@ -46,7 +47,7 @@ class EarlierRuns:
     """The batch's runs in the store, per instance id (oldest first), re-read only where a run
     changed: another driver (a second batch of the same name, a resume) may be adding to them."""
 
-    def __init__(self, store, batch: str):
+    def __init__(self, store: EventLog, batch: str):
         self._store, self._batch = store, batch
         self._seen: dict[str, tuple[int, list]] = {}  # run id -> (version, events), for the batch's runs
         self._others: set[str] = set()  # runs of other batches, never read again
@@ -67,7 +68,7 @@ class EarlierRuns:
         return found
 
 
-def runs_by_instance(store, batch: str) -> dict[str, list[tuple[str, list]]]:
+def runs_by_instance(store: EventLog, batch: str) -> dict[str, list[tuple[str, list]]]:
     """The batch's earlier runs in the store, per instance id (oldest first)."""
     return EarlierRuns(store, batch).refresh()
 
@@ -78,7 +79,7 @@ def instance_key(batch: str, instance_id: str) -> str:
 
 
 class BatchRunner:
-    def __init__(self, deployment: Deployment, store, settings: RunSettings, repos_dir: str | None, workers: int,
+    def __init__(self, deployment: Deployment, store: EventLog, settings: RunSettings, repos_dir: str | None, workers: int,
                  on_result: Callable[[BatchResult], None] = lambda result: None, budget: int = 0):
         """`budget`: the most tokens all the batch's runs may spend, earlier ones included (0: no limit)."""
         self._deployment = deployment

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Protocol
+
+from magis_ray.store import EventLog, SummaryMemory
 
 from magis_ray.actors.runtime.lanes import Lanes
 from magis_ray.actors.roles.developer import Assignment, Developer, TaskResult, candidate_numbers, candidate_temperature, lane_suffix
@@ -48,7 +51,11 @@ class LocalLLM:
         self._loop.call_soon_threadsafe(self._loop.stop)
 
 
-def run_in_process(*, store, issue, settings, repo_path: str, llm, run_id: str, recorded=None, bench: Bench | None = None):
+class LogAndMemory(EventLog, SummaryMemory, Protocol):
+    """What a run in this process uses of a store: its log, and the Custodian's memory."""
+
+
+def run_in_process(*, store: LogAndMemory, issue, settings, repo_path: str, llm, run_id: str, recorded=None, bench: Bench | None = None):
     """One run with every role in this process; returns the terminal event."""
     from magis_ray.actors.runtime.journal import RunWriter, lanes_of
     from magis_ray.actors.code.repository import RepoSnapshot

@@ -15,6 +15,8 @@ from magis_ray.events.schema import (
     SCHEMA_VERSION, TERMINAL_EVENTS, AnyEvent, LLMExchanged, NewEvent, Recorded, RunResumed, RunStarted, TestsRan,
 )
 
+from magis_ray.store import EventLog
+
 from magis_ray.actors.model.fitting import fitted_from
 
 
@@ -121,7 +123,7 @@ class RunWriter:
     resumed elsewhere) is refused by the store instead of interleaving with this one. A log that
     ended (RunFinished or RunFailed) takes nothing more until a RunResumed reopens it."""
 
-    def __init__(self, store, run_id: str):
+    def __init__(self, store: EventLog, run_id: str):
         self._store = store
         self._run_id = run_id
         self._lock = threading.Lock()

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from magis_ray.events.history import effective
 from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import TERMINAL_EVENTS, Recorded, RunStarted
+from magis_ray.events.summaries import SummaryMemory
 
+from magis_ray.actors.runtime.forwarding import delegating
 from magis_ray.actors.runtime.inprocess import ThreadWorkforce
 from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.journal import Divergence, lanes_of
@@ -28,19 +30,14 @@ class NoModel:
         raise AssertionError("replay asked the model")
 
 
-class MemoryAsOf:
-    """The summary memory as the run saw it; replay writes nothing."""
+class MemoryAsOf(delegating(SummaryMemory, "_memory")):
+    """The summary memory as the run saw it (the Custodian reads it before the run's start
+    position); replay writes nothing."""
 
-    def __init__(self, store):
-        self._store = store
+    def __init__(self, memory: SummaryMemory):
+        self._memory = memory
 
-    def get_summary(self, repo, path, blob_id, before_position=None, model=None):
-        return self._store.get_summary(repo, path, blob_id, before_position, model)
-
-    def latest_summary(self, repo, path, before_position=None, model=None):
-        return self._store.latest_summary(repo, path, before_position, model)
-
-    def put_summary(self, repo, path, blob_id, summary, model="") -> None:
+    def put_summary(self, *entry, **named) -> None:
         pass
 
 
@@ -58,7 +55,7 @@ def issue_of(started: RunStarted) -> IssueRecord:
     )
 
 
-def replay_run(events: list[Recorded], store, repo_path: str | None = None) -> ReplayReport:
+def replay_run(events: list[Recorded], memory: SummaryMemory, repo_path: str | None = None) -> ReplayReport:
     history = effective(events)
     if not history or not isinstance(history[0].event, RunStarted):
         raise CannotReplay("the run's log does not start with RunStarted")
@@ -72,7 +69,7 @@ def replay_run(events: list[Recorded], store, repo_path: str | None = None) -> R
     lanes = Lanes(history[0].run_id, None, NoModel(), lanes_of(history))
     team = Team(
         issue=issue_of(started), settings=started.settings, snapshot=snapshot, asker_for=lanes,
-        custodian=Custodian(snapshot, MemoryAsOf(store), lanes, started.repo, started.settings),
+        custodian=Custodian(snapshot, MemoryAsOf(memory), lanes, started.repo, started.settings),
         workforce=ThreadWorkforce(lanes),
         # the diff as the log held it before its end: what the run checked before it ended
         projected_diff=lambda: final_diff(fold(r for r in history if not isinstance(r.event, TERMINAL_EVENTS))),

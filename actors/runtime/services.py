@@ -11,7 +11,9 @@ import ray
 import structlog
 
 from magis_ray.events.schema import LLMExchanged, Message, NewEvent, PatchProposed, QAAssigned, Recorded, RunSettings, TestsRan
+from magis_ray.events.summaries import SummaryMemory
 
+from magis_ray.actors.runtime.forwarding import delegating, forwarding
 from magis_ray.actors.runtime.journal import RunWriter
 from magis_ray.actors.runtime.lanes import Lanes
 
@@ -19,8 +21,9 @@ from magis_ray.actors.runtime.lanes import Lanes
 # methods): a Developer has no use for BM25 or pygit2.
 
 
-class StoreService:
-    """The one owner of the store on a cluster; every actor appends through it, in arrival order."""
+class StoreService(delegating(SummaryMemory, "_store")):
+    """The one owner of the store on a cluster; every actor appends through it, in arrival order,
+    and reads and writes the summary memory through it (the port's methods, forwarded)."""
 
     def __init__(self, path: str):
         from magis_ray.store import open_store
@@ -50,15 +53,6 @@ class StoreService:
 
     def version(self, run_id: str) -> int:
         return self._store.version(run_id)
-
-    def get_summary(self, repo, path, blob_id, before_position=None, model=None):
-        return self._store.get_summary(repo, path, blob_id, before_position, model)
-
-    def latest_summary(self, repo, path, before_position=None, model=None):
-        return self._store.latest_summary(repo, path, before_position, model)
-
-    def put_summary(self, repo, path, blob_id, summary, model="") -> None:
-        self._store.put_summary(repo, path, blob_id, summary, model)
 
 
 class GatewayService:
@@ -116,18 +110,15 @@ class StoreSink:
         return result_of(self._store.append_next.remote(self._run_id, list(events), self._fence))
 
 
-class StoreMemory:
+def _through_store_actor(memory: StoreMemory, name: str, *args, **kwargs):
+    return result_of(getattr(memory.store, name).remote(*args, **kwargs))
+
+
+class StoreMemory(forwarding(SummaryMemory, _through_store_actor)):
+    """The summary memory of the store's actor (StoreService), for a Custodian in another process."""
+
     def __init__(self, store):
-        self._store = store
-
-    def get_summary(self, repo, path, blob_id, before_position=None, model=None):
-        return result_of(self._store.get_summary.remote(repo, path, blob_id, before_position, model))
-
-    def latest_summary(self, repo, path, before_position=None, model=None):
-        return result_of(self._store.latest_summary.remote(repo, path, before_position, model))
-
-    def put_summary(self, repo, path, blob_id, summary, model="") -> None:
-        result_of(self._store.put_summary.remote(repo, path, blob_id, summary, model))
+        self.store = store
 
 
 class GatewayLLM:

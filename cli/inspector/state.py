@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Protocol
 
 from magis_ray.events.projections import RunView, fold
 from magis_ray.events.projections.catalog import Catalog, RunSummary
-from magis_ray.store import Lease, UnknownRun
+from magis_ray.store import EventLog, EventSearch, Lease, Leases, UnknownRun
 
 PAGE = 5000  # events read from the store at a time
 
 
+class InspectedStore(EventLog, EventSearch, Leases, Protocol):
+    """What the inspector reads: the log, search over it, and who drives each run."""
+
+
 class Inspector:
-    def __init__(self, store) -> None:
+    def __init__(self, store: InspectedStore) -> None:
         self.store = store
         self.catalog = Catalog()
         self._lock = threading.Lock()

@@ -18,7 +18,7 @@ from magis_ray.store import Lease
 
 from ..errors import BadInput
 from ..progress import PhaseTicker
-from ..source import resolve_run_id
+from ..source import RunsAndLeases, resolve_run_id
 from ..wording import count, duration, money
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -83,7 +83,7 @@ def batch_lines(batch: BatchSummary, stalled: set[str]) -> list[str]:
 
 
 class Watcher:
-    def __init__(self, store, out: TextIO, interval: float = 1.0, now: Callable[[], float] = time.time,
+    def __init__(self, store: RunsAndLeases, out: TextIO, interval: float = 1.0, now: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep, redraw: bool | None = None) -> None:
         self.store, self.out, self.interval, self.now, self.sleep = store, out, interval, now, sleep
         self.redraw = out.isatty() if redraw is None else redraw
