@@ -1,18 +1,28 @@
-"""The tree explains the system: every module imports in a fresh process, no module imports one
-that imports it back, and the imports run one way (roles know no Ray; runtime knows roles; the
-cli knows the runtime). Checked over the real import graph, lazy imports inside functions too."""
+"""The tree explains the system: every module imports in a fresh process, and the imports run
+one way (roles know no Ray and no store; runtime knows roles; the cli knows the runtime; no
+module imports one that imports it back). The layering is import-linter's contracts in
+pyproject.toml ([tool.importlinter]), checked here over the real import graph, lazy imports
+inside functions too."""
 # relayout: skip (names the new packages themselves)
 from __future__ import annotations
 
-import ast
+import copy
 import subprocess
 import sys
 from pathlib import Path
 
+import grimp
 import pytest
+from importlinter import api
+from importlinter.cli import lint_imports
+from importlinter.contracts.acyclic_siblings import AcyclicSiblingsContract
+from importlinter.contracts.forbidden import ForbiddenContract
+from importlinter.contracts.layers import LayersContract
 
 ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = ROOT / "pyproject.toml"
 FOLDERS = ("actors", "events", "store", "cli")  # each installs as magis_ray.<folder>
+CONTRACT_TYPES = {"layers": LayersContract, "forbidden": ForbiddenContract, "acyclic_siblings": AcyclicSiblingsContract}
 
 
 def module_name(path: Path) -> str:
@@ -26,105 +36,60 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for folder in FOLDERS for p in sorted((ROOT / folder).rglob("*.py"))}
 
 
-def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """The magis_ray modules (and third-party top-level packages) `name` imports, anywhere in it."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join(anchor + ([base] if base else []))
-            found.add(base)
-            # `from pkg import mod` imports the module pkg.mod
-            found.update(f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known)
-    return {m for m in found if m and (m in known or not m.startswith("magis_ray"))}
+@pytest.fixture(scope="module")
+def config() -> dict:
+    return api.read_configuration(str(PYPROJECT))
 
 
 @pytest.fixture(scope="module")
-def graph() -> dict[str, set[str]]:
-    mods = modules()
-    return {name: imports_of(name, path, set(mods)) for name, path in mods.items()}
+def graph(config) -> grimp.ImportGraph:
+    """The import graph the contracts are checked on, as import-linter builds it."""
+    return grimp.build_graph(*config["session_options"]["root_packages"], include_external_packages=True, cache_dir=None)
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan), or a module importing itself."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in graph.get(node, ()):
-            if nxt not in graph:
-                continue
-            if nxt not in index:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1 or node in graph[node]:
-                found.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return found
+@pytest.fixture(scope="module")
+def contracts(config) -> list:
+    return [CONTRACT_TYPES[options["type"]](options["name"], config["session_options"], options)
+            for options in config["contracts_options"]]
 
 
-def test_the_graph_is_read_whole(graph):
-    # guards the checks below against passing on an empty or misread graph
-    assert "magis_ray.actors.runtime.remote" in graph
-    assert "magis_ray.actors.runtime.supervisor" in graph["magis_ray.actors.runtime.remote"]
-    assert "ray" in graph["magis_ray.actors.runtime.remote"]
-    assert "magis_ray.actors.model.asking" in graph["magis_ray.actors.roles.developer"]
+def test_the_graph_is_read_whole(graph, contracts):
+    # guards the contracts against passing on an empty or misread graph
+    assert set(modules()) <= graph.modules
+    assert graph.direct_import_exists(importer="magis_ray.actors.runtime.remote", imported="magis_ray.actors.runtime.supervisor")  # inside a function
+    assert graph.direct_import_exists(importer="magis_ray.actors.runtime.remote", imported="ray")
+    assert graph.direct_import_exists(importer="magis_ray.actors.roles.developer", imported="magis_ray.actors.model.asking")
+    assert [type(c) for c in contracts] == [LayersContract, ForbiddenContract, ForbiddenContract, AcyclicSiblingsContract]
 
 
-def test_cycles_are_found():
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert cycles({"a": {"b"}, "b": set()}) == []
+def test_imports_run_one_way():
+    """lint-imports on this tree; on failure its report (which import breaks which contract) is in
+    pytest's captured output."""
+    assert lint_imports(config_filename=str(PYPROJECT), no_cache=True, no_logo=True) == 0
 
 
-def test_no_module_imports_one_that_imports_it_back(graph):
-    assert cycles(graph) == []
-
-
-# (importer prefix, imported prefixes it must not reach)
-FORBIDDEN = [
-    ("magis_ray.events", ["magis_ray.actors", "magis_ray.store", "magis_ray.cli", "ray"]),
-    ("magis_ray.store", ["magis_ray.actors", "magis_ray.cli", "ray"]),
-    ("magis_ray.actors.roles", ["magis_ray.actors.runtime", "magis_ray.actors.swebench", "magis_ray.store", "magis_ray.cli", "ray"]),
-    ("magis_ray.actors.model", ["magis_ray.actors.roles", "magis_ray.actors.runtime", "magis_ray.actors.swebench", "magis_ray.actors.code", "magis_ray.store", "magis_ray.cli", "ray"]),
-    ("magis_ray.actors.code", ["magis_ray.actors.roles", "magis_ray.actors.runtime", "magis_ray.actors.swebench", "magis_ray.actors.model", "magis_ray.store", "magis_ray.cli", "ray"]),
-    ("magis_ray.actors.execution", ["magis_ray.actors.roles", "magis_ray.actors.runtime", "magis_ray.actors.swebench", "magis_ray.actors.model", "magis_ray.store", "magis_ray.cli", "ray"]),
-    ("magis_ray.actors.runtime", ["magis_ray.actors.swebench", "magis_ray.cli"]),
-    ("magis_ray.actors.swebench", ["magis_ray.cli"]),
+# (importer, imported): an import that one of the contracts must refuse
+WRONG = [
+    ("magis_ray.events.schema", "magis_ray.store.base"),
+    ("magis_ray.store.sqlite", "magis_ray.actors.runtime.journal"),
+    ("magis_ray.store.sqlite", "ray"),
+    ("magis_ray.actors.roles.custodian", "magis_ray.store.base"),
+    ("magis_ray.actors.roles.custodian", "ray"),
+    ("magis_ray.actors.roles.qa", "magis_ray.actors.runtime.team"),
+    ("magis_ray.actors.model.asking", "magis_ray.actors.code.diffs"),
+    ("magis_ray.actors.runtime.team", "magis_ray.actors.swebench.grading"),
+    ("magis_ray.actors.swebench.instances", "magis_ray.cli.main"),
+    ("magis_ray.actors.runtime.journal", "magis_ray.actors.runtime.replay"),  # replay imports journal: a cycle
+    ("magis_ray.cli.errors", "magis_ray.cli.main"),  # main imports errors: a cycle
 ]
 
 
-@pytest.mark.parametrize("importer,forbidden", FORBIDDEN, ids=[f for f, _ in FORBIDDEN])
-def test_imports_run_one_way(graph, importer, forbidden):
-    wrong = sorted(
-        f"{module} -> {target}"
-        for module, targets in graph.items() if module == importer or module.startswith(importer + ".")
-        for target in targets if any(target == f or target.startswith(f + ".") for f in forbidden)
-    )
-    assert wrong == []
+@pytest.mark.parametrize("importer,imported", WRONG, ids=[f"{a} -> {b}" for a, b in WRONG])
+def test_the_contracts_refuse_a_wrong_import(graph, contracts, importer, imported):
+    wrong = copy.deepcopy(graph)
+    wrong.add_import(importer=importer, imported=imported)
+    broken = [contract.name for contract in contracts if not contract.check(wrong, verbose=False).kept]
+    assert broken, f"no contract refuses {importer} -> {imported}"
 
 
 def test_ray_is_applied_in_one_place():
