@@ -51,14 +51,8 @@ CREATE TABLE runs (
     first_time REAL NOT NULL,
     last_time REAL NOT NULL
 );
-CREATE TABLE summaries (
-    repo TEXT NOT NULL,
-    path TEXT NOT NULL,
-    blob_id TEXT NOT NULL,
-    summary TEXT NOT NULL,
-    position INTEGER NOT NULL,
-    PRIMARY KEY (repo, path, blob_id)
-);
+CREATE TABLE summaries (repo TEXT NOT NULL, path TEXT NOT NULL, blob_id TEXT NOT NULL, summary TEXT NOT NULL,
+                        position INTEGER NOT NULL, PRIMARY KEY (repo, path, blob_id));
 CREATE INDEX summaries_by_file ON summaries (repo, path, position)
 """)
 
