@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from magis_ray.events.codec import encode, new_event
 from magis_ray.events.schema import FileSummarized, MeetingUtterance, RunSettings, RunStarted
@@ -109,6 +110,39 @@ def test_a_store_of_any_earlier_format_opens_migrated_with_nothing_lost(tmp_path
     with open_store(str(folder)) as store:  # opened again: no step runs twice, nothing changes
         assert store.version("r1") == 3 and store.get_summary("o/r", "b.py", "b2", model="m-new").summary == "new"
     assert user_version(folder) == FORMAT
+
+
+# Waits for the go file, then opens the store and reads what the migration attributed.
+OPENER = """
+import pathlib, sys, time
+from magis_ray.store import open_store
+folder, ready, go = sys.argv[1:]
+pathlib.Path(ready).touch()
+while not pathlib.Path(go).exists():
+    time.sleep(0.001)
+with open_store(folder) as store:
+    print(store.get_summary("o/r", "a.py", "b1").model)
+"""
+
+
+def test_processes_racing_to_open_an_old_store_migrate_it_once(tmp_path):
+    folder = old_store(tmp_path / "old", 1)
+    go, ready = tmp_path / "go", [tmp_path / f"ready{n}" for n in range(4)]
+    openers = [subprocess.Popen([sys.executable, "-c", OPENER, str(folder), str(flag), str(go)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for flag in ready]
+    try:
+        wait_until(lambda: all(flag.exists() for flag in ready), "every opener has started")
+        go.touch()
+        outputs = [opener.communicate(timeout=120) for opener in openers]
+    finally:
+        for opener in openers:
+            if opener.poll() is None:
+                opener.kill()
+    assert [(opener.returncode, out.strip()) for opener, (out, _) in zip(openers, outputs)] == [(0, "m-old")] * 4, outputs
+    assert user_version(folder) == FORMAT
+    conn = sqlite3.connect(folder / "events.sqlite3")
+    assert conn.execute("SELECT count(*) FROM summaries").fetchone()[0] == 1
+    conn.close()
 
 
 def test_a_store_newer_than_this_magis_ray_is_refused_in_one_line(tmp_path):
