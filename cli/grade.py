@@ -124,7 +124,7 @@ def grade_command(predictions, dataset, repos_dir, gold, empty, instances, worke
     from magis_ray.actors.swebench.grading_batch import (GradeJob, GradeOptions, ThreadExecutor, grade_after_build,
                                                          instance_details, official_report, preparation_line,
                                                          prepare_environment, run_grading)
-    from magis_ray.actors.execution.specs import HarnessMissing, harness
+    from magis_ray.actors.execution.swebench_harness import HarnessMissing, harness
     from magis_ray.events.schema import GradingStarted
     from magis_ray.store import open_store
 

@@ -2,7 +2,11 @@
 quiet (an environment built for minutes, a slow model), so a long `submit` never looks hung. The
 phase is the one the run lists and the inspector show (RunSummary.stage, folded from the log), read
 from the store as the run appends: the driver needs no hook and the log no extra event. Plain
-lines, no escape sequences, on stderr: stdout keeps the summary scripts read."""
+lines, no escape sequences, on stderr: stdout keeps the summary scripts read.
+
+Whether the run's tests run, and if not why, is said as soon as the log decides it: at RunStarted
+(`--tests off`) or at the test environment's preparation, which the team does before any role
+acts."""
 from __future__ import annotations
 
 import sys
@@ -26,19 +30,34 @@ class PhaseTicker:
     def __init__(self, heartbeat_s: float = HEARTBEAT_S, waiting: str = "") -> None:
         self.heartbeat_s, self.waiting = heartbeat_s, waiting
         self.stage, self.since, self.said = "", 0.0, 0.0
+        self.tests = ""  # the tests decision said last
 
     def tick(self, summary: RunSummary, now: float) -> list[str]:
+        lines = []
+        if summary.tests_decision and summary.tests_decision != self.tests:
+            self.tests = summary.tests_decision
+            lines.append(tests_line(summary.tests_decision))
         if summary.ended:
-            return []
+            return lines  # the summary speaks now
         stage = summary.stage or (self.waiting if not summary.events else "")
         if stage and stage != self.stage:
             self.stage, self.since, self.said = stage, now, now
-            return [f"  {stage}"]
+            return [*lines, f"  {stage}"]
+        if lines:
+            return lines
         if self.stage and now - self.said >= self.heartbeat_s:
             self.said = now
             calls = f"; {count(summary.calls, 'model call')} so far" if summary.calls else ""
             return [f"  {self.stage} ({duration(now - self.since)}{calls})"]
         return []
+
+
+def tests_line(decision: str) -> str:
+    """The terminal's line for a tests decision (events/projections/tests.tests_decision): a notice
+    when tests are on by the settings but cannot run."""
+    if decision.startswith("off for this run"):
+        return f"magis-ray: notice: tests {decision}"
+    return f"  tests {decision}"
 
 
 class Progress:
@@ -64,7 +83,7 @@ class Progress:
     def _follow(self) -> None:
         from magis_ray.store import UnknownRun, open_store
 
-        summary, version = RunSummary(self.run_id), 0
+        summary, version, stopping = RunSummary(self.run_id), 0, False
         store = open_store(self.store_path)
         try:
             while True:
@@ -78,7 +97,9 @@ class Progress:
                 if lines:
                     self.out.write("\n".join(lines) + "\n")
                     self.out.flush()
-                if self._stop.wait(self.poll_s):
+                if stopping:
                     return
+                self._stop.wait(self.poll_s)
+                stopping = self._stop.is_set()  # one more read: what the run wrote last is said too
         finally:
             store.close()

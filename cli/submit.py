@@ -126,9 +126,6 @@ def write_outputs(store_path: str, run_id: str):
     (out / "diff.patch").write_text(final_diff(view))
     (out / "audit.md").write_text(audit_markdown(view))
     (out / "audit.html").write_text(audit_page(audit_json(view)))
-    if view.environment is not None and view.environment.outcome != "passed":
-        # --tests is on by default: say once, on stderr, that this run went without them
-        click.echo(f"magis-ray: notice: tests off for this run: {' '.join(view.environment.output.split())[:300]}", err=True)
     return view, out
 
 

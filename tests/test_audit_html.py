@@ -17,6 +17,7 @@ from html.parser import HTMLParser
 from importlib.resources import files
 from pathlib import Path
 
+import msgspec
 import pytest
 from markupsafe import escape as markup_escape
 
@@ -283,6 +284,29 @@ def test_a_failed_run_shows_its_reason_escaped():
     assert f'<p class="failure">failed (APIConnectionError): model unreachable {escape(SCRIPT)} — resumable</p>' in page
     assert '<span id="status" class="badge st-failed">failed</span>' in page
     assert parse(page).errors == []
+
+
+def test_the_tests_line_says_whether_tests_ran_and_why_not():
+    """The head's tests line: the decision recorded before any role acted, beside the test runs."""
+    off = section(audit_html(fold(hostile_events())), "head")
+    assert '<dd id="tests">off (--tests off): the patches are judged from their diffs, as in the MAGIS paper</dd>' in off
+    settings = ev.RunSettings(tests=True)
+    why = f"the tests run in a sandbox, and none can be made here: bubblewrap (bwrap) is not installed {SCRIPT}"
+    pairs = [(a, msgspec.structs.replace(e, settings=settings) if isinstance(e, ev.RunStarted) else e)
+             for a, e in ((r.actor, r.event) for r in hostile_events())]
+    pairs.insert(1, ("supervisor", ev.TestsRan(purpose="prepare", command="", outcome="error", output=why)))
+    recs = [ev.Recorded(run_id=RUN_ID, version=i, position=i, time=T0 + i, actor=a, event_id=f"e{i}", event=e)
+            for i, (a, e) in enumerate(pairs, 1)]
+    page = audit_html(fold(recs))
+    assert f'<dd id="tests">off for this run: {escape(why)}</dd>' in section(page, "head")
+    assert "tests on," in section(page, "head")  # the setting, beside what became of it
+    ready = ev.TestsRan(purpose="prepare", command="python -m pytest -rA", outcome="passed", output="environment calc: built in 3 s")
+    ran = ev.TestsRan(purpose="check", command="python -m pytest -rA t.py", outcome="passed", passed=["t.py::t"])
+    recs = [ev.Recorded(run_id=RUN_ID, version=i, position=i, time=T0 + i, actor=a, event_id=f"e{i}", event=e)
+            for i, (a, e) in enumerate([pairs[0], ("supervisor", ready), ("qa:T1", ran)], 1)]
+    on = section(audit_html(fold(recs)), "head")
+    assert ('<dd id="tests">on: python -m pytest -rA (environment calc: built in 3 s) · 1 test run: 1 passed</dd>'
+            in on), on
 
 
 def test_control_characters_from_the_model_never_reach_the_page_raw():

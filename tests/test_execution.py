@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from execfixtures import GOLD, TEST_PATCH, git_status, make_calc_repos, new_file_patch, tree_fingerprint
+from magis_ray.actors.code.pytest_log import parse_pytest_log
 from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, Recipe
 from magis_ray.actors.execution.runner import INPUTS, TestRunner
 from magis_ray.actors.execution.sandbox import Limits, MiB, Sandbox, bwrap_path
@@ -25,9 +26,7 @@ pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap)
 
 
 def pytest_parse(log: str) -> dict[str, str]:
-    from swebench.harness.log_parsers.python import parse_log_pytest
-
-    return parse_log_pytest(log, None)
+    return parse_pytest_log(log)
 
 
 @pytest.fixture(scope="module")

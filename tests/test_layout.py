@@ -130,3 +130,16 @@ def test_every_folder_that_installs_is_a_declared_package():
                 if file.is_file() and file.suffix not in (".py", ".pyc"):
                     assert any(fnmatch.fnmatch(file.name, pattern) for pattern in data.get(package, [])), \
                         f"{file.relative_to(ROOT)} is not in {package}'s package-data"
+
+
+HARNESS_ADAPTER = "magis_ray.actors.execution.swebench_harness"
+
+
+def test_only_the_harness_adapter_imports_swebench(graph):
+    """The SWE-bench harness is an optional extra (`grade`): one module imports it, which grading
+    and the SWE-bench instances' recipes use; everything else (the team's tests on a user's
+    repository among it) runs on a plain install."""
+    importers = sorted(module for module, targets in graph.items()
+                       if any(t == "swebench" or t.startswith("swebench.") for t in targets))
+    assert importers == [HARNESS_ADAPTER]
+

@@ -54,5 +54,5 @@ def test_a_missing_module_of_an_extra_raised_anywhere_is_one_line(tmp_path):
             "m.main(['needs-uvicorn'])\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert result.stderr.strip() == ("magis-ray: error: this command needs the 'serve' extra (uvicorn not installed): "
-                                     "pip install 'magis-ray[serve]'")
+    assert result.stderr.strip() == ("magis-ray: error: this command needs the inspector's web server, which the 'serve' "
+                                     "extra installs (uvicorn not installed): pip install 'magis-ray[serve]'")

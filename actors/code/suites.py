@@ -2,12 +2,13 @@
 
 Two kinds of suite:
 - pytest's: a test is a file or a `file::test` id, run from the repository's root and read from
-  pytest's -rA summary. Every repository pytest can run (sympy's `bin/test` and sphinx's tox run
+  pytest's -rA summary (pytest_log.py: the core's, so a plain install tests a repository). Every repository pytest can run (sympy's `bin/test` and sphinx's tox run
   tests pytest collects as well), and a user's own repository by default.
 - Django's own runner (`tests/runtests.py`): pytest cannot run Django's suite (its settings module,
   its test apps installed per label). A test is a dotted label under the runner's folder
-  (`APP.tests`, `APP.tests.Class.test_method`), and the output is read by swebench's Django parser,
-  as grading reads it, so a test has the same name in the team's events and in grading's report.
+  (`APP.tests`, `APP.tests.Class.test_method`), and the output is read by the SWE-bench harness's
+  Django parser (the `grade` extra, through actors/execution/swebench_harness.py), as grading
+  reads it, so a test has the same name in the team's events and in grading's report.
 
 Which one a repository needs is read from its test command (the SWE-bench spec's, or the user's
 `test-cmd`): `suite_for`. Pure logic; the bench runs what it says."""
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Protocol, Sequence
 
+from magis_ray.actors.code.pytest_log import parse_pytest_log
 from magis_ray.actors.code.regression import PytestLayout, TestLayout, nearest_tests
 from magis_ray.actors.code.repository import RepoSnapshot
 
@@ -59,7 +61,7 @@ class TestSuite(TestLayout, Protocol):
         """The shell command that runs `targets` (files, ids or labels)."""
 
     def parse(self, log: str, targets: Sequence[str] = ()) -> dict[str, str]:
-        """Each test's status in `log`, named as swebench's parser for this runner names it."""
+        """Each test's status in `log`, named as the SWE-bench harness's parser for this runner names it."""
 
     def reproduction_place(self, snapshot: RepoSnapshot, changed: Sequence[str]) -> ReproductionPlace:
         """Where a reproduction test of a change to the files `changed` goes, and how it is run."""
@@ -81,8 +83,6 @@ class PytestSuite(PytestLayout):
     def parse(self, log: str, targets: Sequence[str] = ()) -> dict[str, str]:
         """Each test's status from pytest's -rA summary, for tests in `targets` (files, folders or
         test ids; none: any)."""
-        from swebench.harness.log_parsers.python import parse_log_pytest  # installed: the spec came from it
-
         files = {target.split("::")[0].rstrip("/") for target in targets}
 
         def ran_here(test: str) -> bool:
@@ -91,7 +91,7 @@ class PytestSuite(PytestLayout):
             path = test.split("::")[0]
             return ("::" in test or path.endswith(".py")) and (not files or any(path == f or path.startswith(f + "/") for f in files))
 
-        return {test: status for test, status in parse_log_pytest(log, None).items() if ran_here(test)}
+        return {test: status for test, status in parse_pytest_log(log).items() if ran_here(test)}
 
     def reproduction_place(self, snapshot: RepoSnapshot, changed: Sequence[str]) -> ReproductionPlace:
         return ReproductionPlace(REPRODUCTION_PATH, REPRODUCTION_PATH)
@@ -117,13 +117,13 @@ class DjangoSuite:
         return " ".join([self.command, *(shlex.quote(t) for t in targets)])
 
     def parse(self, log: str, targets: Sequence[str] = ()) -> dict[str, str]:
-        """swebench's Django parser, as grading uses it: a test is `test_method (APP.module.Class)`
+        """The harness's Django parser, as grading uses it: a test is `test_method (APP.module.Class)`
         (Python 3.11: `... (APP.module.Class.test_method)`), or its docstring's first line. The
         parser also takes the first word of a failure's heading (`ERROR: test_method (...)`) for
         a test of its own: that echo is left out where the test's whole name is there."""
-        from swebench.harness.log_parsers.python import parse_log_django
+        from magis_ray.actors.execution.swebench_harness import parse_django_log
 
-        results = parse_log_django(log, None)
+        results = parse_django_log(log)
         return {test: status for test, status in results.items()
                 if " " in test or not any(other.startswith(test + " (") for other in results)}
 

@@ -1,11 +1,15 @@
 """SWE-bench's own recipe for an instance, from the `swebench` package (pinned 4.1.0, the last
-line whose harness still carries the Python spec tables in swebench.harness.constants), in the
-harness's two layers: the environment (interpreter, requirements, packages; shared by every
-instance of a (repo, version)) and the testbed (the spec's pre-install edits and its install,
-run at the instance's own base commit). Where the harness would fetch a requirements file or an
-environment.yml from GitHub, it is read from the local repository at the environment's setup
-commit instead; conda package lists and environment.yml files map to pip (conda.py); an
-`apt-get install` of the spec needs the package on this machine already."""
+line whose harness still carries the Python spec tables in swebench.harness.constants; read
+through swebench_harness.py), in the harness's two layers: the environment (interpreter,
+requirements, packages; shared by every instance of a (repo, version)) and the testbed (the
+spec's pre-install edits and its install, run at the instance's own base commit). Where the
+harness would fetch a requirements file or an environment.yml from GitHub, it is read from the
+local repository at the environment's setup commit instead; conda package lists and
+environment.yml files map to pip (conda.py); an `apt-get install` of the spec needs the package
+on this machine already.
+
+A user's own repository (`custom_spec`) needs none of it: its tests are pytest's, read by the
+core's parser, so a plain install tests it."""
 from __future__ import annotations
 
 import re
@@ -13,6 +17,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable
 
+from magis_ray.actors.code.pytest_log import parse_pytest_log
+from magis_ray.actors.execution import swebench_harness
 from magis_ray.actors.execution.conda import as_conda_has_it, pip_equivalent
 from magis_ray.actors.execution.environments import Recipe
 from magis_ray.actors.execution.testbeds import TestbedRecipe, system_packages_of
@@ -43,23 +49,6 @@ SYSTEM_LIBRARIES_CFG = "printf '[libs]\\nsystem_freetype = True\\nsystem_qhull =
 SYSTEM_LIBRARIES_PACKAGES = ("libfreetype-dev", "libqhull-dev", "pkg-config")
 LOCALE_SETUP = re.compile(r"locale-gen|/etc/locale\.gen")
 LOCALE_NAME = re.compile(r"(?:\bLANG=|\bLC_ALL=|locale-gen\s+)([A-Za-z]{2,3}_[A-Za-z]{2}\.[A-Za-z0-9-]+)")
-
-
-class HarnessMissing(Exception):
-    """The optional `swebench` package is not installed."""
-
-
-def harness():
-    """The swebench modules we use; HarnessMissing (one line) when the package is absent."""
-    try:
-        from swebench.harness import constants, grading
-        from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
-        from swebench.harness.test_spec import python as spec_python
-        from swebench.harness.test_spec.test_spec import TestSpec
-    except ImportError as exc:
-        raise HarnessMissing(f"grading SWE-bench needs the swebench package ({exc}); "
-                             "install it with: pip install 'magis-ray[grade]'") from None
-    return constants, grading, MAP_REPO_TO_PARSER, spec_python, TestSpec
 
 
 @dataclass(frozen=True)
@@ -108,13 +97,11 @@ class NoSpec(KeyError):
 
 def _environment_yml(repo: str, repo_path, commit: str, constants) -> tuple[tuple[str, ...], str]:
     """The environment.yml the harness would fetch, as pip packages; ("", why) when there is none."""
-    from swebench.harness.test_spec.python import clean_environment_yml
-
     paths = constants.MAP_REPO_TO_ENV_YML_PATHS.get(repo, ["environment.yml"])
     for path in paths:
         text = read_file_at(repo_path, commit, path)
         if text is not None:
-            mapped = pip_equivalent(clean_environment_yml(text))
+            mapped = pip_equivalent(swebench_harness.clean_environment_yml(text))
             return mapped.packages, ""
     return (), f"no environment.yml at {', '.join(paths)} in {repo}@{commit[:12]}"
 
@@ -122,8 +109,8 @@ def _environment_yml(repo: str, repo_path, commit: str, constants) -> tuple[tupl
 def instance_spec(record: dict, repo_path) -> InstanceSpec:
     """The recipe and test command of a SWE-bench record (a dict with the dataset's fields; a run's
     issue has no test patch, and then the command names no test files). NoSpec when the harness
-    has no spec for its (repo, version)."""
-    constants, _, parsers, spec_python, TestSpec = harness()
+    has no spec for its (repo, version); HarnessMissing without the harness."""
+    constants, _, _, spec_python, _ = swebench_harness.harness()
     repo, version = record["repo"], str(record.get("version", ""))
     try:
         specs = constants.MAP_REPO_VERSION_TO_SPECS[repo][version]
@@ -154,18 +141,12 @@ def instance_spec(record: dict, repo_path) -> InstanceSpec:
                             system_locales=system.locales)
     test_cmd = specs["test_cmd"]
     test_cmd = test_cmd[-1] if isinstance(test_cmd, list) else test_cmd
-    directives = spec_python.get_test_directives(record) if record.get("test_patch") else []
-    from swebench.harness.utils import get_modified_files
-    test_files = tuple(get_modified_files(record["test_patch"])) if record.get("test_patch") else ()
-    spec = TestSpec(
-        instance_id=record["instance_id"], repo=repo, version=version, repo_script_list=[], eval_script_list=[],
-        env_script_list=[], arch="x86_64", FAIL_TO_PASS=[], PASS_TO_PASS=[], language="py", docker_specs={},
-        namespace=None,
-    )
-    parser = parsers[repo]
+    directives = swebench_harness.test_directives(record) if record.get("test_patch") else []
+    test_files = tuple(swebench_harness.modified_files(record["test_patch"])) if record.get("test_patch") else ()
     return InstanceSpec(
         testbed=testbed, test_command=" ".join([test_cmd, *directives]), test_files=test_files,
-        eval_commands=tuple(specs.get("eval_commands", ())), parse=lambda log: parser(log, spec), harness_specs=dict(specs),
+        eval_commands=tuple(specs.get("eval_commands", ())), parse=swebench_harness.repository_parser(record),
+        harness_specs=dict(specs),
         optional_packages=system.optional,
     )
 
@@ -229,24 +210,17 @@ DEFAULT_TEST_CMD = "pytest -rA"
 def custom_spec(record: dict, python: str, env_setup: str | None = None, test_cmd: str | None = None) -> InstanceSpec:
     """A user's own repository: an environment of `python` alone, and a testbed made by `env_setup`
     (default: the project installed editable, and pytest) at the record's base commit; the tests
-    are `test_cmd` (default `pytest -rA`) followed by the files the test patch touches, parsed as
-    pytest's -rA summary. A changed command or commit is another testbed."""
-    _, _, parsers, spec_python, TestSpec = harness()
-    from swebench.harness.log_parsers.python import parse_log_pytest
-    from swebench.harness.utils import get_modified_files
-
+    are `test_cmd` (default `pytest -rA`), parsed as pytest's -rA summary. A record with a test
+    patch (a grading's) has the files it touches as the command's directives, as the harness
+    names them; a team's run has none and needs no harness. A changed command or commit is
+    another testbed."""
     env = Recipe(python=python, label=f"{record['repo']} (--env-setup)")
     testbed = TestbedRecipe(env=env, repo=record["repo"], commit=record["base_commit"], install=(env_setup or DEFAULT_ENV_SETUP,),
                             label=f"{record['repo']} (--env-setup)")
     test_patch = record.get("test_patch", "")
-    directives = spec_python.get_test_directives(record) if test_patch else []
-    spec = TestSpec(
-        instance_id=record["instance_id"], repo=record["repo"], version=str(record.get("version", "")), repo_script_list=[],
-        eval_script_list=[], env_script_list=[], arch="x86_64", FAIL_TO_PASS=[], PASS_TO_PASS=[], language="py",
-        docker_specs={}, namespace=None,
-    )
+    directives = swebench_harness.test_directives(record) if test_patch else []
     return InstanceSpec(
         testbed=testbed, test_command=" ".join([test_cmd or DEFAULT_TEST_CMD, *directives]),
-        test_files=tuple(get_modified_files(test_patch)) if test_patch else (), eval_commands=(),
-        parse=lambda log: parse_log_pytest(log, spec),
+        test_files=tuple(swebench_harness.modified_files(test_patch)) if test_patch else (), eval_commands=(),
+        parse=parse_pytest_log,
     )

@@ -4,12 +4,13 @@ node and cached), with its patches applied as `git apply` applies them and its f
 its tests run, all in the sandbox.
 
 The environment and the install are the repository's SWE-bench spec when the issue names a version
-the `swebench` package knows (the same testbeds grading uses), and otherwise the user's
-`--env-setup` (default: the project installed editable, and pytest). The tests run in the
-repository's own suite (actors/code/suites.py), chosen from the spec's test command or the user's
-`test-cmd`: pytest, or Django's runner with its labels, read by the parser grading reads it with.
-Whether one can be built is settled before the run starts (`prepare`, whose event names the test
-command), so that a run with tests never finds out halfway."""
+the SWE-bench harness knows (the same testbeds grading uses; the `grade` extra), and otherwise the
+user's `--env-setup` (default: the project installed editable, and pytest), which needs nothing
+beyond a plain install. The tests run in the repository's own suite (actors/code/suites.py),
+chosen from the spec's test command or the user's `test-cmd`: pytest, or Django's runner with its
+labels, read by the parser grading reads it with. Whether one can be built is settled before the
+team starts (`prepare`, whose event names the test command, or says in words about the run why
+its tests cannot run), so that a run with tests never finds out halfway."""
 from __future__ import annotations
 
 import os
@@ -27,7 +28,8 @@ from magis_ray.actors.execution.environments import EnvironmentBuildError, Envir
 from magis_ray.actors.execution.interpreters import InterpreterMissing
 from magis_ray.actors.execution.runner import INPUTS, TestRunner
 from magis_ray.actors.execution.sandbox import GiB, Limits, MiB, Sandbox, SandboxUnavailable, check_available
-from magis_ray.actors.execution.specs import HarnessMissing, InstanceSpec, NoSpec, custom_spec, instance_spec
+from magis_ray.actors.execution.specs import InstanceSpec, NoSpec, custom_spec, instance_spec
+from magis_ray.actors.execution.swebench_harness import INSTALL, HarnessMissing, available as harness_available
 from magis_ray.actors.execution.testbeds import Testbed, TestbedCache
 from magis_ray.actors.execution.workspaces import read_file_at
 from magis_ray.actors.roles.testing import TestRequest
@@ -81,6 +83,11 @@ def spec_of(setup: BenchSetup) -> InstanceSpec:
             return instance_spec(record, Path(setup.repo_path))
         except NoSpec:
             pass  # a version the harness does not know: the repository is treated as the user's own
+        except HarnessMissing:
+            raise BenchUnavailable(
+                f"the issue names version {record['version']} of {record['repo']}, so its tests need SWE-bench's recipe "
+                f"for that version, which comes with the SWE-bench harness ({INSTALL}); or give --env-setup to "
+                "install the repository your own way") from None
     env_setup = setup.env_setup or None
     if env_setup is None and not any(read_file_at(setup.repo_path, record["base_commit"], f) is not None for f in PACKAGING_FILES):
         env_setup = UNPACKAGED_SETUP
@@ -120,6 +127,9 @@ class ExecutionBench:
                     check_available()
                 self._spec = spec_of(self._setup)
                 self._suite = suite_of(self._spec, self._setup)
+                if self._suite.name == "django" and not harness_available():
+                    raise BenchUnavailable("the test command runs Django's runner (tests/runtests.py), whose output is "
+                                           f"read with the SWE-bench harness's parser ({INSTALL})")
                 repo_path = Path(self._setup.repo_path)
                 mirrors = repo_path.resolve().parent
                 self._testbed = self.cache.get(self._spec.testbed, repo_path, mirrors=mirrors)
@@ -128,10 +138,8 @@ class ExecutionBench:
                 if self._suite.command == PYTEST_COMMAND and not self._has_pytest(self._testbed):
                     self._spec = with_pytest(self._spec)
                     self._testbed = self.cache.get(self._spec.testbed, repo_path, mirrors=mirrors)
-            except (HarnessMissing, SandboxUnavailable, EnvironmentUnsupported, InterpreterMissing) as exc:
-                raise BenchUnavailable(str(exc)) from None
-            except EnvironmentBuildError as exc:
-                raise BenchUnavailable(f"the environment does not build: {exc}") from None
+            except (SandboxUnavailable, EnvironmentUnsupported, InterpreterMissing, EnvironmentBuildError) as exc:
+                raise BenchUnavailable(why_no_tests(exc)) from None
         return self._testbed
 
     def _has_pytest(self, testbed: Testbed) -> bool:
@@ -193,6 +201,19 @@ class ExecutionBench:
     @staticmethod
     def _error(request: TestRequest, command: str, why: str) -> TestsRan:
         return TestsRan(purpose=request.purpose, command=command, outcome="error", output=why)
+
+
+def why_no_tests(exc: Exception) -> str:
+    """Why this run's tests cannot run, in words about the run (the execution layer's reasons are
+    also grading's, and name its flags)."""
+    if isinstance(exc, SandboxUnavailable):
+        return f"the tests run in a sandbox, and none can be made here: {exc}"
+    if isinstance(exc, InterpreterMissing):
+        # grading's `--python` is no flag of a run's: the interpreter has to be on the machine
+        return f"no interpreter for the repository's tests: {str(exc).split(' or pass --python')[0]}"
+    if isinstance(exc, EnvironmentUnsupported):
+        return f"the repository's test environment cannot be made here: {exc}"
+    return f"the repository's test environment does not build: {exc}"
 
 
 def exports(eval_commands: tuple[str, ...]) -> list[str]:

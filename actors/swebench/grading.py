@@ -26,7 +26,8 @@ from magis_ray.actors.execution.environments import EnvironmentBuildError, Envir
 from magis_ray.actors.execution.interpreters import InterpreterMissing
 from magis_ray.actors.execution.runner import INPUTS, TestRunner
 from magis_ray.actors.execution.sandbox import GiB, Limits, MiB
-from magis_ray.actors.execution.specs import HarnessMissing, InstanceSpec, NoSpec, custom_spec, harness, instance_spec
+from magis_ray.actors.execution.specs import InstanceSpec, NoSpec, custom_spec, instance_spec
+from magis_ray.actors.execution.swebench_harness import HarnessMissing, eval_script_lines, git_apply_commands, harness, test_spec
 from magis_ray.actors.execution.testbeds import TestbedCache, missing_system_packages
 
 OUTPUT_KEPT = 4000  # characters of test output kept in the result (its tail)
@@ -196,10 +197,8 @@ def _run(result: GradeResult, record: dict, patch: str | None, spec: InstanceSpe
 
 def apply_block(constants) -> str:
     """The harness's three ways of applying the prediction, in its order, with its words."""
-    from swebench.harness.run_evaluation import GIT_APPLY_CMDS
-
     lines = ["applied="]
-    for command in GIT_APPLY_CMDS:
+    for command in git_apply_commands():
         lines.append(f'if [ -z "$applied" ]; then if {command} {INPUTS}/patch.diff; then applied=yes; '
                      f'else echo "Failed to apply patch to container: {command}"; fi; fi')
     lines.append(f'if [ -z "$applied" ]; then echo {constants.APPLY_PATCH_FAIL!r}; exit 1; fi')
@@ -217,9 +216,7 @@ def eval_script(record: dict, spec: InstanceSpec, reinstall: bool = True) -> str
     test_patch = record.get("test_patch", "")
     install = list(spec.testbed.install)
     if spec.harness_specs is not None:
-        from swebench.harness.test_spec.python import make_eval_script_list_py
-
-        lines = make_eval_script_list_py(record, spec.harness_specs, "testbed", "/testbed", base, test_patch)
+        lines = eval_script_lines(record, spec.harness_specs, base, test_patch)
         lines = [line for line in lines if not line.startswith(("source /opt/miniconda3", "conda activate"))]
         if not reinstall:
             lines = [line for line in lines if line not in install]
@@ -235,14 +232,11 @@ def eval_script(record: dict, spec: InstanceSpec, reinstall: bool = True) -> str
 def judge(record: dict, spec: InstanceSpec, test_output: str, folder: Path, patch: str | None) -> dict:
     """The instance's report: the harness's get_eval_report on its test output for a SWE-bench spec;
     the same judgement with the spec's parser for a user's own setup."""
-    constants, grading, _, _, TestSpec = harness()
+    constants, grading, _, _, _ = harness()
     f2p, p2p = _tests(record, "FAIL_TO_PASS"), _tests(record, "PASS_TO_PASS")
     prediction = {"instance_id": record["instance_id"], "model_patch": patch, "model_name_or_path": ""}
     if spec.harness_specs is not None:
-        test_spec = TestSpec(instance_id=record["instance_id"], repo=record["repo"], version=str(record["version"]),
-                             repo_script_list=[], eval_script_list=[], env_script_list=[], arch="x86_64",
-                             FAIL_TO_PASS=f2p, PASS_TO_PASS=p2p, language="py", docker_specs={}, namespace=None)
-        report = grading.get_eval_report(test_spec, prediction, str(folder / "test_output.txt"), include_tests_status=True)
+        report = grading.get_eval_report(test_spec(record, f2p, p2p), prediction, str(folder / "test_output.txt"), include_tests_status=True)
     else:
         status = spec.parse(_between_markers(test_output, constants))
         entry = {"patch_is_None": patch is None, "patch_exists": patch is not None, "patch_successfully_applied": True,

@@ -303,7 +303,8 @@ def prepare_environment(job: GradeJob, options: GradeOptions) -> dict | None:
 
     from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentUnsupported
     from magis_ray.actors.execution.interpreters import InterpreterMissing
-    from magis_ray.actors.execution.specs import HarnessMissing, NoSpec
+    from magis_ray.actors.execution.specs import NoSpec
+    from magis_ray.actors.execution.swebench_harness import HarnessMissing
 
     if job.patch in ("", None) and not options.run_empty:
         return None  # not run at all

@@ -10,7 +10,7 @@ from magis_ray.events.history import effective
 from .diff import changed_files, final_diff
 from .inspection import steps
 from .state import RunView
-from .tests import counts, kind, verdict, view_tally
+from .tests import counts, kind, tests_decision, verdict, view_tally
 from .usage import metrics, role_of
 
 
@@ -54,7 +54,7 @@ def describe(e: ev.AnyEvent) -> str:
         case ev.ReproductionWritten():
             return f"reproduction test written (try {e.attempt})"
         case ev.TestsRan() if e.purpose == "prepare":
-            return f"test environment: {e.output}" if e.outcome == "passed" else f"no test environment ({e.output}); tests off"
+            return f"tests {tests_decision(True, e)}"  # a preparation: tests are on by the settings
         case ev.TestsRan():
             # a baseline runs before any attempt, on the base commit: it belongs to no attempt
             who = "" if not e.task_id else f"{e.task_id}: " if e.purpose == "baseline" else f"{e.task_id} attempt {e.attempt}: "
@@ -177,6 +177,8 @@ def audit_json(view: RunView) -> dict:
         ],
         "metrics": metrics(view),
         "tests": view_tally(view).as_json(),
+        # whether the run's tests run, and if not why: decided before any role acts
+        "tests_decision": tests_decision(started.settings.tests, view.environment) if started else "",
         "files_changed": changed_files(view),
         "diff": final_diff(view),
         # what the pages show beside the above: the ranking, each decision with the model

@@ -8,7 +8,7 @@ from typing import Iterable
 
 from magis_ray.events import schema as ev
 
-from .tests import Tally
+from .tests import Tally, tests_decision
 
 GRADING_PREFIX = "grading:"  # a grading's stream; runs never hold its events
 
@@ -37,6 +37,7 @@ class RunSummary:
     approvals: int = 0
     rejections: int = 0
     tests: Tally = field(default_factory=Tally)
+    tests_decision: str = ""  # whether the run's tests run, and if not why (tests.tests_decision)
     resumed: int = 0
 
     @property
@@ -61,6 +62,7 @@ class RunSummary:
                 self.instance_id, self.repo, self.model, self.batch = e.instance_id, e.repo, e.settings.model, e.settings.batch
                 # the test environment is prepared before anything else (minutes, the first time)
                 self.status, self.stage = "running", "preparing the test environment" if e.settings.tests else "ranking files"
+                self.tests_decision = tests_decision(e.settings.tests, None)
             case ev.FilesRanked() | ev.FileSummarized() | ev.FileJudged():
                 self.stage = "custodian: summarizing and judging the ranked files"
             case ev.FilesLocated():
@@ -83,6 +85,7 @@ class RunSummary:
             case ev.TestsRan() if e.purpose == "prepare":
                 self.tests.add(e)
                 self.stage = "custodian: ranking files"
+                self.tests_decision = tests_decision(True, e)  # prepared: tests are on
             case ev.TestsRan():
                 self.tests.add(e)
             case ev.TaskFinished():

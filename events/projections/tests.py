@@ -102,6 +102,21 @@ class Tally:
                 "not_passing": self.not_passing, "seconds": self.seconds, "words": self.words()}
 
 
+def tests_decision(tests_on: bool, prepared: ev.TestsRan | None) -> str:
+    """Whether the run's tests run, and if not why, in one line: what the terminal says before the
+    team starts, and the run page's tests line. Decided by the run's settings (`tests_on`) and by
+    the test environment's preparation (`prepared`), the first event after RunStarted, before any
+    role acts; "" while that is under way."""
+    if not tests_on:
+        return "off (--tests off): the patches are judged from their diffs, as in the MAGIS paper"
+    if prepared is None:
+        return ""
+    if prepared.outcome == "passed":
+        command = f": {prepared.command}" if prepared.command else ""  # logs before v3 name no command
+        return f"on{command} ({' '.join(prepared.output.split())})"
+    return f"off for this run: {' '.join(prepared.output.split())[:400]}"
+
+
 def tally(runs) -> Tally:
     out = Tally()
     for run in runs:
