@@ -241,8 +241,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="magis-ray", standalone_mode=False)
     except click.exceptions.Abort:
+        from .submit import interrupted_exit_code
+
         click.echo("magis-ray: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(interrupted_exit_code())
     except click.ClickException as exc:
         click.echo(f"magis-ray: error: {exc.format_message()}", err=True)
         sys.exit(2)

@@ -47,7 +47,9 @@ def test_submit_fixes_the_bug_and_the_failing_test_passes(calc_repo, tmp_path):
     # progress on stderr as plain lines, one per phase the run went through long enough to be seen
     # (RunSummary's stage, as the inspector shows it); stdout keeps the summary alone
     progress = [line.strip() for line in result.stderr.splitlines() if line.startswith("  ")]
-    assert progress and progress[0] in ("starting the team", "preparing the test environment"), result.stderr
+    assert progress[0] == "starting Ray" and progress[1] in ("starting the team", "preparing the test environment"), result.stderr
+    # the run's id is shown once Ray has started, before the team starts
+    assert result.stderr.index("  starting Ray") < result.stderr.index("run ") < result.stderr.index("  starting the team"), result.stderr
     assert "\x1b" not in result.stderr and not any(line.startswith("  ") for line in result.stdout.splitlines())
     lines = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)
     assert lines["outcome"].strip() == "patched"
