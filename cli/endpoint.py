@@ -132,6 +132,9 @@ def model_endpoint(llm: str, base_url: str | None, store_path: str, local_port: 
 # The endpoint check asks once and waits this long: a model that cannot list its models within
 # seconds is unreachable for our purposes, and the run has not started yet.
 CHECK_TIMEOUT_S = 5.0
+# What magis-ray's scripted server says owns its model (actors/model/scripted_server.py): it
+# answers to any model name, so a run may name any when given it as a --base-url.
+SCRIPTED_OWNER = "magis-ray"
 
 
 def check_endpoint(endpoint: Endpoint, model: str, roles: tuple = ()) -> None:
@@ -157,9 +160,10 @@ def check_endpoint(endpoint: Endpoint, model: str, roles: tuple = ()) -> None:
         raise BadInput(f"the model endpoint {url} does not answer: {reason}") from None
     except ValueError:
         return  # an answer that is no JSON model list: nothing to check the names against
-    served = {entry.get("id") for entry in listing.get("data", []) if isinstance(entry, dict)} if isinstance(listing, dict) else set()
-    if not endpoint.billed or not served:
-        return  # a server of ours answers to any name; an empty list says nothing
+    entries = [entry for entry in listing.get("data", []) if isinstance(entry, dict)] if isinstance(listing, dict) else []
+    served = {entry.get("id") for entry in entries}
+    if not endpoint.billed or not served or any(entry.get("owned_by") == SCRIPTED_OWNER for entry in entries):
+        return  # a server of ours (local, scripted) answers to any name; an empty list says nothing
     wanted = [model or endpoint.model] + [role.model for role in roles if not role.base_url]
     unknown = sorted({name for name in wanted if name and name not in served})
     if unknown:

@@ -75,6 +75,8 @@ def test_malformed_issue(tmp_path):
     (tmp_path / "typed.json").write_text('{"instance_id": "x", "problem_statement": 5}')
     assert_one_line_error(magis("submit", "typed.json", cwd=tmp_path), "typed.json", "problem_statement")
     assert_one_line_error(magis("submit", "missing.json", cwd=tmp_path), "missing.json")
+    (tmp_path / "title.json").write_text('{"number": 7, "title": "mean() is wrong"}')  # `gh issue view 7 --json number,title`
+    assert_one_line_error(magis("submit", "title.json", cwd=tmp_path), "title.json", "without its body", "--json number,title,body,url")
 
 
 def test_a_path_that_is_no_git_repository(tmp_path):
