@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,10 +61,22 @@ def own_ray_config(address: str) -> dict:
     return {"_system_config": {"preload_python_modules": [LEAN_WORKERS], "worker_niceness": WORKER_NICENESS}}
 
 
-# A Ray of our own is retried this many times when its start runs out of time: on a loaded machine
-# Ray's node start can miss its own fixed deadlines (30 s for the raylet to register) while the
+# A Ray of our own whose start runs out of time is started again until this long has passed since
+# the first try: on a loaded machine Ray's node start misses its own fixed deadlines (the raylet
+# waits about 15 s for the dashboard agent's ports, the driver 30 s for the raylet) while the
 # processes it started are merely slow. A start that fails for any other reason is not retried.
-START_ATTEMPTS = 3
+# MAGIS_RAY_START_S changes it.
+DEFAULT_RAY_START_S = 300.0
+
+
+def ray_start_seconds(environ: dict[str, str] | None = None) -> float:
+    value = (os.environ if environ is None else environ).get("MAGIS_RAY_START_S", "")
+    try:
+        return float(value) if value and float(value) > 0 else DEFAULT_RAY_START_S
+    except ValueError:
+        return DEFAULT_RAY_START_S
+
+
 # MAGIS_RAY: "auto" (a running local Ray started with `ray start --head`, else one of our own) or
 # "own" (always one of our own, ended with the command).
 RAY_CHOICE_VARIABLE = "MAGIS_RAY"
@@ -113,7 +126,8 @@ def ensure_ray(address: str | None = None) -> str:
     # Ray announces its (kept) default of token authentication on every start; not news to our users.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     address = address or ray_address()
-    for attempt in range(1, START_ATTEMPTS + 1):
+    deadline = time.monotonic() + ray_start_seconds()
+    while True:
         try:
             ray.init(
                 address=address, namespace=NAMESPACE, runtime_env=settings_runtime_env(address, dict(os.environ)),
@@ -122,10 +136,9 @@ def ensure_ray(address: str | None = None) -> str:
             return address
         except Exception as exc:  # noqa: BLE001 - Ray raises bare Exceptions, RuntimeErrors and OSErrors here
             ray.shutdown()  # ends what a half-made start left running
-            if address == "local" and attempt < START_ATTEMPTS and start_timed_out(exc):
+            if address == "local" and start_timed_out(exc) and time.monotonic() < deadline:
                 continue
             raise RayStartFailed(start_failure(address, exc)) from None
-    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def start_timed_out(exc: BaseException) -> bool:
@@ -135,7 +148,7 @@ def start_timed_out(exc: BaseException) -> bool:
 def start_failure(address: str, exc: BaseException) -> str:
     """The one line of a Ray that did not start: its reason's first line, and its session's logs."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    reason = lines[0] if lines else type(exc).__name__
+    reason = (lines[0] if lines else type(exc).__name__).rstrip(".")
     if address != "local":
         return f"cannot join the Ray at {address}: {reason}"
     logs = own_session_logs()
