@@ -82,7 +82,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from processes import busy_loops
-    from rayheads import ray_head_started
+    from rayheads import recorded_head_started
     from scenarios import MEAN_FIX, calc_issue, make_calc_repo, write_issue
 
     from magis_ray.actors.model.scripted_server import ScriptedServer
@@ -113,13 +113,9 @@ def main() -> None:
                     for way in ("old", "new", "warm"):
                         with ExitStack() as stack:
                             if way == "warm":
-                                head = stack.enter_context(ray_head_started("magis-warm-"))
+                                head = stack.enter_context(recorded_head_started("magis-warm-"))
                                 env = environment(**{k: v for k, v in head.env.items() if k.startswith("RAY_")},
                                                   RAY_TMPDIR=head.root, MAGIS_RAY="auto")
-                                while not (Path(head.root) / "ray" / "ray_current_cluster").exists():
-                                    if head.process.poll() is not None:
-                                        raise SystemExit("the Ray head did not start: see " + head.root)
-                                    time.sleep(0.2)
                             else:
                                 env = environment(MAGIS_RAY="own", RAY_TMPDIR=str(own_tmp))
                             python = args.old_python if way == "old" else sys.executable

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from processes import busy_loops, describe, in_session
-from rayheads import ray_head_started
+from rayheads import recorded_head_started
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, write_issue
 from waiting import wait_until
 
@@ -196,11 +196,9 @@ def test_a_refused_key_or_model_name_ends_in_one_line(issue_file, tmp_path):
 def test_submit_uses_a_running_ray_head(issue_file, tmp_path):
     """`ray start --head` left running: submit joins it rather than starting a Ray of its own."""
     store = tmp_path / "store"
-    with busy_loops(2), ray_head_started("magis-warm-") as head, ScriptedServer(team(delay_s=0)) as server:
+    with busy_loops(2), recorded_head_started("magis-warm-") as head, ScriptedServer(team(delay_s=0)) as server:
         env = environment(**{name: value for name, value in head.env.items() if name.startswith("RAY_")},
                           RAY_TMPDIR=head.root, MAGIS_RAY="auto")
-        wait_until(lambda: (Path(head.root) / "ray" / "ray_current_cluster").exists(), "the head records its address",
-                   while_running=head.process)
         result = run(["submit", str(issue_file), "--store", str(store), "--base-url", server.base_url, "--model", "m"],
                      tmp_path, env)
         assert result.returncode == 0, result.stderr
