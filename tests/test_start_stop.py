@@ -208,3 +208,24 @@ def test_submit_uses_a_running_ray_head(issue_file, tmp_path):
         assert len(sessions) == 1, sessions
     [run_id] = runs_in(store)
     assert final_diff(fold(events_of(store, run_id))) == EXPECTED_DIFF
+
+
+def test_runs_shows_a_run_without_a_driver_as_cut_off(tmp_path):
+    """Two runs cut short of their ending: one whose driver (this process) holds its lease, one
+    whose driver is gone (no lease: it was killed before releasing, and its lease ran out)."""
+    from runs import constructed_run, fixed_new_events, repo_for
+
+    from magis_ray.actors.runtime.liveness import Liveness
+
+    repo_path, base = repo_for(tmp_path)
+    store = tmp_path / "store"
+    unfinished = [pair for pair in constructed_run(repo_path, base) if not isinstance(pair[1], RunFinished)]
+    with open_store(str(store), create=True) as s:
+        s.append("live00000001", 0, fixed_new_events(unfinished))
+        s.append("gone00000002", 0, fixed_new_events(unfinished, start=1_700_100_000.0))
+    with Liveness(str(store)) as liveness:
+        liveness.take("live00000001")
+        listed = run(["runs", "--store", str(store)], tmp_path)
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
+    assert rows["live00000001"].split()[2] == "running", listed.stdout
+    assert rows["gone00000002"].split()[2:4] == ["cut", "off"] and "magis-ray resume" in rows["gone00000002"], listed.stdout
