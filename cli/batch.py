@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .endpoint import gateway_config, model_endpoint
+from .endpoint import check_endpoint, gateway_config, model_endpoint
 
 
 def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_budget, batch_name, store_path, llm,
@@ -21,6 +21,7 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
     from magis_ray.store import open_store
 
     from .errors import BadInput
+    from .submit import interrupted_exit_code, stopped_by_signals
 
     try:
         items = read_batch_items(dataset.read_bytes().splitlines(), dataset.name)
@@ -40,6 +41,7 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
 
         workers = workers_for_memory(workers, TEST_LIMITS.memory_bytes, "tests on")
     with model_endpoint(llm, settings.base_url or None, store_path, local_port) as endpoint:
+        check_endpoint(endpoint, run_config.model, run_config.roles)  # before Ray: a wrong endpoint costs seconds
         open_store(store_path, create=True).close()
         deployment = Deployment(store_path, gateway_config(endpoint, settings, run_config.model, run_config.roles))
         try:
@@ -51,10 +53,11 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
                         bar.set_postfix_str(f"{result.instance_id}: {result.status}", refresh=True)
 
                     try:
-                        results = BatchRunner(deployment, store, run_config, repos_dir, workers, progress, batch_budget).run(items)
+                        with stopped_by_signals():
+                            results = BatchRunner(deployment, store, run_config, repos_dir, workers, progress, batch_budget).run(items)
                     except KeyboardInterrupt:
                         click.echo(f"magis-ray: interrupted; run the same command again to resume batch {batch_name}", err=True)
-                        sys.exit(130)
+                        sys.exit(interrupted_exit_code())
                 write_predictions(store, results, out, run_config.model)
         finally:
             deployment.close()  # gives up this driver's leases

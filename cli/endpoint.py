@@ -127,3 +127,45 @@ def model_endpoint(llm: str, base_url: str | None, store_path: str, local_port: 
     if not base_url and not os.environ.get("OPENAI_API_KEY"):
         raise BadInput("no model configured: give --base-url URL or set OPENAI_API_KEY (or --llm local, --llm scripted:FILE)")
     yield Endpoint(base_url)
+
+
+# The endpoint check asks once and waits this long: a model that cannot list its models within
+# seconds is unreachable for our purposes, and the run has not started yet.
+CHECK_TIMEOUT_S = 5.0
+# What magis-ray's scripted server says owns its model (actors/model/scripted_server.py): it
+# answers to any model name, so a run may name any when given it as a --base-url.
+SCRIPTED_OWNER = "magis-ray"
+
+
+def check_endpoint(endpoint: Endpoint, model: str, roles: tuple = ()) -> None:
+    """One cheap request (GET /models) before anything starts: BadInput (one line) when the
+    endpoint does not answer, refuses the key, or does not serve the model (or a role's model that
+    goes to it). An endpoint without a model list (404) passes: the run's first request tells."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    url = (endpoint.base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_URL).rstrip("/")
+    key = os.environ.get("OPENAI_API_KEY", "")
+    request = urllib.request.Request(f"{url}/models", headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=CHECK_TIMEOUT_S) as response:
+            listing = json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise BadInput(f"the model endpoint {url} refuses the key (HTTP {exc.code}): set OPENAI_API_KEY to one it accepts") from None
+        return  # no model list here (404) or a passing fault (5xx): the gateway's retries handle the run's requests
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise BadInput(f"the model endpoint {url} does not answer: {reason}") from None
+    except ValueError:
+        return  # an answer that is no JSON model list: nothing to check the names against
+    entries = [entry for entry in listing.get("data", []) if isinstance(entry, dict)] if isinstance(listing, dict) else []
+    served = {entry.get("id") for entry in entries}
+    if not endpoint.billed or not served or any(entry.get("owned_by") == SCRIPTED_OWNER for entry in entries):
+        return  # a server of ours (local, scripted) answers to any name; an empty list says nothing
+    wanted = [model or endpoint.model] + [role.model for role in roles if not role.base_url]
+    unknown = sorted({name for name in wanted if name and name not in served})
+    if unknown:
+        raise BadInput(f"the model endpoint {url} does not serve {', '.join(unknown)} (it lists {len(served)} model(s), "
+                       f"e.g. {', '.join(sorted(served)[:3])})")

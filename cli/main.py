@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import click
 
@@ -41,16 +40,22 @@ def runs_command(store_path: str) -> None:
     from magis_ray.events.projections import fold
     from magis_ray.store import open_store
 
+    from magis_ray.actors.runtime.liveness import driver_gone
+
     store = open_store(store_path)
     try:
         rows = []
+        leases = {lease.key: lease for lease in store.leases()}
         for info in store.list_runs():
             if info.run_id.startswith("grading:"):  # a grading's stream, not a run (`magis-ray grade` reports it)
                 continue
             view = fold(store.read(info.run_id))
             instance = view.started.instance_id if view.started else "-"
             outcome = view.finished.outcome if view.finished else (view.failed.reason if view.failed else "")
-            rows.append((info.run_id, instance, view.status, str(info.version), outcome))
+            status = view.status
+            if status == "running" and driver_gone(leases.get(info.run_id)):
+                status, outcome = "cut off", outcome or "its driver is gone; `magis-ray resume` goes on with it"
+            rows.append((info.run_id, instance, status, str(info.version), outcome))
     finally:
         store.close()
     if not rows:
@@ -117,8 +122,7 @@ def audit_command(run: str, fmt: str, store_path: str) -> None:
 
     view = fold(load_run(store_path, run))
     if fmt == "pr":
-        written = Path(store_path) / "runs" / view.run_id / "audit.html"
-        click.echo(pr_description(view, str(written) if written.is_file() else ""), nl=False)
+        click.echo(pr_description(view), nl=False)
     elif fmt == "json":
         click.echo(json.dumps(audit_json(view), indent=2))
     elif fmt == "html":
@@ -241,8 +245,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="magis-ray", standalone_mode=False)
     except click.exceptions.Abort:
+        from .submit import interrupted_exit_code
+
         click.echo("magis-ray: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(interrupted_exit_code())
     except click.ClickException as exc:
         click.echo(f"magis-ray: error: {exc.format_message()}", err=True)
         sys.exit(2)
@@ -265,6 +271,9 @@ def _as_user_error(exc: Exception) -> UserError | None:
         return UserError(missing_extra(extra, "this command", [exc.name]))
     if isinstance(exc, OSError):
         return UserError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
+    deployment = sys.modules.get("magis_ray.actors.runtime.deployment")
+    if deployment is not None and isinstance(exc, deployment.RayStartFailed):
+        return UserError(str(exc))
     if "ray" in sys.modules and isinstance(exc, sys.modules["ray"].exceptions.RayError):
         return UserError(_ray_error_line(exc))
     return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from .endpoint import gateway_config, model_endpoint, resolve_llm
+from .endpoint import check_endpoint, gateway_config, model_endpoint, resolve_llm
 from .options import model_options, store_option
 from .settings import Layer
 
@@ -58,7 +58,7 @@ def resume_command(ctx, run, repo, store_path, local_port, **_settings) -> None:
     from .errors import BadInput
     from .source import repo_of, resolve_run_id
     from .progress import Progress
-    from .submit import conclude
+    from .submit import conclude, start_ray, stopped_by_signals
 
     flags = given_flags(ctx)
     with open_store(store_path) as store:
@@ -78,8 +78,10 @@ def resume_command(ctx, run, repo, store_path, local_port, **_settings) -> None:
         settings = effective_settings(flags, Path(repo_path), recorded_layer(recorded, flags)).settings
         llm = resolve_llm(settings.llm, settings.base_url)
         with model_endpoint(llm, settings.base_url or None, store_path, local_port) as endpoint:
+            check_endpoint(endpoint, default_model(llm, settings.model), recorded.roles)
             click.echo(f"resuming run {run_id} from event {point.kept_version} ({point.superseded} superseded)", err=True)
-            with Progress(store_path, run_id):
+            start_ray(store_path, run_id)
+            with Progress(store_path, run_id), stopped_by_signals():
                 end = resume_issue(
                     store_path=store_path, run_id=run_id, point=point, repo_path=repo_path, liveness=liveness, fence=fence,
                     gateway_config=gateway_config(endpoint, settings, default_model(llm, settings.model), recorded.roles),

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
-from .endpoint import default_model, gateway_config, model_endpoint, resolve_llm
+from .endpoint import check_endpoint, default_model, gateway_config, model_endpoint, resolve_llm
 from .errors import UserError
 from .options import DEFAULT_STORE, model_options, settings_options, store_option
 from .settings import DEFAULTS
@@ -59,6 +60,7 @@ def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instanc
     if prepared.notice:
         click.echo(f"magis-ray: notice: {prepared.notice}", err=True)
     with model_endpoint(llm, settings.base_url or None, store_path, local_port) as endpoint:
+        check_endpoint(endpoint, run_config.model, run_config.roles)  # before Ray: a wrong endpoint costs seconds
         from magis_ray.actors.runtime.deployment import new_run_id, run_issue  # imports Ray: after every check
         from magis_ray.actors.runtime.liveness import Liveness
 
@@ -66,7 +68,8 @@ def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instanc
 
         ensure_store(store_path)
         run_id = new_run_id()
-        with Liveness(store_path) as liveness:
+        start_ray(store_path, run_id)  # before the id is shown: a Ray that does not start leaves no run behind
+        with Liveness(store_path) as liveness, stopped_by_signals():
             fence = liveness.take(run_id)  # before the id is shown: resume can tell a run that never started
             click.echo(f"run {run_id}: {issue_record.instance_id} ({issue_record.repo} @ {issue_record.base_commit[:10]})", err=True)
             with Progress(store_path, run_id, waiting="starting the team"):
@@ -166,7 +169,7 @@ def conclude(store_path: str, run_id: str, end) -> None:
         hint = f"; resume it with `magis-ray resume {run_id}{store}`" if end.resumable else ""
         if end.reason == INTERRUPTED:
             click.echo(f"magis-ray: interrupted{hint}", err=True)
-            sys.exit(130)
+            sys.exit(interrupted_exit_code())
         raise UserError(f"run {run_id} failed: {end.reason}{hint}")
 
 
@@ -178,3 +181,52 @@ def ensure_store(store_path: str) -> None:
     if folder.is_dir() and not (folder / ".gitignore").exists():
         # the store often sits in the user's repository (`cd repo && magis-ray submit issue.md`): keep it out of git
         (folder / ".gitignore").write_text("# made by magis-ray: the store is no part of the repository\n*\n")
+
+
+def start_ray(store_path: str, run_id: str) -> None:
+    """Ray's start (or a warm Ray joined), with its progress line while it takes long; one line
+    (exit 2) when it cannot start. `run_id`: the run about to start or go on."""
+    from magis_ray.actors.runtime.deployment import RayStartFailed, ensure_ray, ray_address
+
+    from .errors import BadInput
+    from .progress import Progress
+
+    address = ray_address()
+    if address not in ("local", os.environ.get("RAY_ADDRESS")):
+        click.echo(f"magis-ray: using the running Ray at {address} (MAGIS_RAY=own starts one of this command's own)", err=True)
+    try:
+        # a stream no run writes: Progress shows its waiting line, and its heartbeat while Ray starts
+        with Progress(store_path, f"{run_id}:ray-start", waiting="starting Ray"):
+            ensure_ray(address)
+    except RayStartFailed as exc:
+        raise BadInput(str(exc)) from None
+
+
+# What a stopped run exits with: 128 + the signal's number, as a shell reports a process the signal ended.
+SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}
+_stopped_by: list[str] = []  # the name of the signal that stopped this command, once one has
+
+
+def interrupted_exit_code() -> int:
+    return SIGNAL_EXIT[_stopped_by[-1]] if _stopped_by else SIGNAL_EXIT["SIGINT"]
+
+
+@contextmanager
+def stopped_by_signals():
+    """SIGTERM and SIGHUP (`kill`, `timeout`, CI cancellation, systemd, a closed terminal) stop the
+    command as Ctrl-C does: KeyboardInterrupt in the main thread, so the run ends failed and
+    resumable. The exit code then names the signal (143 for SIGTERM)."""
+    import signal
+
+    def stop(signum, _frame) -> None:
+        _stopped_by.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt
+
+    names = ("SIGINT", "SIGTERM", "SIGHUP")
+    previous = {name: signal.signal(getattr(signal, name), stop) for name in names}
+    try:
+        yield
+    finally:
+        for name, handler in previous.items():
+            # None: a handler set outside Python (Ray's own), which cannot be set again from here
+            signal.signal(getattr(signal, name), signal.SIG_DFL if handler is None else handler)

@@ -22,6 +22,9 @@ os.environ.setdefault("MAGIS_USER_CONFIG", os.devnull)
 # Ray the tests use is started explicitly (ray.init here, ensure_ray in magis-ray); read by Ray
 # when it is first imported, which is after this file.
 os.environ["RAY_ENABLE_AUTO_CONNECT"] = "0"
+# Nor does magis-ray join a Ray that `ray start --head` left running on the machine (another
+# session's): each magis-ray command of the tests starts its own, unless a test asks for a warm one.
+os.environ.setdefault("MAGIS_RAY", "own")
 
 
 @pytest.fixture(scope="module")

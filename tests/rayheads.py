@@ -102,3 +102,19 @@ def stop_head(head: subprocess.Popen, root: str) -> None:
 
     wait_until(all_gone, lambda: "processes of the Ray head end; still running: " + "; ".join(f"{pid} {describe(pid)}" for pid in left),
                timeout_s=60, poll_s=0.2)
+
+
+@contextmanager
+def recorded_head_started(prefix: str, *options: str, attempts: int = 4):
+    """A head that has started and recorded its address in its temp dir (`ray_current_cluster`,
+    where a driver with RAY_TMPDIR=head.root finds it). On a loaded machine `ray start` itself can
+    miss Ray's fixed start-up deadlines and exit: a head that did is started again."""
+    for attempt in range(1, attempts + 1):
+        with ray_head_started(prefix, *options) as head:
+            recorded = Path(head.root) / "ray" / "ray_current_cluster"
+            wait_until(lambda: recorded.exists() or head.process.poll() is not None, "the head records its address or exits")
+            if recorded.exists() and head.process.poll() is None:
+                yield head
+                return
+            failure = (Path(head.root) / "ray-start.log").read_text()[-2000:]
+    raise AssertionError(f"`ray start --head` did not start in {attempts} tries; the last said: {failure}")

@@ -107,7 +107,7 @@ def test_the_commit_message_is_the_title_what_changed_and_the_run(clone):
 def test_the_pull_request_description_has_the_issue_plan_changes_tests_cost_and_the_audit(clone):
     path, base = clone
     view = view_of(with_url(constructed_run(path, base)))
-    text = pr_description(view, ".magis/runs/0123456789ab/audit.html")
+    text = pr_description(view)
     assert text.startswith("## mean() returns the wrong value\n\nCloses acme/calc#7.\n")
     sections = [line for line in text.splitlines() if line.startswith("### ")]
     assert sections == ["### The issue", "### The plan", "### Changes", "### Tests", "### Cost"]
@@ -118,4 +118,8 @@ def test_the_pull_request_description_has_the_issue_plan_changes_tests_cost_and_
     assert "+    return total / len(values)" in text
     assert "The team ran no tests (`--tests off`)" in text
     assert "| custodian | gpt-4o-mini |" in text and "| total |" in text
-    assert text.rstrip().endswith("`magis-ray audit 0123456789ab` (.magis/runs/0123456789ab/audit.html).")
+    # the quote starts at the issue's first line of text, never an empty `>` line
+    quote = text.split("### The issue\n\n", 1)[1].splitlines()
+    assert quote[0].startswith("> ") and quote[0].strip() != ">"
+    # the footer names the command, not a file on the machine that made the run
+    assert text.rstrip().endswith("`magis-ray audit 0123456789ab`.") and "audit.html" not in text

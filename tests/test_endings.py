@@ -134,14 +134,13 @@ def test_a_run_whose_every_answer_fails_validation_says_which_step_at_submit_and
     assert_repeated(out, apply, out["reason"])
 
 
-def test_an_unreachable_model_says_so_at_submit_and_apply(tmp_path):
+def test_an_unreachable_model_is_refused_before_a_run_is_recorded(tmp_path):
+    """The endpoint is asked for its models before Ray starts: no run, one line. (A model lost
+    mid-run ends the run as `unreachable01` above says, resumably.)"""
     repo, _ = user_clone(tmp_path / "calc", FILES)
-    out, submit, apply = submit_and_apply(repo, "--llm", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "gpt-4o",
-                                          "--timeout", "2")
-    assert submit.returncode == 2 and out["outcome"] == "failed", submit.stdout + submit.stderr
-    assert out["model"] == "gpt-4o (openai, http://127.0.0.1:9/v1)"
-    assert out["reason"].startswith("run failed (") and "no reachable model" in out["reason"], out
-    errors = [line for line in submit.stderr.splitlines() if line.startswith("magis-ray: error:")]
-    assert errors == [f"magis-ray: error: run {out['run']} failed: {errors[0].split(' failed: ', 1)[1]}"]
-    assert "no reachable model" in errors[0] and f"magis-ray resume {out['run']} --store" in errors[0]
-    assert_repeated(out, apply, out["reason"])
+    (repo / "issue.md").write_text("# mean() returns the wrong value\n\nmean([1, 2, 3, 4]) is 3.33, not 2.5.\n")
+    submit = magis("submit", "issue.md", "--store", repo.parent / "store", "--tests", "off", "--llm", "openai",
+                   "--base-url", "http://127.0.0.1:9/v1", "--model", "gpt-4o", "--timeout", "2", cwd=repo, timeout=300)
+    assert submit.returncode == 2 and submit.stdout == "", submit.stdout + submit.stderr
+    assert submit.stderr.startswith("magis-ray: error: the model endpoint http://127.0.0.1:9/v1 does not answer")
+    assert len(submit.stderr.splitlines()) == 1 and not (repo.parent / "store" / "events.sqlite3").exists()

@@ -147,6 +147,12 @@ def test_compare_marks_the_first_divergence_as_the_replay_journal_finds_it(inspe
     assert "settings.model" in text and "settings.batch" in text  # their RunStarted differ there
     same = page(f"{inspector_url}compare?a={REJECTED}&b={REJECTED}")
     assert 'id="first-divergence"' not in same and "No divergence" in same
+    with open_store(str(inspector_store)) as store:
+        events = len(effective(store.read(REJECTED)))
+    assert f"reproduces all of A's {events} events" in " ".join(parsed(same).text)
+    # the empty page offers the store's runs to pick from
+    empty = page(f"{inspector_url}compare")
+    assert f"/compare?a={REJECTED}&amp;b=" in empty and f"/compare?a=&amp;b={FIXED}" in empty
 
 
 def test_search_finds_a_rejecting_review_across_runs(inspector_url):

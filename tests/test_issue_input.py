@@ -66,6 +66,7 @@ def test_a_swe_bench_record_is_read_as_it_is_and_a_partial_one_leaves_the_rest_t
     (b'{"hello": 1}', "h.json", "neither a SWE-bench record"),
     (b'{"problem_statement": "  "}', "e.json", "`problem_statement` is empty"),
     (b'{"title": "", "body": ""}', "g.json", "the issue is empty"),
+    (b'{"title": "mean() is wrong"}', "t.json", "a GitHub issue without its body"),
     (b'{"problem_statement": 5}', "t.json", "problem_statement"),
 ])
 def test_bad_input_says_what_is_wrong_in_one_line(data, where, says):

@@ -47,7 +47,9 @@ def test_submit_fixes_the_bug_and_the_failing_test_passes(calc_repo, tmp_path):
     # progress on stderr as plain lines, one per phase the run went through long enough to be seen
     # (RunSummary's stage, as the inspector shows it); stdout keeps the summary alone
     progress = [line.strip() for line in result.stderr.splitlines() if line.startswith("  ")]
-    assert progress and progress[0] in ("starting the team", "preparing the test environment"), result.stderr
+    assert progress[0] == "starting Ray" and progress[1] in ("starting the team", "preparing the test environment"), result.stderr
+    # the run's id is shown once Ray has started, before the team starts
+    assert result.stderr.index("  starting Ray") < result.stderr.index("run ") < result.stderr.index("  starting the team"), result.stderr
     assert "\x1b" not in result.stderr and not any(line.startswith("  ") for line in result.stdout.splitlines())
     lines = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)
     assert lines["outcome"].strip() == "patched"
@@ -73,6 +75,8 @@ def test_malformed_issue(tmp_path):
     (tmp_path / "typed.json").write_text('{"instance_id": "x", "problem_statement": 5}')
     assert_one_line_error(magis("submit", "typed.json", cwd=tmp_path), "typed.json", "problem_statement")
     assert_one_line_error(magis("submit", "missing.json", cwd=tmp_path), "missing.json")
+    (tmp_path / "title.json").write_text('{"number": 7, "title": "mean() is wrong"}')  # `gh issue view 7 --json number,title`
+    assert_one_line_error(magis("submit", "title.json", cwd=tmp_path), "title.json", "without its body", "--json number,title,body,url")
 
 
 def test_a_path_that_is_no_git_repository(tmp_path):

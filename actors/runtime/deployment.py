@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import ray
 
@@ -59,17 +61,110 @@ def own_ray_config(address: str) -> dict:
     return {"_system_config": {"preload_python_modules": [LEAN_WORKERS], "worker_niceness": WORKER_NICENESS}}
 
 
-def ensure_ray(address: str | None = None) -> None:
-    """Join the cluster RAY_ADDRESS names (as `ray job submit` sets it), else start a Ray of our
-    own: never a cluster that merely happens to run on this machine."""
-    if not ray.is_initialized():
-        # Ray announces its (kept) default of token authentication on every start; not news to our users.
-        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-        address = address or os.environ.get("RAY_ADDRESS") or "local"
-        ray.init(
-            address=address, namespace=NAMESPACE, runtime_env=settings_runtime_env(address, dict(os.environ)),
-            include_dashboard=False, log_to_driver=False, configure_logging=False, **own_ray_config(address),
-        )
+# A Ray of our own whose start runs out of time is started again until this long has passed since
+# the first try: on a loaded machine Ray's node start misses its own fixed deadlines (the raylet
+# waits about 15 s for the dashboard agent's ports, the driver 30 s for the raylet) while the
+# processes it started are merely slow. A start that fails for any other reason is not retried.
+# MAGIS_RAY_START_S changes it.
+DEFAULT_RAY_START_S = 300.0
+
+
+def ray_start_seconds(environ: dict[str, str] | None = None) -> float:
+    value = (os.environ if environ is None else environ).get("MAGIS_RAY_START_S", "")
+    try:
+        return float(value) if value and float(value) > 0 else DEFAULT_RAY_START_S
+    except ValueError:
+        return DEFAULT_RAY_START_S
+
+
+# MAGIS_RAY: "auto" (a running local Ray started with `ray start --head`, else one of our own) or
+# "own" (always one of our own, ended with the command).
+RAY_CHOICE_VARIABLE = "MAGIS_RAY"
+
+
+class RayStartFailed(Exception):
+    """Ray did not start (or the Ray named could not be joined); the message is the one line the user sees."""
+
+
+def warm_local_ray(environ: dict[str, str] | None = None) -> str | None:
+    """The address of a Ray that `ray start --head` left running on this machine, if its GCS
+    answers: Ray records the last one it started in its temp dir (RAY_TMPDIR, else /tmp/ray).
+    None when MAGIS_RAY=own, when none was started, or when the recorded one is gone."""
+    import socket
+
+    from ray._private.utils import read_ray_address
+
+    environ = os.environ if environ is None else environ
+    if environ.get(RAY_CHOICE_VARIABLE, "auto") == "own":
+        return None
+    try:
+        address = read_ray_address()
+    except OSError:
+        return None
+    if not address or ":" not in address:
+        return None
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return address
+    except (OSError, ValueError):
+        return None
+
+
+def ray_address(environ: dict[str, str] | None = None) -> str:
+    """Where this driver's Ray is: the cluster RAY_ADDRESS names (as `ray job submit` sets it), else
+    a warm local Ray (warm_local_ray), else "local", a Ray of our own."""
+    environ = os.environ if environ is None else environ
+    return environ.get("RAY_ADDRESS") or warm_local_ray(environ) or "local"
+
+
+def ensure_ray(address: str | None = None) -> str:
+    """Join the cluster RAY_ADDRESS names, or a warm local Ray, else start a Ray of our own; the
+    address used. RayStartFailed (one line: Ray's reason and where its logs are) when it cannot."""
+    if ray.is_initialized():
+        return ray.get_runtime_context().gcs_address
+    # Ray announces its (kept) default of token authentication on every start; not news to our users.
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    address = address or ray_address()
+    deadline = time.monotonic() + ray_start_seconds()
+    while True:
+        try:
+            ray.init(
+                address=address, namespace=NAMESPACE, runtime_env=settings_runtime_env(address, dict(os.environ)),
+                include_dashboard=False, log_to_driver=False, configure_logging=False, **own_ray_config(address),
+            )
+            return address
+        except Exception as exc:  # noqa: BLE001 - Ray raises bare Exceptions, RuntimeErrors and OSErrors here
+            ray.shutdown()  # ends what a half-made start left running
+            if address == "local" and start_timed_out(exc) and time.monotonic() < deadline:
+                continue
+            raise RayStartFailed(start_failure(address, exc)) from None
+
+
+def start_timed_out(exc: BaseException) -> bool:
+    return "timed out" in str(exc).lower()
+
+
+def start_failure(address: str, exc: BaseException) -> str:
+    """The one line of a Ray that did not start: its reason's first line, and its session's logs."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    reason = (lines[0] if lines else type(exc).__name__).rstrip(".")
+    if address != "local":
+        return f"cannot join the Ray at {address}: {reason}"
+    logs = own_session_logs()
+    return f"Ray did not start: {reason}" + (f"; its logs: {logs}" if logs else "")
+
+
+def own_session_logs() -> str:
+    """The logs folder of the Ray session this process started: Ray names a session's folder after
+    the time and the pid of the process that started it."""
+    from ray._common.utils import get_default_ray_temp_dir
+
+    try:
+        sessions = sorted(Path(get_default_ray_temp_dir()).glob(f"session_*_{os.getpid()}"))
+    except OSError:
+        return ""
+    return str(sessions[-1] / "logs") if sessions else ""
 
 
 def new_run_id() -> str:

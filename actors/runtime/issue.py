@@ -71,7 +71,8 @@ class IssueDraft(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
 
 
 class _GitHubIssue(msgspec.Struct, forbid_unknown_fields=False):
-    """`gh issue view N --json number,title,body,url` (any of them may be missing but the title)."""
+    """`gh issue view N --json number,title,body,url` (the number and url may be missing; the body
+    must be there, though it may be empty)."""
 
     title: str
     body: str | None = ""
@@ -108,6 +109,11 @@ def _from_json(text: str, where: str) -> IssueDraft:
             raise BadIssue(f"{where}: `problem_statement` is empty")
         return draft
     if "title" in data:
+        if "body" not in data:
+            # `gh issue view N --json title` leaves the issue's text out; a run on its title alone is
+            # rarely what was meant
+            raise BadIssue(f"{where}: a GitHub issue without its body: ask gh for it "
+                           "(gh issue view N --json number,title,body,url)")
         try:
             issue = msgspec.convert(data, _GitHubIssue)
         except msgspec.ValidationError as exc:

@@ -93,6 +93,14 @@ def holder_state(lease: Lease) -> str:
         return "unknown"
 
 
+def driver_gone(lease: Lease | None, now: float | None = None) -> bool:
+    """Whether a run without an ending has no live driver: nobody holds its lease, the lease ran
+    out, or this host sees its holder dead (killed -9, crashed): it is cut off, and resumable."""
+    if lease is None or not lease.live(now or time.time()):
+        return True
+    return holder_state(lease) == "dead"
+
+
 def describe_holder(lease: Lease, what: str, now: float | None = None) -> str:
     """The one line that says who holds `what`; "running" only when this host sees it run."""
     now = now or time.time()

@@ -29,6 +29,7 @@ class Comparison:
     rows: list[Row]
     first: int | None  # index of the first divergence in rows (None: the runs match)
     settings: list[tuple[str, object, object]] = field(default_factory=list)  # what their RunStarted differ in
+    left_events: int = 0  # A's events in effect (its RunStarted among them): what "no divergence" covers
 
     @property
     def divergence(self) -> Row | None:
@@ -96,7 +97,7 @@ def compare(left: list[Recorded], right: list[Recorded]) -> Comparison:
         if first is None:
             first = len(rows)  # replay: a logged event re-execution never reached
         rows.append(Row(rec.actor, step, rec, None, False))
-    return Comparison(rows, first, settings_differences(_started(left), _started(right)))
+    return Comparison(rows, first, settings_differences(_started(left), _started(right)), len(effective(left)))
 
 
 def _started(events: list[Recorded]) -> RunStarted | None:

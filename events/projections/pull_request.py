@@ -111,9 +111,10 @@ def _tests_section(view: RunView) -> list[str]:
     return out
 
 
-def pr_description(view: RunView, audit_hint: str = "") -> str:
+def pr_description(view: RunView) -> str:
     """A pull request's description in Markdown: the issue, the plan, the changes per file, the
-    tests run and their outcome, the cost, and where the full audit is."""
+    tests run and their outcome, the cost, and the command that shows the full audit (a path on
+    the machine that made the run would mean nothing on GitHub)."""
     started = view.started
     out = [f"## {issue_title(view)}", ""]
     if started is not None:
@@ -121,7 +122,8 @@ def pr_description(view: RunView, audit_hint: str = "") -> str:
         out.append(f"Closes {ref}." if ref else f"Resolves `{started.instance_id}`" +
                    (f" ({started.issue_url})." if started.issue_url else "."))
         out.append("")
-        issue_lines = started.problem_statement.strip().splitlines()[1:]  # the title is the heading already
+        # the title is the heading already; the blank lines between it and the body are no part of the quote
+        issue_lines = _without_blank_ends(started.problem_statement.strip().splitlines()[1:])
         quoted = issue_lines[:ISSUE_LINES] + (["…"] if len(issue_lines) > ISSUE_LINES else [])
         if any(line.strip() for line in quoted):
             out += ["### The issue", "", *(f"> {line}".rstrip() for line in quoted), ""]
@@ -152,7 +154,13 @@ def pr_description(view: RunView, audit_hint: str = "") -> str:
     out += ["### Cost", "",
             f"{total['calls']} model calls, {total['prompt_tokens']} prompt + {total['completion_tokens']} completion tokens, "
             f"${total['cost_usd']:.4f}.", "", *cost_table(m), ""]
-    where = f"`magis-ray audit {view.run_id}`" + (f" ({audit_hint})" if audit_hint else "")
+    where = f"`magis-ray audit {view.run_id}`"
     out += ["---", f"Made by magis-ray's team of agents ([MAGIS](https://arxiv.org/abs/2403.17927)) in run `{view.run_id}`. "
             f"The full audit (every decision, who made it, why and at what cost): {where}."]
     return "\n".join(out) + "\n"
+
+
+def _without_blank_ends(lines: list[str]) -> list[str]:
+    start = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
+    end = next((i for i in range(len(lines), start, -1) if lines[i - 1].strip()), start)
+    return lines[start:end]

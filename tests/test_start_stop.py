@@ -1,0 +1,231 @@
+"""Starting and stopping `magis-ray submit` on a busy machine, as a user (or `timeout`, CI, systemd)
+does it, each beside two busy loops: a Ray that cannot start, SIGTERM mid-run, an unreachable
+model, and a warm Ray left running by `ray start --head`."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from processes import busy_loops, describe, in_session
+from rayheads import recorded_head_started
+from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, write_issue
+from waiting import wait_until
+
+from magis_ray.actors.code.diffs import file_diff
+from magis_ray.actors.code.edits import apply_edits
+from magis_ray.actors.model.scripted_server import ScriptedServer
+from magis_ray.actors.model.scripted_team import ScriptedTeam
+from magis_ray.events.projections import final_diff, fold
+from magis_ray.events.schema import RunFailed, RunFinished
+from magis_ray.store import NotAStore, open_store
+
+MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
+EXPECTED_DIFF = file_diff("calc/stats.py", STATS, apply_edits(STATS, [MEAN_FIX])) + file_diff(
+    "calc/texts.py", TEXTS, apply_edits(TEXTS, [SHOUT_FIX])
+)
+# A process deadline that bounds a hang; what is asserted is the outcome, never the time.
+GENEROUS_S = 300
+
+
+def team(delay_s=0.25):
+    return ScriptedTeam({"calc/stats.py": [MEAN_FIX], "calc/texts.py": [SHOUT_FIX]}, delay_s=delay_s)
+
+
+def environment(**extra) -> dict:
+    env = {**os.environ, "OPENAI_API_KEY": "k", "MAGIS_LOG_LEVEL": "warning", **extra}
+    env.pop("OPENAI_BASE_URL", None)
+    return env
+
+
+def run(args, cwd, env=None, timeout=GENEROUS_S):
+    return subprocess.run([*MAGIS, *args], cwd=cwd, env=env or environment(), capture_output=True, text=True, timeout=timeout)
+
+
+def runs_in(store: Path) -> list[str]:
+    try:
+        with open_store(str(store)) as s:
+            return [info.run_id for info in s.list_runs()]
+    except NotAStore:
+        return []
+
+
+def assert_one_line_error(result, *fragments):
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout
+    errors = [line for line in result.stderr.splitlines() if line.startswith("magis-ray: error:")]
+    assert len(errors) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+    # no run id is shown for a run that never started
+    assert not any(line.startswith("run ") for line in result.stderr.splitlines()), result.stderr
+
+
+@pytest.fixture
+def issue_file(calc_repo, tmp_path):
+    repo_path, base = calc_repo
+    return write_issue(tmp_path / "issue.json", calc_issue(repo_path, base, BOTH_ISSUE))
+
+
+def test_a_ray_that_cannot_start_ends_in_one_line_and_records_nothing(issue_file, tmp_path):
+    """Ray's temp dir is a file: no Ray can start there. Nothing is recorded, no id is shown."""
+    broken = tmp_path / "not-a-folder"
+    broken.write_text("Ray cannot make its session folder under a file\n")
+    store = tmp_path / "store"
+    with busy_loops(2), ScriptedServer(team(delay_s=0)) as server:
+        result = run(["submit", str(issue_file), "--store", str(store), "--base-url", server.base_url, "--model", "m"],
+                     tmp_path, environment(RAY_TMPDIR=str(broken)))
+    assert_one_line_error(result, "Ray did not start")
+    assert runs_in(store) == []
+    assert server.requests == []  # the model was asked for its list of models, and for nothing else
+
+
+def test_sigterm_ends_the_run_resumably_and_resume_finishes_it(issue_file, tmp_path):
+    store = tmp_path / "store"
+    with busy_loops(2), ScriptedServer(team()) as server:
+        driver = subprocess.Popen(
+            [*MAGIS, "submit", str(issue_file), "--store", str(store), "--base-url", server.base_url, "--model", "m"],
+            cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True,
+        )
+        try:
+            run_id = wait_until(lambda: next((r for r in runs_in(store) if len(events_of(store, r)) >= 15), None),
+                                "the run holds 15 events", while_running=driver)
+            driver.send_signal(signal.SIGTERM)  # to the driver alone, as `kill PID` and `timeout` send it
+            out, err = driver.communicate(timeout=GENEROUS_S)
+        finally:
+            if driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGKILL)
+                driver.wait()
+        assert driver.returncode == 143 and "Traceback" not in err and "Aborted" not in err, err
+        assert f"magis-ray resume {run_id}" in err
+        cut = events_of(store, run_id)
+        assert isinstance(cut[-1].event, RunFailed) and cut[-1].event.resumable and cut[-1].event.error_type == "Interrupted"
+        # the driver's Ray (its GCS, raylet, workers) ended with it
+        left: list[int] = []
+
+        def nothing_left() -> bool:
+            left[:] = in_session(driver.pid)
+            return not left
+
+        wait_until(nothing_left, lambda: "the stopped driver's processes end; left: " + "; ".join(f"{p} {describe(p)}" for p in left))
+        listed = run(["runs", "--store", str(store)], tmp_path)
+        assert run_id in listed.stdout and "running" not in listed.stdout, listed.stdout
+        resumed = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path)
+        assert resumed.returncode == 0, resumed.stderr
+    events = events_of(store, run_id)
+    assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF
+
+
+def events_of(store: Path, run_id: str):
+    with open_store(str(store)) as s:
+        return s.read(run_id)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_model_ends_before_ray_starts(issue_file, tmp_path):
+    store = tmp_path / "store"
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    with busy_loops(2):
+        result = run(["submit", str(issue_file), "--store", str(store), "--base-url", url, "--model", "m"], tmp_path)
+    assert_one_line_error(result, url, "does not answer")
+    assert runs_in(store) == []
+    assert "starting Ray" not in result.stderr
+
+
+class ListingEndpoint:
+    """A remote model endpoint as far as GET /models goes: it lists gpt-4o, and refuses any key but
+    "good-key" (HTTP 401), as OpenAI's does; it serves no completion (the run must not get that far)."""
+
+    def __init__(self):
+        import json
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.headers.get("Authorization") != "Bearer good-key":
+                    code, body = 401, {"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}}
+                else:
+                    code, body = 200, {"object": "list", "data": [{"id": "gpt-4o", "object": "model", "owned_by": "openai"}]}
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self):
+        import threading
+
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_refused_key_or_model_name_ends_in_one_line(issue_file, tmp_path):
+    store = tmp_path / "store"
+    with ListingEndpoint() as endpoint:
+        wrong_key = run(["submit", str(issue_file), "--store", str(store), "--base-url", endpoint.base_url, "--model", "gpt-4o"],
+                        tmp_path, environment(OPENAI_API_KEY="bad-key"))
+        wrong_model = run(["submit", str(issue_file), "--store", str(store), "--base-url", endpoint.base_url, "--model", "gpt-x"],
+                          tmp_path, environment(OPENAI_API_KEY="good-key"))
+    assert_one_line_error(wrong_key, "refuses the key", "HTTP 401")
+    assert "bad-key" not in wrong_key.stderr
+    assert_one_line_error(wrong_model, "does not serve gpt-x", "gpt-4o")
+    assert runs_in(store) == []
+
+
+def test_submit_uses_a_running_ray_head(issue_file, tmp_path):
+    """`ray start --head` left running: submit joins it rather than starting a Ray of its own."""
+    store = tmp_path / "store"
+    with busy_loops(2), recorded_head_started("magis-warm-") as head, ScriptedServer(team(delay_s=0)) as server:
+        env = environment(**{name: value for name, value in head.env.items() if name.startswith("RAY_")},
+                          RAY_TMPDIR=head.root, MAGIS_RAY="auto")
+        result = run(["submit", str(issue_file), "--store", str(store), "--base-url", server.base_url, "--model", "m"],
+                     tmp_path, env)
+        assert result.returncode == 0, result.stderr
+        assert f"using the running Ray at {head.address}" in result.stderr, result.stderr
+        # a Ray of its own would have made a session folder named after the driver's pid there
+        sessions = sorted(p.name for p in (Path(head.root) / "ray").glob("session_*") if not p.is_symlink())
+        assert len(sessions) == 1, sessions
+    [run_id] = runs_in(store)
+    assert final_diff(fold(events_of(store, run_id))) == EXPECTED_DIFF
+
+
+def test_runs_shows_a_run_without_a_driver_as_cut_off(tmp_path):
+    """Two runs cut short of their ending: one whose driver (this process) holds its lease, one
+    whose driver is gone (no lease: it was killed before releasing, and its lease ran out)."""
+    from runs import constructed_run, fixed_new_events, repo_for
+
+    from magis_ray.actors.runtime.liveness import Liveness
+
+    repo_path, base = repo_for(tmp_path)
+    store = tmp_path / "store"
+    unfinished = [pair for pair in constructed_run(repo_path, base) if not isinstance(pair[1], RunFinished)]
+    with open_store(str(store), create=True) as s:
+        s.append("live00000001", 0, fixed_new_events(unfinished))
+        s.append("gone00000002", 0, fixed_new_events(unfinished, start=1_700_100_000.0))
+    with Liveness(str(store)) as liveness:
+        liveness.take("live00000001")
+        listed = run(["runs", "--store", str(store)], tmp_path)
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
+    assert rows["live00000001"].split()[2] == "running", listed.stdout
+    assert rows["gone00000002"].split()[2:4] == ["cut", "off"] and "magis-ray resume" in rows["gone00000002"], listed.stdout
