@@ -2,8 +2,9 @@
 
 Two kinds of suite:
 - pytest's: a test is a file or a `file::test` id, run from the repository's root and read from
-  pytest's -rA summary (pytest_log.py: the core's, so a plain install tests a repository). Every repository pytest can run (sympy's `bin/test` and sphinx's tox run
-  tests pytest collects as well), and a user's own repository by default.
+  pytest's -rA summary (pytest_log.py: the core's own reader, so a plain install tests a
+  repository). Every repository pytest can run (sympy's `bin/test` and sphinx's tox run tests
+  pytest collects as well), and a user's own repository by default.
 - Django's own runner (`tests/runtests.py`): pytest cannot run Django's suite (its settings module,
   its test apps installed per label). A test is a dotted label under the runner's folder
   (`APP.tests`, `APP.tests.Class.test_method`), and the output is read by the SWE-bench harness's
