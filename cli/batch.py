@@ -21,7 +21,7 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
     from magis_ray.store import open_store
 
     from .errors import BadInput
-    from .submit import interrupted_exit_code, stopped_by_signals
+    from .signals import interrupted_exit_code, stopped_by_signals
 
     try:
         items = read_batch_items(dataset.read_bytes().splitlines(), dataset.name)

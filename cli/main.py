@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="magis-ray", standalone_mode=False)
     except click.exceptions.Abort:
-        from .submit import interrupted_exit_code
+        from .signals import interrupted_exit_code
 
         click.echo("magis-ray: interrupted", err=True)
         sys.exit(interrupted_exit_code())

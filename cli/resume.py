@@ -58,7 +58,8 @@ def resume_command(ctx, run, repo, store_path, local_port, **_settings) -> None:
     from .errors import BadInput
     from .source import repo_of, resolve_run_id
     from .progress import Progress
-    from .submit import conclude, start_ray, stopped_by_signals
+    from .signals import stopped_by_signals
+    from .submit import conclude, start_ray
 
     flags = given_flags(ctx)
     with open_store(store_path) as store:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -14,6 +13,7 @@ from .endpoint import check_endpoint, default_model, gateway_config, model_endpo
 from .errors import UserError
 from .options import DEFAULT_STORE, model_options, settings_options, store_option
 from .settings import DEFAULTS
+from .signals import interrupted_exit_code, stopped_by_signals
 
 
 @click.command("submit")
@@ -200,33 +200,3 @@ def start_ray(store_path: str, run_id: str) -> None:
             ensure_ray(address)
     except RayStartFailed as exc:
         raise BadInput(str(exc)) from None
-
-
-# What a stopped run exits with: 128 + the signal's number, as a shell reports a process the signal ended.
-SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}
-_stopped_by: list[str] = []  # the name of the signal that stopped this command, once one has
-
-
-def interrupted_exit_code() -> int:
-    return SIGNAL_EXIT[_stopped_by[-1]] if _stopped_by else SIGNAL_EXIT["SIGINT"]
-
-
-@contextmanager
-def stopped_by_signals():
-    """SIGTERM and SIGHUP (`kill`, `timeout`, CI cancellation, systemd, a closed terminal) stop the
-    command as Ctrl-C does: KeyboardInterrupt in the main thread, so the run ends failed and
-    resumable. The exit code then names the signal (143 for SIGTERM)."""
-    import signal
-
-    def stop(signum, _frame) -> None:
-        _stopped_by.append(signal.Signals(signum).name)
-        raise KeyboardInterrupt
-
-    names = ("SIGINT", "SIGTERM", "SIGHUP")
-    previous = {name: signal.signal(getattr(signal, name), stop) for name in names}
-    try:
-        yield
-    finally:
-        for name, handler in previous.items():
-            # None: a handler set outside Python (Ray's own), which cannot be set again from here
-            signal.signal(getattr(signal, name), signal.SIG_DFL if handler is None else handler)

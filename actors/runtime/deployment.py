@@ -152,7 +152,9 @@ def start_failure(address: str, exc: BaseException) -> str:
     if address != "local":
         return f"cannot join the Ray at {address}: {reason}"
     logs = own_session_logs()
-    return f"Ray did not start: {reason}" + (f"; its logs: {logs}" if logs else "")
+    # a start that ran out of time every time: the machine is busy, and a Ray started once stays warm
+    warm = "; on a busy machine, start a Ray once with `ray start --head` and submit beside it" if start_timed_out(exc) else ""
+    return f"Ray did not start: {reason}" + (f"; its logs: {logs}" if logs else "") + warm
 
 
 def own_session_logs() -> str:
