@@ -10,8 +10,6 @@ unless MAGIS_ENV_CACHE or `--env-cache` say otherwise; builds of the same key on
 each other (a file lock), so each node builds each environment once."""
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -22,6 +20,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from filelock import FileLock
 
 from . import era
 from .identities import build_identity, give_to
@@ -127,13 +127,10 @@ class Environment:
         return found
 
 
-@contextlib.contextmanager
-def folder_lock(folder: Path):
-    """The node-wide lock of a cache folder: who builds or changes it holds it."""
+def folder_lock(folder: Path) -> FileLock:
+    """The node-wide lock of a cache folder (`with folder_lock(f):`): who builds or changes it holds it."""
     folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+    return FileLock(folder.parent / f"{folder.name}.lock")
 
 
 def locked_build(folder: Path, build, done: str = "ready.json"):
