@@ -10,6 +10,8 @@ unless MAGIS_ENV_CACHE or `--env-cache` say otherwise; builds of the same key on
 each other (a file lock), so each node builds each environment once."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -20,8 +22,6 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-from filelock import FileLock
 
 from . import era
 from .identities import build_identity, give_to
@@ -127,10 +127,13 @@ class Environment:
         return found
 
 
-def folder_lock(folder: Path) -> FileLock:
-    """The node-wide lock of a cache folder (`with folder_lock(f):`): who builds or changes it holds it."""
+@contextlib.contextmanager
+def folder_lock(folder: Path):
+    """The node-wide lock of a cache folder: who builds or changes it holds it."""
     folder.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(folder.parent / f"{folder.name}.lock")
+    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def locked_build(folder: Path, build, done: str = "ready.json"):

@@ -11,12 +11,11 @@ uid, the owner of the cached environments and of pip's cache, which every build 
 MAGIS_SANDBOX_UIDS ("990000-990999" by default) names the pool; its first uid is the builds'."""
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-
-from filelock import FileLock, Timeout
 
 DEFAULT_POOL = (990000, 990999)
 USER_NAME = "magis-sandbox"
@@ -64,7 +63,7 @@ class IdentityLease:
 
     def __init__(self, for_build: bool = False) -> None:
         self._for_build = for_build
-        self._lock: FileLock | None = None
+        self._lock = None
 
     def __enter__(self) -> Identity:
         if self._for_build or not running_as_root():
@@ -73,10 +72,11 @@ class IdentityLease:
         folder = Path(tempfile.gettempdir()) / "magis-ray-sandbox-uids"
         folder.mkdir(mode=0o700, exist_ok=True)
         for uid in range(first + 1, last + 1):
-            lock = FileLock(folder / str(uid), blocking=False)
+            lock = open(folder / str(uid), "w")
             try:
-                lock.acquire()
-            except Timeout:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.close()
                 continue
             self._lock = lock
             return Identity(uid, uid, drop=True)
@@ -84,7 +84,7 @@ class IdentityLease:
 
     def __exit__(self, *exc: object) -> None:
         if self._lock is not None:
-            self._lock.release()
+            self._lock.close()  # the lock goes with the descriptor
             self._lock = None
 
 
