@@ -102,6 +102,24 @@ def test_429_exhausted_reports_rate_limit():
     assert (event.failure, event.status) == ("http", 429)
 
 
+def test_the_backoff_doubles_up_to_its_cap_with_half_of_it_jittered_and_a_retry_after_wins():
+    from types import SimpleNamespace
+
+    from magis_ray.actors.model.gateway import _Failure
+
+    wait = Gateway(GatewayConfig(backoff_base_s=0.5, backoff_cap_s=3.0))._wait()
+
+    def after(tries: int, retry_after: float = 0.0) -> list[float]:
+        state = SimpleNamespace(attempt_number=tries, outcome=SimpleNamespace(result=lambda: _Failure("http", "x", retry_after)))
+        return [wait(state) for _ in range(200)]
+
+    for tries, delay in [(1, 0.5), (2, 1.0), (3, 2.0), (4, 3.0), (9, 3.0)]:
+        waits = after(tries)
+        assert all(delay / 2 <= w <= delay for w in waits), (tries, min(waits), max(waits))
+        assert max(waits) - min(waits) > delay / 10  # jittered, not fixed
+    assert set(after(1, retry_after=2.5)) == {2.5} and set(after(1, retry_after=60)) == {3.0}  # honored, capped
+
+
 def test_retry_after_header_forms():
     assert _retry_after({"retry-after-ms": "250", "retry-after": "3"}) == 0.25
     assert _retry_after({"retry-after": "2"}) == 2.0

@@ -5,6 +5,7 @@ test checks both that it was stopped and that the host saw nothing of it; an att
 memory, that it cost the host no more than the sandbox's budget."""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -301,6 +302,7 @@ print(json.dumps(report))
 
 NOBODY = 65534
 SANDBOX_MODULES = ("sandbox.py", "capture.py", "identities.py", "memory_budget.py", "scratch_disks.py")
+SANDBOX_LIBRARIES = ("psutil",)  # what those modules import beyond the standard library
 
 
 @pytest.fixture
@@ -318,7 +320,8 @@ def as_nobody(*argv: str) -> list[str]:
 
 @pytest.fixture
 def nobody_python(public_tmp):
-    """(an interpreter uid 65534 can run, the PYTHONPATH of a copy of the sandbox's own modules)."""
+    """(an interpreter uid 65534 can run, the PYTHONPATH of a copy of the sandbox's own modules and
+    of the libraries they import: the interpreter may be the system's, without them)."""
     if not ROOT or shutil.which("setpriv") is None:
         pytest.skip("needs root to become an unprivileged user")
     python = next((p for p in (sys.executable, shutil.which("python3"), "/usr/bin/python3")
@@ -333,6 +336,8 @@ def nobody_python(public_tmp):
         shutil.copy(source / name, package / name)
     for folder in (package, package.parent):
         (folder / "__init__.py").write_text("")
+    for library in SANDBOX_LIBRARIES:
+        shutil.copytree(Path(importlib.import_module(library).__file__).parent, public_tmp / "pkg" / library)
     subprocess.run(["chmod", "-R", "a+rX", str(public_tmp)], check=True)
     return python, str(public_tmp / "pkg")
 

@@ -26,10 +26,11 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 WATCH_S = 0.05  # the watchdog's look, and how often a cgroup's kill count is read
 PREFIX = "magis-sandbox-"
 CLEANUP_S = 30.0  # how long the end of a sandbox may wait for its cgroup to empty
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def _remove_stale(parent: Path) -> None:
         if not entry.name.startswith(PREFIX) or not entry.is_dir(follow_symlinks=False):
             continue
         maker = entry.name[len(PREFIX):].split("-", 1)[0]
-        if maker.isdigit() and not os.path.exists(f"/proc/{maker}"):
+        if maker.isdigit() and not psutil.pid_exists(int(maker)):
             try:
                 os.rmdir(entry.path)
             except OSError:
@@ -251,7 +252,10 @@ class CgroupBudget:
 
 
 def _tree(root: int) -> list[int]:
-    """`root` and every process under it (a PID namespace's orphans become its init's children)."""
+    """`root` and every process under it (a PID namespace's orphans become its init's children).
+
+    Walked through each process's own list of children: psutil's children() reads every process
+    of the machine to map their parents, several times the cost of this walk, at every look."""
     found, stack = [], [root]
     while stack:
         pid = stack.pop()
@@ -268,23 +272,12 @@ def _tree(root: int) -> list[int]:
     return found
 
 
-def _rss(pid: int) -> int:
+def _memory(process: psutil.Process, proportional: bool) -> int:
+    """The process's resident set, or its proportional set size; 0 once it is gone."""
     try:
-        with open(f"/proc/{pid}/statm", "rb") as statm:
-            return int(statm.read().split()[1]) * PAGE
-    except (OSError, ValueError, IndexError):
+        return process.memory_full_info().pss if proportional else process.memory_info().rss
+    except psutil.Error:  # ended, a zombie, or not readable by this user
         return 0
-
-
-def _pss(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
-            for line in rollup:
-                if line.startswith(b"Pss:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
 
 
 def _folder_usage(pid: int, folders: dict[str, int]) -> int:
@@ -317,6 +310,9 @@ class WatchdogBudget:
     control: str = "watchdog"
     poll_s: float = WATCH_S
     peak: int = 0
+    # psutil's handle of each process seen at the last look, kept for the next (making one reads
+    # the process's start time)
+    _known: dict[int, psutil.Process] = field(default_factory=dict, repr=False)
 
     def join(self) -> None:
         """Nothing to join: the watchdog looks at the sandbox's processes from outside."""
@@ -332,8 +328,21 @@ class WatchdogBudget:
             inside = next((pid for pid in pids if _pid_namespace(pid) not in (None, _pid_namespace(tree_root))), None)
             if inside is not None:
                 folders = _folder_usage(inside, self.in_memory)
-        resident = sum(_rss(pid) for pid in pids) + folders
-        return resident if resident <= self.limit else sum(_pss(pid) for pid in pids) + folders
+        processes = self._processes(pids)
+        resident = sum(_memory(p, proportional=False) for p in processes) + folders
+        return resident if resident <= self.limit else sum(_memory(p, proportional=True) for p in processes) + folders
+
+    def _processes(self, pids: list[int]) -> list[psutil.Process]:
+        known = {}
+        for pid in pids:
+            if (process := self._known.get(pid)) is None:
+                try:
+                    process = psutil.Process(pid)
+                except psutil.Error:
+                    continue
+            known[pid] = process
+        self._known = known
+        return list(known.values())
 
     def over(self, tree_root: int) -> bool:
         used = self.used(tree_root)
@@ -398,11 +407,7 @@ def why_no_cgroup() -> str:
 def host_memory() -> int:
     """The memory this process's sandboxes can have at most: the machine's, or less where this
     process's cgroup (or one above it) has a lower limit (a container's)."""
-    try:
-        total = next(int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()
-                     if line.startswith("MemTotal:"))
-    except (OSError, StopIteration, ValueError):
-        return 0
+    total = psutil.virtual_memory().total
     try:
         place = own_place(Path("/proc/self/cgroup").read_text(), Path("/proc/self/mountinfo").read_text())
     except OSError:

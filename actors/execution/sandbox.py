@@ -44,6 +44,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from . import scratch_disks
 from .capture import OutputCapture, size_text
 from .identities import Identity, IdentityLease, running_as_root
@@ -253,40 +255,36 @@ def _rlimits(limits: Limits, processes: int) -> list[tuple[int, int]]:
 
 
 def _own_process_count() -> int:
-    """How many processes this (non-root) user runs now: the process limit counts them all."""
+    """How many processes this (non-root) user runs now: the process limit counts them all, each
+    of their threads included, by real uid."""
     uid, count = os.getuid(), 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if entry.stat(follow_symlinks=False).st_uid == uid:
-                    count += 1
-            except OSError:
-                continue
+    for process in psutil.process_iter(["uids", "num_threads"]):
+        if process.info["uids"] is not None and process.info["uids"].real == uid:
+            count += process.info["num_threads"] or 1
     return count
 
 
 def _namespace_of_child(pid: int) -> str | None:
-    """The PID namespace of bwrap's child (the sandbox's first process), once it exists."""
+    """The PID namespace of bwrap's child (the sandbox's first process), once it exists. (psutil
+    has no namespaces: they are read from /proc.)"""
     try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        for child in children:
-            link = os.readlink(f"/proc/{child}/ns/pid")
+        for child in psutil.Process(pid).children():
+            link = os.readlink(f"/proc/{child.pid}/ns/pid")
             if link != os.readlink(f"/proc/{pid}/ns/pid"):
                 return link
-    except OSError:
+    except (OSError, psutil.Error):
         return None
     return None
 
 
 def _count_in_namespace(namespace: str) -> int:
     count = 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if os.readlink(f"/proc/{entry.name}/ns/pid") == namespace:
-                    count += 1
-            except OSError:
-                continue
+    for pid in psutil.pids():
+        try:
+            if os.readlink(f"/proc/{pid}/ns/pid") == namespace:
+                count += 1
+        except OSError:
+            continue
     return count
 
 

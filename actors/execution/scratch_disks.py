@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .memory_budget import _mounts
+import psutil
 
 IN_MEMORY_FILESYSTEMS = {"tmpfs", "ramfs"}
 TOOLS = os.pathsep.join(["/usr/sbin", "/sbin", "/usr/bin", "/bin"])  # where losetup, mkfs.ext4 and mount live
@@ -67,7 +67,7 @@ def new_place() -> str:
         entries = []
     for entry in entries:
         maker = entry.name[len(PREFIX):].split("-", 1)[0] if entry.name.startswith(PREFIX) else ""
-        if maker.isdigit() and not os.path.exists(f"/proc/{maker}"):
+        if maker.isdigit() and not psutil.pid_exists(int(maker)):
             shutil.rmtree(entry.path, ignore_errors=True)
     return tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=folder)
 
@@ -75,14 +75,15 @@ def new_place() -> str:
 def filesystem_of(path: str) -> str:
     """The type of the filesystem that holds `path` (its longest mount point)."""
     try:
-        mounts = _mounts(Path("/proc/self/mountinfo").read_text())
+        mounts = psutil.disk_partitions(all=True)
     except OSError:
         return ""
     real = os.path.realpath(path)
     best, kind = "", ""
-    for _, point, fstype, _ in mounts:
+    for mount in mounts:
+        point = mount.mountpoint
         if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
-            best, kind = point, fstype
+            best, kind = point, mount.fstype
     return kind
 
 

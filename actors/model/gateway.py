@@ -1,6 +1,6 @@
 """The only caller of the model: one logical request in, one `LLMExchanged` event out.
 
-Transport retries (429, 5xx, connection errors, timeouts) happen here, with our own backoff,
+Transport retries (429, 5xx, connection errors, timeouts) happen here, with tenacity's backoff,
 so every outcome is observable; the openai client's own retries are off. Model and transport
 failures never raise: they end as an event whose `failure` names the kind ("timeout", "http"
 with its `status`, "connection", "empty", ...; "script" when the scripted model has no rule for
@@ -22,7 +22,6 @@ import asyncio
 import email.utils
 import json
 import os
-import random
 import re
 import time
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from typing import Literal, Mapping, NamedTuple
 import msgspec
 import openai
 import structlog
+from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_attempt, wait_exponential, wait_random_exponential
 
 from magis_ray.events.schema import LLMExchanged, Message, RoleModel
 
@@ -268,39 +268,44 @@ class Gateway:
         if response_format is not None:
             request["response_format"] = response_format
         started = time.monotonic()
-        tries = 0
-        while True:
-            tries += 1
-            sent = time.monotonic()
-            try:
-                completion = await client.chat.completions.create(**request)
-            except openai.OpenAIError as exc:
-                failed = _describe_failure(exc, self.config.timeout_s)
-                if failed.retry_after is None or tries > self.config.max_retries:
-                    suffix = f" (after {tries} tries)" if tries > 1 else ""
-                    return _Outcome(
-                        error=failed.error + suffix, failure=failed.kind, status=failed.status,
-                        latency_s=time.monotonic() - started, tries=tries, detail=_full_message(exc),
-                    )
-                delay = self._backoff(tries, failed.retry_after)
-                log.debug("llm.retry", run_id=run_id, purpose=purpose, task_id=task_id, error=failed.error, delay_s=round(delay, 3))
-                await asyncio.sleep(delay)
-                continue
-            latency = time.monotonic() - sent
-            usage = completion.usage
-            prompt_tokens = usage.prompt_tokens if usage else 0
-            completion_tokens = usage.completion_tokens if usage else 0
-            answer = completion.choices[0].message.content if completion.choices else None
-            if not (answer and answer.strip()):
-                return _Outcome(
-                    error="empty: the model returned no content",
-                    failure="empty",
-                    prompt_tokens=prompt_tokens,
-                    completion_tokens=completion_tokens,
-                    latency_s=latency,
-                    tries=tries,
-                )
-            return _Outcome(answer, "", prompt_tokens, completion_tokens, latency, tries)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.config.max_retries + 1),
+            wait=self._wait(),
+            retry=retry_if_result(lambda sent: isinstance(sent, _Failure) and sent.retry_after is not None),
+            before_sleep=lambda state: log.debug("llm.retry", run_id=run_id, purpose=purpose, task_id=task_id,
+                                                 error=state.outcome.result().error, delay_s=round(state.next_action.sleep, 3)),
+            retry_error_callback=lambda state: state.outcome.result(),  # the last try's failure, reported below
+        )
+        sent = await retrying(self._send_once, client, request)
+        tries = retrying.statistics["attempt_number"]
+        if isinstance(sent, _Outcome):
+            sent.tries = tries
+            return sent
+        suffix = f" (after {tries} tries)" if tries > 1 else ""
+        return _Outcome(error=sent.error + suffix, failure=sent.kind, status=sent.status,
+                        latency_s=time.monotonic() - started, tries=tries, detail=sent.detail)
+
+    async def _send_once(self, client: openai.AsyncOpenAI, request: dict) -> _Outcome | _Failure:
+        """One try: the answer (or its emptiness) as an outcome, or the failure that ended it."""
+        sent = time.monotonic()
+        try:
+            completion = await client.chat.completions.create(**request)
+        except openai.OpenAIError as exc:
+            return _describe_failure(exc, self.config.timeout_s)._replace(detail=_full_message(exc))
+        latency = time.monotonic() - sent
+        usage = completion.usage
+        prompt_tokens = usage.prompt_tokens if usage else 0
+        completion_tokens = usage.completion_tokens if usage else 0
+        answer = completion.choices[0].message.content if completion.choices else None
+        if not (answer and answer.strip()):
+            return _Outcome(
+                error="empty: the model returned no content",
+                failure="empty",
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                latency_s=latency,
+            )
+        return _Outcome(answer, "", prompt_tokens, completion_tokens, latency)
 
     def _refit_after_overflow(self, original: list[Message], fit: Fitted, outcome: _Outcome) -> Fitted | None:
         """A tighter fit when the server said the prompt overflows its context, else None.
@@ -332,13 +337,17 @@ class Gateway:
         name = re.sub(r"[^A-Za-z0-9_-]", "_", purpose)[:64] or "answer"
         return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": False}}
 
-    def _backoff(self, tries: int, retry_after: float) -> float:
-        """Exponential with jitter; a server's Retry-After (retry_after > 0) is honored, capped."""
-        cap = self.config.backoff_cap_s
-        if retry_after > 0:
-            return min(retry_after, cap)
-        delay = min(cap, self.config.backoff_base_s * 2 ** (tries - 1))
-        return delay * (0.5 + random.random() / 2)  # jitter spreads retries of concurrent requests
+    def _wait(self):
+        """The wait before a retry: a server's Retry-After (retry_after > 0), capped; else exponential
+        from backoff_base_s, capped, with jitter (half of it fixed, half random: retries of concurrent
+        requests spread out, and none waits less than half)."""
+        cap, half = self.config.backoff_cap_s, self.config.backoff_base_s / 2
+        backoff = wait_exponential(multiplier=half, max=cap / 2) + wait_random_exponential(multiplier=half, max=cap / 2)
+
+        def wait(state: RetryCallState) -> float:
+            asked = state.outcome.result().retry_after
+            return min(asked, cap) if asked > 0 else backoff(state)
+        return wait
 
     def _billed(self, base_url: str | None) -> bool:
         return self.config.billed or base_url != self._base_url
@@ -405,6 +414,7 @@ class _Failure(NamedTuple):
     error: str  # one line: "kind: reason"
     retry_after: float | None  # the wait a retry needs (0: our backoff), or None: don't retry
     status: int = 0
+    detail: str = ""  # the server's whole error message
 
 
 def _describe_failure(exc: openai.OpenAIError, timeout_s: float) -> _Failure:
