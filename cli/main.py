@@ -39,13 +39,14 @@ def cli() -> None:
 def runs_command(store_path: str) -> None:
     """List the runs in the store."""
     from magis_ray.events.projections import fold
+    from magis_ray.events.streams import StreamKind
     from magis_ray.store import open_store
 
     store = open_store(store_path)
     try:
         rows = []
         for info in store.list_runs():
-            if info.run_id.startswith("grading:"):  # a grading's stream, not a run (`magis-ray grade` reports it)
+            if StreamKind.of(info.run_id) is not StreamKind.RUN:  # a grading's stream (`magis-ray grade` reports it)
                 continue
             view = fold(store.read(info.run_id))
             instance = view.started.instance_id if view.started else "-"
