@@ -270,7 +270,7 @@ class Chart:
         self.context["ticks"] = [{"x": self.at(x, 0)["x"], "label": label} for x, label in x_ticks]
 
     def svg(self) -> str:
-        from .inspector.pages import render
+        from .pages import render
 
         return render("chart.svg", c=self.context)
 

@@ -123,7 +123,7 @@ def audit_command(run: str, fmt: str, store_path: str) -> None:
     elif fmt == "json":
         click.echo(json.dumps(audit_json(view), indent=2))
     elif fmt == "html":
-        from .inspector.pages import audit_page
+        from .pages import audit_page
 
         click.echo(audit_page(audit_json(view)), nl=False)
     else:
