@@ -82,7 +82,7 @@ def evaluate_run(view, instance: Instance, repo_path: str, test_cmd: str | None,
         outcome = run_tests(repo_path, instance, diff, test_cmd)
         row.resolved, row.test_detail = outcome.resolved, outcome.detail
     elif graded:
-        from magis_ray.actors.swebench.grading_batch import patch_sha
+        from magis_ray.actors.swebench.grading import patch_sha
 
         result = graded.get((instance.instance_id, patch_sha(diff)))
         if result is not None:  # `magis-ray grade` graded exactly this diff
