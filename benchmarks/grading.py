@@ -31,6 +31,7 @@ from magis_ray.actors.execution.testbeds import TestbedCache
 from magis_ray.actors.swebench.grading import grade, grading_limits, spec_for
 from magis_ray.actors.swebench.grading_batch import preparation_seconds
 from magis_ray.events.schema import GradingStarted, InstanceGraded
+from magis_ray.events.streams import StreamKind
 
 DEFAULT_DATASET = Path(__file__).resolve().parents[2] / "shared" / "swebench" / "verified-tuning.jsonl"
 
@@ -47,7 +48,7 @@ def grading_figures(store_path: str, name: str, cache_root: Path) -> None:
     from magis_ray.store import open_store
 
     with open_store(store_path) as store:
-        records = list(store.read(f"grading:{name}"))
+        records = list(store.read(StreamKind.GRADING.stream_id(name)))
     starts = [i for i, r in enumerate(records) if isinstance(r.event, GradingStarted)]
     if not starts:
         raise SystemExit(f"no grading {name!r} in {store_path}")

@@ -82,7 +82,7 @@ def evaluate_run(view, instance: Instance, repo_path: str, test_cmd: str | None,
         outcome = run_tests(repo_path, instance, diff, test_cmd)
         row.resolved, row.test_detail = outcome.resolved, outcome.detail
     elif graded:
-        from magis_ray.actors.swebench.grading_batch import patch_sha
+        from magis_ray.actors.swebench.grading import patch_sha
 
         result = graded.get((instance.instance_id, patch_sha(diff)))
         if result is not None:  # `magis-ray grade` graded exactly this diff
@@ -107,8 +107,9 @@ def gather(store, instances: dict[str, Instance], runs: tuple[str, ...], repos_d
            test_cmd: str | None) -> tuple[list[Row], dict[str, tuple[str, str]]]:
     """A row per run (the given ones, else every run of a dataset instance), and the diff of each
     instance's latest evaluated run (instance id -> (run id, diff)) for a predictions file."""
-    from magis_ray.actors.swebench.grading_batch import STREAM_PREFIX, grading_results
+    from magis_ray.actors.swebench.grading_batch import grading_results
     from magis_ray.events.projections import fold
+    from magis_ray.events.streams import StreamKind
 
     from .source import resolve_run_id
 
@@ -123,7 +124,7 @@ def gather(store, instances: dict[str, Instance], runs: tuple[str, ...], repos_d
             except Exception as exc:  # noqa: BLE001 - an unknown or ambiguous id is one error row
                 rows.append(Row(instance_id="", run_id=run, error=str(exc)))
     else:
-        chosen = [info.run_id for info in store.list_runs() if not info.run_id.startswith(STREAM_PREFIX)]
+        chosen = [info.run_id for info in store.list_runs() if StreamKind.of(info.run_id) is StreamKind.RUN]
     for run_id in chosen:
         view = fold(store.read(run_id))
         instance_id = view.started.instance_id if view.started else ""
@@ -269,7 +270,7 @@ class Chart:
         self.context["ticks"] = [{"x": self.at(x, 0)["x"], "label": label} for x, label in x_ticks]
 
     def svg(self) -> str:
-        from .inspector.pages import render
+        from .pages import render
 
         return render("chart.svg", c=self.context)
 

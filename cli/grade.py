@@ -1,57 +1,27 @@
 """`magis-ray grade PREDS.jsonl --dataset D --repos-dir R`: SWE-bench grading without Docker.
 
-Predictions from magis-ray or any other system (SWE-bench's predictions format: instance_id,
-model_name_or_path, model_patch; a .json list or a dict by instance id also load), or the
-dataset's own patches (--gold) or empty ones (--empty). Each instance is graded in its
-(repo, version) environment in the sandbox; results are events in the store, so the same command
-after a crash grades only what was not finished. Prints a per-instance table and a summary, and
-writes the official report shape as JSON."""
+The command's shell over the grading service (actors/swebench/grading_service.py): its flags
+become the service's options (`grading_options`, the one mapping), the service grades, and this
+prints a per-instance table and a summary. The service records the results in the store, so the
+same command after a crash grades only what was not finished, and writes the official report
+shape as JSON."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from .errors import BadInput, require_extra
+from .errors import BadInput, missing_extra
 from .options import store_option
 
+if TYPE_CHECKING:
+    from magis_ray.actors.swebench.grading_service import GradingOptions, GradingOutcome
 
-def load_predictions(path: Path) -> dict[str, dict]:
-    """instance id -> prediction; BadInput (one line, with the file's line number) for a file that
-    is not predictions."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-    stripped = text.strip()
-    numbered: list[tuple[int, object]] = []  # (line number, item)
-    if stripped.startswith("[") or (stripped.startswith("{") and path.suffix == ".json"):
-        try:
-            data = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise BadInput(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
-        items = list(data.values()) if isinstance(data, dict) else data
-        numbered = [(0, item) for item in items]
-    else:
-        for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                numbered.append((number, json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise BadInput(f"{path} line {number}: not valid JSON ({exc.msg}, column {exc.colno})") from None
-    found: dict[str, dict] = {}
-    for index, (number, item) in enumerate(numbered, 1):
-        where = f"{path} line {number}" if number else f"{path}: prediction {index}"
-        if not isinstance(item, dict) or not isinstance(item.get("instance_id"), str):
-            raise BadInput(f"{where}: no instance_id")
-        patch = item.get("model_patch")
-        if patch is not None and not isinstance(patch, str):
-            raise BadInput(f"{where} ({item['instance_id']}): model_patch is not a string")
-        found[item["instance_id"]] = item
-    return found
+# The grading option -> the flag that gave it, for errors about its value (GradingInputError.option):
+# they are said as the user wrote them ("--memory 64G: ..."), not as the service holds them.
+FLAG_OF_OPTION = {"workers": "workers", "timeout_s": "timeout", "memory_bytes": "memory", "repos_dir": "repos_dir"}
 
 
 def parse_pythons(values: tuple[str, ...]) -> dict[str, str]:
@@ -87,6 +57,25 @@ def parse_memory(value: str) -> int:
         raise BadInput(f"--memory {value}: not a size (e.g. 4G, 512M, 0 for no limit)") from None
 
 
+def grading_options(flags: dict) -> GradingOptions:
+    """The grading's options from the command's flags (click's parameter names)."""
+    from magis_ray.actors.swebench.grading_service import GradingOptions
+
+    chosen = [patches for patches, given in (("predictions", flags["predictions"]), ("gold", flags["gold"]),
+                                             ("empty", flags["empty"])) if given]
+    if len(chosen) != 1:
+        raise BadInput("give a predictions file, or --gold, or --empty (exactly one)")
+    return GradingOptions(
+        dataset=str(flags["dataset"]), repos_dir=str(flags["repos_dir"]), store=str(flags["store_path"]),
+        patches=chosen[0], predictions=str(flags["predictions"] or ""), instances=tuple(flags["instances"]),
+        workers=flags["workers"], name=flags["name"] or "", sandbox=flags["sandbox"], timeout_s=flags["timeout"],
+        network=flags["network"], memory_bytes=parse_memory(flags["memory"]), pythons=parse_pythons(flags["pythons"]),
+        env_cache=flags["env_cache"], env_setup=flags["env_setup"], test_cmd=flags["test_cmd"],
+        env_python=flags["env_python"], report=str(flags["report"]) if flags["report"] else None,
+        use_ray=not flags["no_ray"],
+    )
+
+
 @click.command("grade")
 @click.argument("predictions", required=False, type=click.Path(path_type=Path))
 @click.option("--dataset", required=True, type=click.Path(path_type=Path), help="The SWE-bench dataset (.jsonl or .json).")
@@ -114,102 +103,43 @@ def parse_memory(value: str) -> int:
                                                                "(default: STORE/gradings/NAME.json).")
 @click.option("--no-ray", is_flag=True, help="Grade in this process (threads) instead of Ray tasks.")
 @store_option
-def grade_command(predictions, dataset, repos_dir, gold, empty, instances, workers, name, sandbox, timeout, network, memory,
-                  pythons, env_cache, env_setup, test_cmd, env_python, report, no_ray, store_path) -> None:
+def grade_command(**flags) -> None:
     """Grade predictions on SWE-bench without Docker: per instance resolved, FAIL_TO_PASS and
     PASS_TO_PASS, in sandboxed environments built from SWE-bench's own specs."""
-    from magis_ray.actors.execution.environments import default_cache_root
-    from magis_ray.actors.execution.sandbox import SandboxUnavailable, check_available
-    from magis_ray.actors.swebench.grading import CustomSetup
-    from magis_ray.actors.swebench.grading_batch import (GradeJob, GradeOptions, ThreadExecutor, grade_after_build,
-                                                         instance_details, official_report, preparation_line,
-                                                         prepare_environment, run_grading)
-    from magis_ray.actors.execution.swebench_harness import HarnessMissing, harness
-    from magis_ray.events.schema import GradingStarted
-    from magis_ray.store import open_store
-
-    if sum(bool(x) for x in (predictions, gold, empty)) != 1:
-        raise BadInput("give a predictions file, or --gold, or --empty (exactly one)")
-    if workers < 1:
-        raise BadInput("--workers must be at least 1")
-    if timeout <= 0:
-        raise BadInput("--timeout must be positive")
-    memory_bytes = parse_memory(memory)
-    workers = workers_for_memory(workers, memory_bytes, f"--memory {memory}")
-    repos = Path(repos_dir)
-    if not repos.is_dir():
-        raise BadInput(f"--repos-dir {repos_dir}: not a folder")
-    custom = CustomSetup(env_python, env_setup, test_cmd) if (env_setup or test_cmd) else None
-    if custom is None:
-        require_extra("grade", "magis-ray grade")
-        try:
-            harness()
-        except HarnessMissing as exc:
-            raise BadInput(str(exc)) from None
-    if sandbox == "bwrap":
-        try:
-            check_available()
-        except SandboxUnavailable as exc:
-            raise BadInput(str(exc)) from None
-    records = _load_records(dataset)
-    if instances:
-        unknown = sorted(set(instances) - set(records))
-        if unknown:
-            raise BadInput(f"not in {dataset.name}: {', '.join(unknown)}")
-    chosen = [records[i] for i in records if not instances or i in instances]
-    if gold:
-        source, jobs = "gold", [GradeJob(r, r["patch"], "gold") for r in chosen]
-        submitted = list(records)
-    elif empty:
-        source, jobs = "empty", [GradeJob(r, "", "empty") for r in chosen]
-        submitted = list(records)
-    else:
-        preds = load_predictions(predictions)
-        unknown = sorted(set(preds) - set(records))
-        if unknown:
-            raise BadInput(f"{predictions.name}: instances not in {dataset.name}: {', '.join(unknown[:5])}")
-        source = str(predictions)
-        jobs = [GradeJob(records[i], preds[i].get("model_patch"), str(preds[i].get("model_name_or_path", "")))
-                for i in records if i in preds and (not instances or i in instances)]
-        submitted = list(preds)
-    name = name or f"{Path(source).stem if not (gold or empty) else source}@{dataset.stem}"
-    logs_root = Path(store_path) / "gradings" / name
-    options = GradeOptions(
-        repos_dir=str(repos.resolve()), cache_root=str(Path(env_cache or default_cache_root()).expanduser().resolve()),
-        sandbox=sandbox, wall_seconds=timeout, memory_bytes=memory_bytes, pythons=parse_pythons(pythons),
-        logs_dir=str((logs_root / "logs").resolve()), custom=custom, network=network, run_empty=empty,
-    )
-    started = GradingStarted(name=name, dataset=str(dataset), predictions=source, instances=[j.instance_id for j in jobs],
-                             sandbox=sandbox, workers=workers, timeout_s=timeout, memory_mb=memory_bytes // 2 ** 20,
-                             network=network)
-    if no_ray:
-        executor = ThreadExecutor(options, workers)
-    else:
-        from magis_ray.actors.runtime.deployment import ensure_ray
-        from magis_ray.actors.runtime.remote import RayExecutor
-
-        ensure_ray()  # RAY_ADDRESS (under `ray job submit`), else a Ray of our own
-        executor = RayExecutor(options, prepare_environment, grade_after_build)
     from tqdm import tqdm
 
-    open_store(store_path, create=True).close()
-    with open_store(store_path) as store, tqdm(total=len(jobs), unit="instance", desc=f"grade {name}", file=sys.stderr) as bar:
+    from magis_ray.actors.execution.sandbox import SandboxUnavailable
+    from magis_ray.actors.execution.swebench_harness import HarnessMissing
+    from magis_ray.actors.swebench.grading_service import GradingInputError, plan_grading, run_grading_plan
+
+    options = grading_options(flags)
+    try:
+        plan = plan_grading(options, notice=lambda line: click.echo(f"magis-ray: notice: {line}", err=True))
+    except GradingInputError as exc:
+        flag = FLAG_OF_OPTION.get(exc.option)
+        raise BadInput(f"--{flag.replace('_', '-')} {flags[flag]}: {exc}" if flag else str(exc)) from None
+    except HarnessMissing:
+        raise BadInput(missing_extra("grade", "magis-ray grade", ["swebench"])) from None
+    except SandboxUnavailable as exc:
+        raise BadInput(str(exc)) from None
+    with tqdm(total=len(plan.jobs), unit="instance", desc=f"grade {plan.name}", file=sys.stderr) as bar:
         def progress(event, skipped: bool) -> None:
             bar.update(1)
             state = "skipped (graded before)" if skipped else ("resolved" if event.resolved else event.error_step or "unresolved")
             bar.set_postfix_str(f"{event.instance_id}: {state}", refresh=True)
 
         try:
-            results = run_grading(store, name, jobs, executor, workers, started, progress)
+            outcome = run_grading_plan(plan, progress)
         except KeyboardInterrupt:
-            click.echo(f"magis-ray: interrupted; run the same command again to resume grading {name}", err=True)
+            click.echo(f"magis-ray: interrupted; run the same command again to resume grading {plan.name}", err=True)
             sys.exit(130)
-    data = official_report(results, [r["instance_id"] for r in chosen], submitted)
-    report = report or logs_root.with_suffix(".json")
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(json.dumps(data, indent=4))
-    details = report.with_suffix(".details.json")
-    details.write_text(json.dumps(instance_details(results), indent=2))
+    print_outcome(outcome)
+
+
+def print_outcome(outcome: GradingOutcome) -> None:
+    from magis_ray.actors.swebench.grading_batch import preparation_line
+
+    results, data = outcome.results, outcome.report
     click.echo(summary_table(results))
     click.echo(preparation_line(results))
     if len({r.instance_id.rsplit("-", 1)[0] for r in results}) > 1:
@@ -221,27 +151,8 @@ def grade_command(predictions, dataset, repos_dir, gold, empty, instances, worke
     if offline:
         click.echo(f"needs the internet: {len(offline)} ({', '.join(offline[:5])}{' ...' if len(offline) > 5 else ''}); "
                    "--network gives the tests the network (only for predictions you trust)")
-    click.echo(f"report:   {report} (the harness's shape); details: {details}")
-    click.echo(f"logs:     {logs_root / 'logs'}")
-
-
-def _load_records(dataset: Path) -> dict[str, dict]:
-    from magis_ray.actors.swebench.instances import load_dataset
-
-    try:
-        instances, errors = load_dataset(dataset)
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"cannot read the dataset {dataset}: {exc}") from None
-    for error in errors:
-        click.echo(f"magis-ray: warning: {dataset.name} line {error.line}: {error.reason}", err=True)
-    wanted = {i.instance_id for i in instances}
-    records: dict[str, dict] = {}
-    text = dataset.read_text(encoding="utf-8")
-    raw = json.loads(text) if dataset.suffix == ".json" else [json.loads(l) for l in text.splitlines() if l.strip()]
-    for record in raw:
-        if isinstance(record, dict) and record.get("instance_id") in wanted and record["instance_id"] not in records:
-            records[record["instance_id"]] = record
-    return records
+    click.echo(f"report:   {outcome.report_path} (the harness's shape); details: {outcome.details_path}")
+    click.echo(f"logs:     {outcome.logs_dir}")
 
 
 def repository_table(results) -> str:

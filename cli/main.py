@@ -38,6 +38,7 @@ def cli() -> None:
 def runs_command(store_path: str) -> None:
     """List the runs in the store."""
     from magis_ray.events.projections import fold
+    from magis_ray.events.streams import StreamKind
     from magis_ray.store import open_store
 
     from magis_ray.actors.runtime.liveness import driver_gone
@@ -47,7 +48,7 @@ def runs_command(store_path: str) -> None:
         rows = []
         leases = {lease.key: lease for lease in store.leases()}
         for info in store.list_runs():
-            if info.run_id.startswith("grading:"):  # a grading's stream, not a run (`magis-ray grade` reports it)
+            if StreamKind.of(info.run_id) is not StreamKind.RUN:  # a grading's stream (`magis-ray grade` reports it)
                 continue
             view = fold(store.read(info.run_id))
             instance = view.started.instance_id if view.started else "-"
@@ -126,7 +127,7 @@ def audit_command(run: str, fmt: str, store_path: str) -> None:
     elif fmt == "json":
         click.echo(json.dumps(audit_json(view), indent=2))
     elif fmt == "html":
-        from .inspector.pages import audit_page
+        from .pages import audit_page
 
         click.echo(audit_page(audit_json(view)), nl=False)
     else:

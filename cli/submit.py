@@ -116,7 +116,7 @@ def write_outputs(store_path: str, run_id: str):
     """Write the run's diff, audit and page from its log; the folded log, for the summary."""
     from magis_ray.events.projections import audit_json, audit_markdown, final_diff, fold
 
-    from .inspector.pages import audit_page
+    from .pages import audit_page
     from magis_ray.store import open_store
 
     store = open_store(store_path)

@@ -360,8 +360,14 @@ class InstanceGradingStarted(Event, frozen=True, tag="InstanceGradingStarted"):
     attempt: int = 1
 
 
+# The harness's tests_status keys; InstanceGraded holds each as two lists, e.g. fail_to_pass_success.
+TESTS_STATUS_KEYS = ("FAIL_TO_PASS", "PASS_TO_PASS", "FAIL_TO_FAIL", "PASS_TO_FAIL")
+TEST_OUTCOMES = ("success", "failure")
+
+
 class InstanceGraded(Event, frozen=True, tag="InstanceGraded"):
-    """One instance graded: the official report's fields, and where the time went."""
+    """One instance graded: the official report's fields, and where the time went. The grader
+    returns it and the grading's stream records it as it is."""
 
     instance_id: str
     patch_sha: str
@@ -402,6 +408,19 @@ class InstanceGraded(Event, frozen=True, tag="InstanceGraded"):
     testbed_built_now: bool = False
     memory_control: str = ""  # what held the test run's memory budget: "cgroup v1", "cgroup v2", "watchdog"
     peak_memory_mb: int = 0  # the most memory the test run held at once (what cannot be reclaimed)
+
+    @property
+    def tests_status(self) -> dict[str, dict[str, list[str]]]:
+        """The harness's tests_status: {"FAIL_TO_PASS": {"success": [...], "failure": [...]}, ...}."""
+        return {key: {outcome: list(getattr(self, f"{key.lower()}_{outcome}")) for outcome in TEST_OUTCOMES}
+                for key in TESTS_STATUS_KEYS}
+
+    @staticmethod
+    def tests_status_fields(tests_status: dict) -> dict[str, list[str]]:
+        """The fields that hold the harness's `tests_status` (keys it leaves out: empty lists)."""
+        return {f"{key.lower()}_{outcome}": list(tests_status.get(key, {}).get(outcome, []))
+                for key in TESTS_STATUS_KEYS for outcome in TEST_OUTCOMES}
+
 
 AnyEvent = Union[
     RunStarted,

@@ -17,6 +17,7 @@ import msgspec
 from runs import constructed_run, fixed_new_events, repo_for
 
 from magis_ray.events import schema as ev
+from magis_ray.events.streams import StreamKind
 from magis_ray.store.sqlite import SQLiteStore
 
 MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
@@ -48,7 +49,7 @@ def make_store_with_grading(root: Path) -> Path:
     """make_store's three runs, and a grading of the calc instances."""
     path = make_store(root)
     with SQLiteStore.open(path) as store:
-        store.append("grading:gold@calc", 0, grading_events())
+        store.append(StreamKind.GRADING.stream_id("gold@calc"), 0, grading_events())
     return path
 
 

@@ -25,6 +25,6 @@ def test_every_module_the_architecture_names_exists():
 def test_the_walk_goes_from_submit_to_the_pages():
     walk = DOC.read_text().split("## How it fits together", 1)[1].split("\n## ", 1)[0]
     order = ["cli/main.py", "actors/runtime/deployment.py", "actors/runtime/team.py", "actors/model/gateway.py",
-             "events/schema.py", "events/projections/audit.py", "cli/inspector/pages.py"]
+             "events/schema.py", "events/projections/audit.py", "cli/pages/__init__.py"]
     at = [walk.index(f"`{p}`") for p in order]
     assert at == sorted(at)

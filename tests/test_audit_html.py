@@ -1,4 +1,4 @@
-"""The HTML audit page (`magis-ray audit RUN --format html`; cli/inspector/pages.py renders the
+"""The HTML audit page (`magis-ray audit RUN --format html`; cli/pages/ renders the
 run's audit JSON with the inspector's templates in their standalone mode): one self-contained page
 that escapes every model-written text, parses cleanly, shows each part of a run, and, opened in a
 real headless Chromium, runs no injected script, logs no console error and renders a non-trivial
@@ -23,7 +23,7 @@ from markupsafe import escape as markup_escape
 
 from magis_ray.events import schema as ev
 from magis_ray.events.codec import decode_recorded
-from magis_ray.cli.inspector.pages import audit_page
+from magis_ray.cli.pages import audit_page
 from magis_ray.events.projections import RunView, audit_json, final_diff, fold
 from magis_ray.events.projections.audit import describe
 
@@ -397,12 +397,12 @@ def test_the_golden_log_renders_every_event():
 def test_the_audit_page_and_the_inspector_share_one_template_set():
     """One renderer: the audit page is the inspector's run sections in their standalone mode, and
     no HTML is built in events/."""
-    templates = files("magis_ray.cli.inspector").joinpath("templates")
+    templates = files("magis_ray.cli.pages").joinpath("templates")
     assert templates.joinpath("run_sections.html").is_file() and templates.joinpath("audit.html").is_file()
     assert '{% include "run_sections.html" %}' in templates.joinpath("run.html").read_text()
     assert '{% include "run_sections.html" %}' in templates.joinpath("audit.html").read_text()
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert "*.html" in config["tool"]["setuptools"]["package-data"]["magis_ray.cli.inspector.templates"]
+    assert "*.html" in config["tool"]["setuptools"]["package-data"]["magis_ray.cli.pages.templates"]
     events = ROOT / "events"
     assert not list(events.rglob("*.html"))
     assert not [p for p in events.rglob("*.py") if re.search(r"<(section|div|table|span)\b", p.read_text())]

@@ -11,12 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from execfixtures import GOLD, TEST_PATCH, make_calc_repos, new_file_patch, record, write_dataset
 from waiting import wait_until
 from magis_ray.actors.execution.sandbox import bwrap_path
 from magis_ray.events.schema import GradingStarted, InstanceGraded, InstanceGradingStarted
+from magis_ray.events.streams import StreamKind
 from magis_ray.store import open_store
 
 pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
@@ -42,7 +44,7 @@ def magis(args, cwd, **kwargs) -> subprocess.CompletedProcess:
 
 def stream(store: Path, name: str) -> list:
     with open_store(str(store)) as s:
-        return [r.event for r in s.read(f"grading:{name}")]
+        return [r.event for r in s.read(StreamKind.GRADING.stream_id(name))]
 
 
 def test_gold_resolves_empty_does_not_and_the_report_has_the_official_shape(setup, tmp_path):
@@ -298,3 +300,28 @@ def test_the_summary_per_repository_counts_what_needs_the_internet_apart():
     lines = repository_table(results).splitlines()
     assert lines[1].split() == ["psf__requests", "2", "1", "1", "0"]
     assert lines[2].split() == ["sympy__sympy", "2", "1", "0", "1"]
+
+
+def test_the_grading_service_grades_without_the_command(setup, tmp_path):
+    """The service itself, in this process: typed options in, a typed outcome out; each result is
+    the very event the grading's stream holds, and its tests_status is the instance's report.json's."""
+    from magis_ray.actors.swebench.grading_service import (GradingInputError, GradingOptions, plan_grading,
+                                                           run_grading_plan)
+
+    dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"])])
+    store = tmp_path / "store"
+    options = GradingOptions(dataset=str(dataset), repos_dir=str(setup["repos"]), store=str(store), patches="gold",
+                             env_cache=str(setup["envs"]), test_cmd="pytest -rA", timeout_s=120, memory_bytes=2 << 30,
+                             use_ray=False)
+    heard = []
+    plan = plan_grading(options, notice=heard.append)
+    assert (plan.name, [j.instance_id for j in plan.jobs], heard) == ("gold@calc", ["calc__calc-1"], [])
+    outcome = run_grading_plan(plan, lambda event, skipped: heard.append((event.instance_id, skipped)))
+    assert heard == [("calc__calc-1", False)]
+    assert outcome.report["resolved_ids"] == ["calc__calc-1"]
+    assert [e for e in stream(store, "gold@calc") if isinstance(e, InstanceGraded)] == outcome.results
+    report = json.loads((Path(outcome.logs_dir) / "gold" / "calc__calc-1" / "report.json").read_text())
+    assert outcome.results[0].tests_status == report["calc__calc-1"]["tests_status"]
+    with pytest.raises(GradingInputError) as refused:
+        plan_grading(msgspec.structs.replace(options, workers=0))
+    assert refused.value.option == "workers"

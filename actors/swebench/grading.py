@@ -16,11 +16,16 @@ completed when its report.json is written (the prediction applied and the eval s
 an error otherwise; an empty prediction is not run at all."""
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec.structs import replace
+
+from magis_ray.events.schema import InstanceGraded
 
 from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentUnsupported
 from magis_ray.actors.execution.interpreters import InterpreterMissing
@@ -41,47 +46,6 @@ NETWORK_SIGNS = ("Temporary failure in name resolution", "Name or service not kn
                  "[Errno -2]", "Max retries exceeded with url")
 
 
-@dataclass
-class GradeResult:
-    instance_id: str
-    model: str = ""
-    resolved: bool = False
-    patch_is_None: bool = False
-    patch_exists: bool = False
-    patch_successfully_applied: bool = False
-    tests_status: dict = field(default_factory=dict)  # FAIL_TO_PASS / PASS_TO_PASS / ...: {success, failure}
-    completed: bool = False  # the harness would have written its report.json
-    ran: bool = True  # False: an empty prediction, not run (as the harness does)
-    error_step: str = ""  # "" when every step ran; else spec / environment / patch / tests
-    error: str = ""
-    needs_internet: bool = False
-    limits: list = field(default_factory=list)
-    env_key: str = ""
-    env_label: str = ""
-    env_build_seconds: float = 0.0  # when this grading built it; 0 when it came from the cache
-    env_built_now: bool = False
-    testbed_key: str = ""
-    testbed_build_seconds: float = 0.0
-    testbed_built_now: bool = False
-    test_seconds: float = 0.0
-    test_exit_code: int | None = None
-    timed_out: bool = False
-    tests_parsed: int = 0
-    output_tail: str = ""
-    memory_control: str = ""  # what held the test run's memory budget
-    peak_memory_mb: int = 0
-    node: str = ""
-    warnings: list = field(default_factory=list)
-
-    def report(self) -> dict:
-        """The official harness's report entry for this instance (what its report.json holds)."""
-        entry = {"patch_is_None": self.patch_is_None, "patch_exists": self.patch_exists,
-                 "patch_successfully_applied": self.patch_successfully_applied, "resolved": self.resolved}
-        if self.tests_status:
-            entry["tests_status"] = self.tests_status
-        return {self.instance_id: entry}
-
-
 @dataclass(frozen=True)
 class CustomSetup:
     """A user's repository instead of SWE-bench's specs (`--env-setup`, `--test-cmd`)."""
@@ -89,6 +53,11 @@ class CustomSetup:
     python: str
     env_setup: str | None = None
     test_cmd: str | None = None
+
+
+def patch_sha(patch: str | None) -> str:
+    """What identifies the graded patch in the grading's stream ("" for a prediction without one)."""
+    return "" if patch is None else hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def spec_for(record: dict, repo_path: Path, custom: CustomSetup | None = None) -> InstanceSpec:
@@ -105,17 +74,15 @@ def grading_limits(wall_seconds: float, memory_bytes: int) -> Limits:
 
 def grade(record: dict, patch: str | None, repos_dir: str | Path, testbeds: TestbedCache, runner: TestRunner,
           model: str = "", logs_dir: str | Path | None = None, custom: CustomSetup | None = None,
-          run_empty: bool = False, install_again: bool = True) -> GradeResult:
+          run_empty: bool = False, install_again: bool = True) -> InstanceGraded:
     """Grade `patch` (None: the prediction has none) against the SWE-bench `record`. An empty or
     missing patch is not run (the harness's rule) unless `run_empty`: the grader's own check
     that the tests fail without a fix. `install_again=False` leaves out the eval script's install
     step (the benchmark's like-for-like run against `--sandbox none`, which has none)."""
-    result = GradeResult(instance_id=record["instance_id"], model=model)
-    result.patch_is_None = patch is None
-    result.patch_exists = patch is not None
+    result = InstanceGraded(instance_id=record["instance_id"], patch_sha=patch_sha(patch), resolved=False, model=model,
+                            patch_is_None=patch is None, patch_exists=patch is not None, completed=False)
     if patch in ("", None) and not run_empty:
-        result.ran = False
-        return result
+        return replace(result, ran=False)
     repo_path = Path(repos_dir) / record["repo"].replace("/", "__")
     if not repo_path.is_dir():
         return _failed(result, "repository", f"no repository for {record['repo']} in {repos_dir} (looked for {repo_path})")
@@ -129,17 +96,14 @@ def grade(record: dict, patch: str | None, repos_dir: str | Path, testbeds: Test
     except (EnvironmentUnsupported, InterpreterMissing) as exc:
         return _failed(result, "environment", f"unsupported: {exc}")
     except EnvironmentBuildError as exc:
-        failed = _failed(result, "environment", f"build failed at {exc}")
-        failed.needs_internet = "needs the internet" in str(exc)
-        return failed
+        return replace(_failed(result, "environment", f"build failed at {exc}"), needs_internet="needs the internet" in str(exc))
     skipping = missing_system_packages(spec.optional_packages)
-    if skipping:
-        result.warnings.append(f"some tests skip without the system packages {', '.join(skipping)} "
-                               f"(apt-get install {' '.join(skipping)})")
+    warnings = [f"some tests skip without the system packages {', '.join(skipping)} "
+                f"(apt-get install {' '.join(skipping)})"] if skipping else []
     env = testbed.env
-    result.env_key, result.env_label = env.key, env.label
-    result.env_build_seconds, result.env_built_now = env.build_seconds, env.built_now
-    result.testbed_key, result.testbed_build_seconds, result.testbed_built_now = testbed.key, testbed.build_seconds, testbed.built_now
+    result = replace(result, warnings=warnings, env_key=env.key, env_label=env.label, env_build_seconds=env.build_seconds,
+                     env_built_now=env.built_now, testbed_key=testbed.key, testbed_build_seconds=testbed.build_seconds,
+                     testbed_built_now=testbed.built_now)
     if logs_dir is None:
         with tempfile.TemporaryDirectory(prefix="magis-grade-") as scratch:
             return _run(result, record, patch, spec, testbed, runner, Path(scratch) / record["instance_id"], constants,
@@ -148,8 +112,8 @@ def grade(record: dict, patch: str | None, repos_dir: str | Path, testbeds: Test
     return _run(result, record, patch, spec, testbed, runner, folder, constants, install_again)
 
 
-def _run(result: GradeResult, record: dict, patch: str | None, spec: InstanceSpec, testbed, runner: TestRunner,
-         folder: Path, constants, install_again: bool = True) -> GradeResult:
+def _run(result: InstanceGraded, record: dict, patch: str | None, spec: InstanceSpec, testbed, runner: TestRunner,
+         folder: Path, constants, install_again: bool = True) -> InstanceGraded:
     """The prediction applied and the eval script run, in one sandboxed run; the report judged."""
     folder.mkdir(parents=True, exist_ok=True)
     # No patch (--empty): the tree is the testbed's own, installed at this commit already, so the
@@ -163,36 +127,32 @@ def _run(result: GradeResult, record: dict, patch: str | None, spec: InstanceSpe
         shell.append(apply_block(constants))
     shell += [f"echo {EVAL_BEGINS!r}", f"/bin/bash {INPUTS}/eval.sh"]
     run = runner.run(testbed, "\n".join(shell), inputs=inputs, name="run", logs_dir=folder, installs=reinstall)
-    result.test_seconds, result.test_exit_code, result.timed_out = run.duration_s, run.exit_code, run.timed_out
-    result.limits = list(run.limits)
-    result.memory_control, result.peak_memory_mb = run.memory_control, run.peak_memory_bytes // MiB
     full = Path(run.log_path).read_text(encoding="utf-8", errors="replace")
     Path(run.log_path).unlink()  # split below into the harness's two logs
     before, _, after = full.partition(EVAL_BEGINS)
-    result.output_tail = (after or before)[-OUTPUT_KEPT:]
+    result = replace(result, test_seconds=run.duration_s, test_exit_code=run.exit_code, timed_out=run.timed_out,
+                     limits=list(run.limits), memory_control=run.memory_control,
+                     peak_memory_mb=run.peak_memory_bytes // MiB, output_tail=(after or before)[-OUTPUT_KEPT:])
     if patch and constants.APPLY_PATCH_FAIL in before:
-        result.error_step, result.error = "patch", "the prediction does not apply: " + _apply_reason(before)
+        result = replace(result, error_step="patch", error="the prediction does not apply: " + _apply_reason(before))
         return _write_logs(result, folder, patch, script, full, "")
-    result.patch_successfully_applied = True
+    result = replace(result, patch_successfully_applied=True)
     if run.timed_out or not after:
         why = (f"the tests did not finish within {runner.limits.wall_seconds:.0f} s" if run.timed_out
                else f"the eval script did not start (exit {run.exit_code})")
-        result.error_step, result.error = "tests", why + (f" [{'; '.join(run.limits)}]" if run.limits else "")
+        result = replace(result, error_step="tests", error=why + (f" [{'; '.join(run.limits)}]" if run.limits else ""))
         test_output = after + (f"\n\nTimeout error: {runner.limits.wall_seconds:.0f} seconds exceeded." if run.timed_out else "")
         return _write_logs(result, folder, patch, script, before, test_output)
     _write_logs(result, folder, patch, script, before, after)
-    report = judge(record, spec, after, folder, patch)
-    entry = report[record["instance_id"]]
-    result.completed = True
-    result.patch_successfully_applied = entry["patch_successfully_applied"]
-    result.resolved = entry["resolved"]
-    result.tests_status = entry.get("tests_status", {})
-    result.tests_parsed = len(spec.parse(_between_markers(after, constants)))
-    if not result.resolved:
-        result.needs_internet = needs_internet(after, result.tests_status) or install_needs_the_index(after)
-    if result.limits and not result.resolved:
-        result.warnings.append("limits: " + "; ".join(result.limits))
-    return result
+    entry = judge(record, spec, after, folder, patch)[record["instance_id"]]
+    tests_status = entry.get("tests_status", {})
+    resolved = entry["resolved"]
+    limits_hit = ["limits: " + "; ".join(result.limits)] if result.limits and not resolved else []
+    return replace(result, completed=True, patch_successfully_applied=entry["patch_successfully_applied"],
+                   resolved=resolved, **InstanceGraded.tests_status_fields(tests_status),
+                   tests_parsed=len(spec.parse(_between_markers(after, constants))),
+                   needs_internet=not resolved and (needs_internet(after, tests_status) or install_needs_the_index(after)),
+                   warnings=[*result.warnings, *limits_hit])
 
 
 def apply_block(constants) -> str:
@@ -288,7 +248,7 @@ def _apply_reason(text: str) -> str:
     return " ".join(" | ".join(lines[:4]).split())[:400] or "no way of the harness's applies it"
 
 
-def _write_logs(result: GradeResult, folder: Path, patch, script: str, instance_log: str, test_output: str) -> GradeResult:
+def _write_logs(result: InstanceGraded, folder: Path, patch, script: str, instance_log: str, test_output: str) -> InstanceGraded:
     """The harness's files of an instance: patch.diff, eval.sh, run_instance.log, test_output.txt."""
     (folder / "patch.diff").write_text(patch or "")
     (folder / "eval.sh").write_text(script)
@@ -303,6 +263,5 @@ def _tests(record: dict, name: str) -> list[str]:
     return json.loads(value) if isinstance(value, str) else list(value)
 
 
-def _failed(result: GradeResult, step: str, why: str) -> GradeResult:
-    result.error_step, result.error = step, " ".join(why.split())[:600]
-    return result
+def _failed(result: InstanceGraded, step: str, why: str) -> InstanceGraded:
+    return replace(result, error_step=step, error=" ".join(why.split())[:600])

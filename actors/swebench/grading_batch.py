@@ -5,28 +5,24 @@ only the instances without a result for the same patch, so a batch cut off by ki
 without grading a finished instance twice. Only the driver appends (workers return results)."""
 from __future__ import annotations
 
-import hashlib
-import os
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+from msgspec.structs import replace
+
 from magis_ray.events.codec import new_event
 from magis_ray.events.schema import GradingStarted, InstanceGraded, InstanceGradingStarted
+from magis_ray.events.streams import StreamKind
 
 from magis_ray.actors.execution.environments import EnvironmentCache
 from magis_ray.actors.execution.runner import TestRunner
 from magis_ray.actors.execution.sandbox import Sandbox
 from magis_ray.actors.execution.testbeds import TestbedCache
-from .grading import CustomSetup, GradeResult, grade, grading_limits, spec_for
+from .grading import CustomSetup, grade, grading_limits, patch_sha, spec_for
 
-STREAM_PREFIX = "grading:"
 ACTOR = "grader"
-
-
-def patch_sha(patch: str | None) -> str:
-    return "" if patch is None else hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -41,7 +37,7 @@ class GradeJob:
 
 
 @dataclass(frozen=True)
-class GradeOptions:
+class WorkerOptions:
     """Everything a worker needs besides the job; plain data, so it travels to any Ray node."""
 
     repos_dir: str
@@ -56,64 +52,42 @@ class GradeOptions:
     run_empty: bool = False  # --empty: run the tests without a patch (the grader's own check)
 
 
-def testbed_cache(options: GradeOptions) -> TestbedCache:
+def testbed_cache(options: WorkerOptions) -> TestbedCache:
     return TestbedCache(EnvironmentCache(options.cache_root, Sandbox(options.sandbox), dict(options.pythons)))
 
 
-def grade_job(job: GradeJob, options: GradeOptions) -> GradeResult:
+def grade_job(job: GradeJob, options: WorkerOptions) -> InstanceGraded:
     """One instance, start to end, on whichever node runs it (its environment cache is that node's)."""
     runner = TestRunner(Sandbox(options.sandbox), grading_limits(options.wall_seconds, options.memory_bytes), network=options.network)
     return grade(job.record, job.patch, options.repos_dir, testbed_cache(options), runner, job.model, options.logs_dir,
                  options.custom, run_empty=options.run_empty)
 
 
-def grade_after_build(job: GradeJob, options: GradeOptions, built: dict | None) -> GradeResult:
+def grade_after_build(job: GradeJob, options: WorkerOptions, built: dict | None) -> InstanceGraded:
     """The test-run task: grade on this node; the build task that ran just before gives the build time."""
     import socket
 
-    result = grade_job(job, options)
-    result.node = socket.gethostname()
+    result = replace(grade_job(job, options), node=socket.gethostname())
     if built is not None:
         if not result.env_built_now:
-            result.env_build_seconds, result.env_built_now = built["env"]
+            env_build_seconds, env_built_now = built["env"]
+            result = replace(result, env_build_seconds=env_build_seconds, env_built_now=env_built_now)
         if not result.testbed_built_now:
-            result.testbed_build_seconds, result.testbed_built_now = built["testbed"]
+            testbed_build_seconds, testbed_built_now = built["testbed"]
+            result = replace(result, testbed_build_seconds=testbed_build_seconds, testbed_built_now=testbed_built_now)
     return result
-
-
-def graded_event(result: GradeResult, sha: str) -> InstanceGraded:
-    status = result.tests_status or {}
-    f2p, p2p = status.get("FAIL_TO_PASS", {}), status.get("PASS_TO_PASS", {})
-    f2f, p2f = status.get("FAIL_TO_FAIL", {}), status.get("PASS_TO_FAIL", {})
-    return InstanceGraded(
-        instance_id=result.instance_id, patch_sha=sha, resolved=result.resolved, model=result.model,
-        patch_is_None=result.patch_is_None, patch_exists=result.patch_exists,
-        patch_successfully_applied=result.patch_successfully_applied,
-        fail_to_pass_success=list(f2p.get("success", [])), fail_to_pass_failure=list(f2p.get("failure", [])),
-        pass_to_pass_success=list(p2p.get("success", [])), pass_to_pass_failure=list(p2p.get("failure", [])),
-        error_step=result.error_step, error=result.error, env_key=result.env_key, env_label=result.env_label,
-        env_build_seconds=result.env_build_seconds, env_built_now=result.env_built_now,
-        test_seconds=result.test_seconds, test_exit_code=result.test_exit_code, timed_out=result.timed_out,
-        tests_parsed=result.tests_parsed, output_tail=result.output_tail, node=result.node, warnings=list(result.warnings),
-        completed=result.completed, ran=result.ran, needs_internet=result.needs_internet, limits=list(result.limits),
-        fail_to_fail_success=list(f2f.get("success", [])), fail_to_fail_failure=list(f2f.get("failure", [])),
-        pass_to_fail_success=list(p2f.get("success", [])), pass_to_fail_failure=list(p2f.get("failure", [])),
-        testbed_key=result.testbed_key, testbed_build_seconds=result.testbed_build_seconds,
-        testbed_built_now=result.testbed_built_now, memory_control=result.memory_control,
-        peak_memory_mb=result.peak_memory_mb,
-    )
 
 
 class Executor(Protocol):
     def start(self, job: GradeJob) -> object: ...
-    def next_done(self, handles: list) -> tuple[object, GradeResult]: ...
+    def next_done(self, handles: list) -> tuple[object, InstanceGraded]: ...
     def close(self) -> None: ...
 
 
 class ThreadExecutor:
     """In-process workers (threads: the work is in subprocesses); for tests and `--workers` without Ray."""
 
-    def __init__(self, options: GradeOptions, workers: int) -> None:
+    def __init__(self, options: WorkerOptions, workers: int) -> None:
         self._options = options
         self._pool = ThreadPoolExecutor(max_workers=workers)
 
@@ -134,7 +108,7 @@ class GradingLog:
 
     def __init__(self, store, name: str) -> None:
         self.store = store
-        self.stream = STREAM_PREFIX + name
+        self.stream = StreamKind.GRADING.stream_id(name)
         self.version = store.version(self.stream)
         events = [r.event for r in store.read(self.stream)] if self.version else []
         self.graded: dict[str, InstanceGraded] = {e.instance_id: e for e in events if isinstance(e, InstanceGraded)}
@@ -153,7 +127,7 @@ def grading_results(store) -> dict[tuple[str, str], InstanceGraded]:
     """Every grading's latest result in the store, by (instance id, patch sha)."""
     found: dict[tuple[str, str], InstanceGraded] = {}
     for info in store.list_runs():
-        if info.run_id.startswith(STREAM_PREFIX):
+        if StreamKind.of(info.run_id) is StreamKind.GRADING:
             for rec in store.read(info.run_id):
                 if isinstance(rec.event, InstanceGraded):
                     found[(rec.event.instance_id, rec.event.patch_sha)] = rec.event
@@ -181,10 +155,9 @@ def run_grading(store, name: str, jobs: list[GradeJob], executor: Executor, work
                 log.append(InstanceGradingStarted(job.instance_id, patch_sha(job.patch), log.attempts[job.instance_id] + 1))
                 in_flight[executor.start(job)] = job
             handle, result = executor.next_done(list(in_flight))
-            job = in_flight.pop(handle)
-            event = graded_event(result, patch_sha(job.patch))
-            log.append(event)
-            on_result(event, False)
+            in_flight.pop(handle)
+            log.append(result)
+            on_result(result, False)
     finally:
         executor.close()
     return [log.graded[job.instance_id] for job in jobs]
@@ -292,11 +265,7 @@ def instance_details(results: list[InstanceGraded]) -> dict:
     return details
 
 
-def default_workers() -> int:
-    return max(1, (os.cpu_count() or 2) // 2)
-
-
-def prepare_environment(job: GradeJob, options: GradeOptions) -> dict | None:
+def prepare_environment(job: GradeJob, options: WorkerOptions) -> dict | None:
     """Build the job's environment and testbed on this node unless they are cached: for each,
     (build seconds, built now); None when they cannot be built (the test run then says why)."""
     from pathlib import Path

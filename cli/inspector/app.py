@@ -1,13 +1,12 @@
 """`magis-ray serve`: the inspector as a Starlette app over one store. Read-only: every route is a
 GET (anything else is 405), pages are rendered on the server by Jinja2 with autoescaping on, and a
-little JavaScript (static/inspector.js) swaps in the parts of a page that changed when the store's
+little JavaScript (cli/pages/static/inspector.js) swaps in the parts of a page that changed when the store's
 event stream (server-sent events from /live) says so."""
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-from importlib.resources import files
 from typing import AsyncIterator
 from urllib.parse import urlencode
 
@@ -24,13 +23,12 @@ from magis_ray.events import schema as ev
 from magis_ray.events.projections import audit_json
 from magis_ray.store import UnknownRun
 
+from ..pages import STATIC, environment
 from . import listing
 from .compare import compare
 from .live import Hub
-from .pages import environment
 from .state import Inspector
 
-HERE = files(__package__)
 # Headers on every answer: no script but our own file, no frame, no referrer, no sniffing.
 SECURITY_HEADERS = {
     "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -203,7 +201,7 @@ def make_app(inspector: Inspector, store_label: str, hosts: list[str], poll_s: f
         Route("/compare", pages.compare, methods=get),
         Route("/search", pages.search, methods=get),
         Route("/live", pages.live, methods=get),
-        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+        Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=hosts), Middleware(SecurityHeaders)]
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)

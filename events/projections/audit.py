@@ -1,5 +1,5 @@
 """The audit trail: who decided what, when, why and at what cost, as Markdown and as JSON. The
-JSON is the one document every page of a run is rendered from (cli/inspector/pages.py): the audit
+JSON is the one document every page of a run is rendered from (cli/pages/): the audit
 page, the inspector's run page."""
 from __future__ import annotations
 

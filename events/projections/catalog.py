@@ -7,10 +7,9 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from magis_ray.events import schema as ev
+from magis_ray.events.streams import StreamKind
 
 from .tests import Tally, tests_decision
-
-GRADING_PREFIX = "grading:"  # a grading's stream; runs never hold its events
 
 
 @dataclass
@@ -202,8 +201,8 @@ class Catalog:
     def apply(self, rec: ev.Recorded) -> str:
         """Fold one event in; the id of the stream it changed."""
         self.position = max(self.position, rec.position)
-        if rec.run_id.startswith(GRADING_PREFIX):
-            name = rec.run_id[len(GRADING_PREFIX):]
+        if StreamKind.of(rec.run_id) is StreamKind.GRADING:
+            name = StreamKind.GRADING.name_in(rec.run_id)
             self.gradings.setdefault(name, GradingSummary(name)).apply(rec)
         else:
             self.runs.setdefault(rec.run_id, RunSummary(rec.run_id)).apply(rec)

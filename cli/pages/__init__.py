@@ -1,9 +1,11 @@
-"""Every HTML page of magis-ray from one Jinja2 template set (templates/): the inspector's pages
-(`magis-ray serve`) and the audit page (`magis-ray audit RUN --format html`, and the audit.html
-`submit` writes), which is the inspector's run page in a standalone mode: its style inline, no
-script, no link out of the page. A run's sections are rendered from its audit JSON
-(events/projections/audit.py) by templates/run_sections.html, for both. `magis-ray eval --plots`
-draws its charts with templates/chart.svg, escaped the same way.
+"""Every HTML page of magis-ray, from one Jinja2 template set (templates/) and its assets (static/):
+the inspector's pages (`magis-ray serve`, cli/inspector/), the audit page (`magis-ray audit RUN
+--format html`, and the audit.html `submit` writes), which is the inspector's run page in a
+standalone mode: its style inline, no script, no link out of the page, and the charts of
+`magis-ray eval --plots` (templates/chart.svg), escaped the same way. A run's sections are rendered
+from its audit JSON (events/projections/audit.py) by templates/run_sections.html, for both. The
+renderer sits beside the commands and the web app that use it, so that neither reaches into the
+other.
 
 Autoescaping is on, and every plain string printed first loses its control characters, shown as
 \\xNN (a NUL truncates or breaks a page in browsers and tools). Nothing here needs Starlette."""
@@ -23,6 +25,7 @@ from magis_ray.events.projections.inspection import diff_lines
 from ..wording import count, money
 
 HERE = files(__package__)
+STATIC = HERE / "static"  # the pages' style and the inspector's script, served by the inspector at /static
 # Control characters (tabs and line ends aside), as model text may hold them.
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 ROLES = ("supervisor", "custodian", "manager", "developer", "qa")
@@ -149,7 +152,7 @@ def render(name: str, **context) -> str:
 
 def audit_page(doc: dict) -> str:
     """The audit page of one run (its audit JSON): one self-contained HTML file."""
-    style = (HERE / "static" / "inspector.css").read_text(encoding="utf-8")
+    style = (STATIC / "inspector.css").read_text(encoding="utf-8")
     title = doc["instance"]["instance_id"] if doc["instance"] else (doc["run_id"] or "empty run")
     return render("audit.html", title=f"MAGIS audit: {title}", doc=doc, style=Markup(style), standalone=True, live="",
                   role="", stalled=False, store="")

@@ -1,0 +1,245 @@
+"""Grading as a service: SWE-bench grading without Docker, from options to report, for any caller.
+
+`plan_grading(options)` checks the input and says what will be graded: the dataset's records, the
+predictions (a file of magis-ray's or any other system's, or the dataset's own patches with `gold`,
+or none with `empty`), one job an instance, the grading's name. `run_grading_plan(plan)` grades the
+jobs as Ray tasks (or threads), records every result in the grading's stream of the store (so the
+same options after a crash grade only what was not finished), and writes the harness's report and
+our details beside the instances' logs. Presentation stays with the caller: it is told of notices
+and of each result as it comes, and gets a typed outcome back."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Literal
+
+import msgspec
+
+from magis_ray.events.schema import GradingStarted, InstanceGraded
+
+from .grading import CustomSetup
+from .grading_batch import GradeJob, ThreadExecutor, WorkerOptions, instance_details, official_report, run_grading
+
+
+class GradingInputError(ValueError):
+    """Input a grading cannot use, said in one line. `option` names the GradingOptions field at
+    fault when the line is about its value ("" when the line says it all)."""
+
+    def __init__(self, message: str, option: str = "") -> None:
+        super().__init__(message)
+        self.option = option
+
+
+class GradingOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """What a grading is asked to do."""
+
+    dataset: str  # the SWE-bench dataset (.jsonl or .json)
+    repos_dir: str  # a folder of owner__name repositories
+    store: str  # the store's folder: the grading's stream, and its report and logs under gradings/
+    # What is graded: the predictions file's patches, the dataset's own (gold: the grader's fidelity
+    # check), or none at all (empty: the grader's check that nothing resolves without a fix).
+    patches: Literal["predictions", "gold", "empty"] = "predictions"
+    predictions: str = ""  # the predictions file, for patches="predictions"
+    instances: tuple[str, ...] = ()  # only these instance ids (none: every one)
+    workers: int = 1  # instances graded at once
+    name: str = ""  # the grading's name in the store ("": from the predictions and the dataset)
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    timeout_s: float = 1800.0  # what a test run may take
+    network: bool = False  # the tests get the network (only for predictions one trusts)
+    memory_bytes: int = 8 * 1024 ** 3  # each test run's memory budget (0: no limit)
+    pythons: dict[str, str] = {}  # interpreters to use: version ("" for any) -> path
+    env_cache: str | None = None  # where environments are cached (None: the default cache)
+    env_setup: str | None = None  # a user's repository: its environment's setup command
+    test_cmd: str | None = None  # a user's repository: its test command
+    env_python: str = "3.11"  # a user's repository: the Python version of its environment
+    report: str | None = None  # where the report goes (None: STORE/gradings/NAME.json)
+    use_ray: bool = True  # Ray tasks; False: threads of this process
+
+
+@dataclass(frozen=True)
+class GradingPlan:
+    """A grading whose input is checked: what it grades, and where its records go."""
+
+    name: str
+    jobs: list[GradeJob]
+    workers: int  # as many as the machine's memory holds at the budget
+    worker_options: WorkerOptions
+    started: GradingStarted
+    dataset_ids: list[str]  # the instances graded (the dataset, or the chosen ones)
+    submitted_ids: list[str]  # every instance with a prediction
+    logs_dir: Path
+    report_path: Path
+    store: str
+    use_ray: bool
+
+
+class GradingOutcome(msgspec.Struct, frozen=True):
+    """A grading done: a result an instance, in the dataset's order, and what was written."""
+
+    name: str
+    results: list[InstanceGraded]
+    report: dict  # the harness's run report, key for key
+    report_path: str
+    details_path: str  # what the harness's report has no key for (instance_details)
+    logs_dir: str  # the instances' logs, laid out as the harness lays them out
+
+
+def ignore(*_args) -> None:
+    """The default listener: told nothing."""
+
+
+def plan_grading(options: GradingOptions, notice: Callable[[str], None] = ignore) -> GradingPlan:
+    """The grading `options` ask for, checked: GradingInputError (one line) for input it cannot
+    use, HarnessMissing when SWE-bench's specs are needed and the swebench package is absent,
+    SandboxUnavailable when the sandbox cannot run here. `notice` hears what was decided for the
+    caller (fewer workers than asked, dataset lines passed over)."""
+    from magis_ray.actors.execution.environments import default_cache_root
+    from magis_ray.actors.execution.memory_budget import workers_within_memory
+    from magis_ray.actors.execution.sandbox import check_available
+    from magis_ray.actors.execution.swebench_harness import harness
+
+    if options.patches == "predictions" and not options.predictions:
+        raise GradingInputError("no predictions file given", "predictions")
+    if options.workers < 1:
+        raise GradingInputError("must be at least 1", "workers")
+    if options.timeout_s <= 0:
+        raise GradingInputError("must be positive", "timeout_s")
+    workers, note = workers_within_memory(options.workers, options.memory_bytes)
+    if not workers:
+        raise GradingInputError(note, "memory_bytes")
+    if note:
+        notice(note)
+    repos = Path(options.repos_dir)
+    if not repos.is_dir():
+        raise GradingInputError("not a folder", "repos_dir")
+    custom = (CustomSetup(options.env_python, options.env_setup, options.test_cmd)
+              if (options.env_setup or options.test_cmd) else None)
+    if custom is None:
+        harness()
+    if options.sandbox == "bwrap":
+        check_available()
+    dataset = Path(options.dataset)
+    records = load_records(dataset, notice)
+    if options.instances:
+        unknown = sorted(set(options.instances) - set(records))
+        if unknown:
+            raise GradingInputError(f"not in {dataset.name}: {', '.join(unknown)}")
+    chosen = [records[i] for i in records if not options.instances or i in options.instances]
+    if options.patches != "predictions":
+        source = options.patches
+        jobs = [GradeJob(r, r["patch"] if source == "gold" else "", source) for r in chosen]
+        submitted = list(records)
+        name = options.name or f"{source}@{dataset.stem}"
+    else:
+        predictions = Path(options.predictions)
+        preds = load_predictions(predictions)
+        unknown = sorted(set(preds) - set(records))
+        if unknown:
+            raise GradingInputError(f"{predictions.name}: instances not in {dataset.name}: {', '.join(unknown[:5])}")
+        source = str(predictions)
+        jobs = [GradeJob(records[i], preds[i].get("model_patch"), str(preds[i].get("model_name_or_path", "")))
+                for i in records if i in preds and (not options.instances or i in options.instances)]
+        submitted = list(preds)
+        name = options.name or f"{predictions.stem}@{dataset.stem}"
+    logs_root = Path(options.store) / "gradings" / name
+    worker_options = WorkerOptions(
+        repos_dir=str(repos.resolve()),
+        cache_root=str(Path(options.env_cache or default_cache_root()).expanduser().resolve()),
+        sandbox=options.sandbox, wall_seconds=options.timeout_s, memory_bytes=options.memory_bytes,
+        pythons=dict(options.pythons), logs_dir=str((logs_root / "logs").resolve()), custom=custom,
+        network=options.network, run_empty=options.patches == "empty",
+    )
+    started = GradingStarted(name=name, dataset=str(dataset), predictions=source, instances=[j.instance_id for j in jobs],
+                             sandbox=options.sandbox, workers=workers, timeout_s=options.timeout_s,
+                             memory_mb=options.memory_bytes // 2 ** 20, network=options.network)
+    return GradingPlan(name=name, jobs=jobs, workers=workers, worker_options=worker_options, started=started,
+                       dataset_ids=[r["instance_id"] for r in chosen], submitted_ids=submitted,
+                       logs_dir=logs_root / "logs", report_path=Path(options.report or logs_root.with_suffix(".json")),
+                       store=options.store, use_ray=options.use_ray)
+
+
+def run_grading_plan(plan: GradingPlan,
+                     on_result: Callable[[InstanceGraded, bool], None] = ignore) -> GradingOutcome:
+    """Grade the plan's jobs, `plan.workers` at once, skipping those its stream holds a result of for
+    the same patch; `on_result(result, skipped)` once a job. Writes the report and the details."""
+    from magis_ray.store import open_store
+
+    from .grading_batch import grade_after_build, prepare_environment
+
+    if plan.use_ray:
+        from magis_ray.actors.runtime.deployment import ensure_ray
+        from magis_ray.actors.runtime.remote import RayExecutor
+
+        ensure_ray()  # RAY_ADDRESS (under `ray job submit`), else a Ray of our own
+        executor = RayExecutor(plan.worker_options, prepare_environment, grade_after_build)
+    else:
+        executor = ThreadExecutor(plan.worker_options, plan.workers)
+    open_store(plan.store, create=True).close()
+    with open_store(plan.store) as store:
+        results = run_grading(store, plan.name, plan.jobs, executor, plan.workers, plan.started, on_result)
+    report = official_report(results, plan.dataset_ids, plan.submitted_ids)
+    plan.report_path.parent.mkdir(parents=True, exist_ok=True)
+    plan.report_path.write_text(json.dumps(report, indent=4))
+    details = plan.report_path.with_suffix(".details.json")
+    details.write_text(json.dumps(instance_details(results), indent=2))
+    return GradingOutcome(name=plan.name, results=results, report=report, report_path=str(plan.report_path),
+                          details_path=str(details), logs_dir=str(plan.logs_dir))
+
+
+def load_records(dataset: Path, notice: Callable[[str], None] = ignore) -> dict[str, dict]:
+    """The dataset's records by instance id, as the dataset holds them; each entry that is no
+    instance is passed over and said to `notice`."""
+    from .instances import load_dataset
+
+    try:
+        instances, errors = load_dataset(dataset)
+    except (OSError, ValueError) as exc:
+        raise GradingInputError(f"cannot read the dataset {dataset}: {exc}") from None
+    for error in errors:
+        notice(f"{dataset.name} line {error.line} passed over: {error.reason}")
+    wanted = {i.instance_id for i in instances}
+    records: dict[str, dict] = {}
+    text = dataset.read_text(encoding="utf-8")
+    raw = json.loads(text) if dataset.suffix == ".json" else [json.loads(l) for l in text.splitlines() if l.strip()]
+    for record in raw:
+        if isinstance(record, dict) and record.get("instance_id") in wanted and record["instance_id"] not in records:
+            records[record["instance_id"]] = record
+    return records
+
+
+def load_predictions(path: Path) -> dict[str, dict]:
+    """instance id -> prediction (SWE-bench's predictions format: instance_id, model_name_or_path,
+    model_patch; a .jsonl file, a .json list or a dict by instance id); GradingInputError (one
+    line, with the file's line number) for a file that is not predictions."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise GradingInputError(f"cannot read {path}: {exc.strerror}") from None
+    stripped = text.strip()
+    numbered: list[tuple[int, object]] = []  # (line number, item)
+    if stripped.startswith("[") or (stripped.startswith("{") and path.suffix == ".json"):
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise GradingInputError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+        items = list(data.values()) if isinstance(data, dict) else data
+        numbered = [(0, item) for item in items]
+    else:
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                numbered.append((number, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise GradingInputError(f"{path} line {number}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+    found: dict[str, dict] = {}
+    for index, (number, item) in enumerate(numbered, 1):
+        where = f"{path} line {number}" if number else f"{path}: prediction {index}"
+        if not isinstance(item, dict) or not isinstance(item.get("instance_id"), str):
+            raise GradingInputError(f"{where}: no instance_id")
+        patch = item.get("model_patch")
+        if patch is not None and not isinstance(patch, str):
+            raise GradingInputError(f"{where} ({item['instance_id']}): model_patch is not a string")
+        found[item["instance_id"]] = item
+    return found
