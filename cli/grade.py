@@ -109,7 +109,7 @@ def grade_command(**flags) -> None:
     from tqdm import tqdm
 
     from magis_ray.actors.execution.sandbox import SandboxUnavailable
-    from magis_ray.actors.execution.swebench_harness import HarnessMissing
+    from magis_ray.actors.code.swebench_harness import HarnessMissing
     from magis_ray.actors.swebench.grading_service import GradingInputError, plan_grading, run_grading_plan
 
     options = grading_options(flags)

@@ -8,7 +8,7 @@ Two kinds of suite:
 - Django's own runner (`tests/runtests.py`): pytest cannot run Django's suite (its settings module,
   its test apps installed per label). A test is a dotted label under the runner's folder
   (`APP.tests`, `APP.tests.Class.test_method`), and the output is read by the SWE-bench harness's
-  Django parser (the `grade` extra, through actors/execution/swebench_harness.py), as grading
+  Django parser (the `grade` extra, through actors/code/swebench_harness.py), as grading
   reads it, so a test has the same name in the team's events and in grading's report.
 
 Which one a repository needs is read from its test command (the SWE-bench spec's, or the user's
@@ -122,7 +122,7 @@ class DjangoSuite:
         (Python 3.11: `... (APP.module.Class.test_method)`), or its docstring's first line. The
         parser also takes the first word of a failure's heading (`ERROR: test_method (...)`) for
         a test of its own: that echo is left out where the test's whole name is there."""
-        from magis_ray.actors.execution.swebench_harness import parse_django_log
+        from magis_ray.actors.code.swebench_harness import parse_django_log
 
         results = parse_django_log(log)
         return {test: status for test, status in results.items()

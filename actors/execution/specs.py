@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from magis_ray.actors.code.pytest_log import parse_pytest_log
-from magis_ray.actors.execution import swebench_harness
+from magis_ray.actors.code import swebench_harness
 from magis_ray.actors.execution.conda import as_conda_has_it, pip_equivalent
 from magis_ray.actors.execution.environments import Recipe
 from magis_ray.actors.execution.testbeds import TestbedRecipe, system_packages_of

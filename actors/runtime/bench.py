@@ -29,7 +29,7 @@ from magis_ray.actors.execution.interpreters import InterpreterMissing
 from magis_ray.actors.execution.runner import INPUTS, TestRunner
 from magis_ray.actors.execution.sandbox import GiB, Limits, MiB, Sandbox, SandboxUnavailable, check_available
 from magis_ray.actors.execution.specs import InstanceSpec, NoSpec, custom_spec, instance_spec
-from magis_ray.actors.execution.swebench_harness import INSTALL, HarnessMissing, available as harness_available
+from magis_ray.actors.code.swebench_harness import INSTALL, HarnessMissing, available as harness_available
 from magis_ray.actors.execution.testbeds import Testbed, TestbedCache
 from magis_ray.actors.execution.workspaces import read_file_at
 from magis_ray.actors.roles.testing import TestRequest

@@ -32,7 +32,7 @@ from magis_ray.actors.execution.interpreters import InterpreterMissing
 from magis_ray.actors.execution.runner import INPUTS, TestRunner
 from magis_ray.actors.execution.sandbox import GiB, Limits, MiB
 from magis_ray.actors.execution.specs import InstanceSpec, NoSpec, custom_spec, instance_spec
-from magis_ray.actors.execution.swebench_harness import HarnessMissing, eval_script_lines, git_apply_commands, harness, test_spec
+from magis_ray.actors.code.swebench_harness import HarnessMissing, eval_script_lines, git_apply_commands, harness, test_spec
 from magis_ray.actors.execution.testbeds import TestbedCache, missing_system_packages
 
 OUTPUT_KEPT = 4000  # characters of test output kept in the result (its tail)

@@ -273,7 +273,7 @@ def prepare_environment(job: GradeJob, options: WorkerOptions) -> dict | None:
     from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentUnsupported
     from magis_ray.actors.execution.interpreters import InterpreterMissing
     from magis_ray.actors.execution.specs import NoSpec
-    from magis_ray.actors.execution.swebench_harness import HarnessMissing
+    from magis_ray.actors.code.swebench_harness import HarnessMissing
 
     if job.patch in ("", None) and not options.run_empty:
         return None  # not run at all

@@ -97,7 +97,7 @@ def plan_grading(options: GradingOptions, notice: Callable[[str], None] = ignore
     from magis_ray.actors.execution.environments import default_cache_root
     from magis_ray.actors.execution.memory_budget import workers_within_memory
     from magis_ray.actors.execution.sandbox import check_available
-    from magis_ray.actors.execution.swebench_harness import harness
+    from magis_ray.actors.code.swebench_harness import harness
 
     if options.patches == "predictions" and not options.predictions:
         raise GradingInputError("no predictions file given", "predictions")
