@@ -11,9 +11,9 @@ import click
 from .endpoint import gateway_config, model_endpoint
 
 
-def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_budget, batch_name, store_path, llm,
-                 local_port, settings, run_config) -> None:
-    """`settings`: the effective Settings (cli/settings.py); `run_config`: the RunSettings each run records."""
+def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_name, store_path, local_port,
+                 run_config) -> None:
+    """`run_config`: the RunSettings each run records (cli/submit.py's run_settings)."""
     from tqdm import tqdm
 
     from magis_ray.actors.runtime.batch import BatchRunner, batch_settings, read_batch_items
@@ -39,9 +39,9 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
         from .grade import workers_for_memory
 
         workers = workers_for_memory(workers, TEST_LIMITS.memory_bytes, "tests on")
-    with model_endpoint(llm, settings.base_url or None, store_path, local_port) as endpoint:
+    with model_endpoint(run_config.endpoint.llm, run_config.endpoint.base_url or None, store_path, local_port) as endpoint:
         open_store(store_path, create=True).close()
-        deployment = Deployment(store_path, gateway_config(endpoint, settings, run_config.model, run_config.roles))
+        deployment = Deployment(store_path, gateway_config(endpoint, run_config))
         try:
             with open_store(store_path) as store:
                 run_config = batch_settings(run_config, batch_name)
@@ -51,7 +51,7 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
                         bar.set_postfix_str(f"{result.instance_id}: {result.status}", refresh=True)
 
                     try:
-                        results = BatchRunner(deployment, store, run_config, repos_dir, workers, progress, batch_budget).run(items)
+                        results = BatchRunner(deployment, store, run_config, repos_dir, workers, progress, run_config.batch_budget).run(items)
                     except KeyboardInterrupt:
                         click.echo(f"magis-ray: interrupted; run the same command again to resume batch {batch_name}", err=True)
                         sys.exit(130)

@@ -29,8 +29,9 @@ def given_flags(ctx: click.Context) -> Layer:
     """The settings given on this command line (an option's default is the struct's: no layer)."""
     from click.core import ParameterSource
 
-    values = {key: ctx.params[FIELDS[key].name] for key in SCALARS
-              if FIELDS[key].name in ctx.params and ctx.get_parameter_source(FIELDS[key].name) == ParameterSource.COMMANDLINE}
+    names = {key: FIELDS[key][1].name for key in SCALARS}  # an option's parameter is its setting's field
+    values = {key: ctx.params[name] for key, name in names.items()
+              if name in ctx.params and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
     values.update(role_flags(ctx.params.get("role_model", ()), "--role-model"))
     values.update(role_flags(ctx.params.get("role_base_url", ()), "--role-base-url"))
     return flag_layer(values)

@@ -32,11 +32,32 @@ def _v1_llm_exchanged(event: dict) -> dict:
     return event
 
 
+# Version 2's settings.llm fields, by the names the endpoint section gives them. A 0 or "" was
+# version 2's "not recorded" (a run from before the endpoint was kept): left out, so the field
+# keeps its default.
+_V2_ENDPOINT = {"kind": "llm", "base_url": "base_url", "response_format": "response_format", "timeout_s": "timeout",
+                "concurrency": "concurrency", "requests_per_minute": "rpm", "tokens_per_minute": "tpm"}
+
+
+def _v2_run_started(event: dict) -> dict:
+    settings = event.get("settings")
+    if not isinstance(settings, dict) or "endpoint" in settings:
+        return event
+    recorded = settings.pop("llm", None) or {}
+    endpoint = {new: recorded[old] for old, new in _V2_ENDPOINT.items() if recorded.get(old) not in (None, "", 0)}
+    roles = settings.pop("roles", None)
+    if roles:
+        endpoint["models"] = roles
+    settings["endpoint"] = endpoint
+    return event
+
+
 Upcaster = Callable[[dict], dict]
 # (version N, event type) -> the payload as version N + 1 writes it; a type not listed is unchanged
 UPCASTERS: dict[tuple[int, str], Upcaster] = {
     (1, "RunStarted"): _v1_run_started,
     (1, "LLMExchanged"): _v1_llm_exchanged,
+    (2, "RunStarted"): _v2_run_started,
 }
 
 

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from magis_ray.cli.settings import (
-    Layer, Settings, env_layer, flag_layer, project_layer, resolve, role_flags, role_models, user_layer, value_of,
-)
+from magis_ray.cli.settings import Layer, env_layer, flag_layer, project_layer, resolve, role_flags, user_layer, value_of
+from magis_ray.events.settings import RunSettings
 from magis_ray.cli.errors import BadInput
 
 MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
@@ -26,11 +25,11 @@ def write(path: Path, text: str) -> Path:
 
 
 def test_each_layer_gives_way_to_the_one_before_it(tmp_path):
-    project = Layer("project p", values={"top-k": 4, "max-files": 4, "model": "m-project", "tests": "off"})
+    project = Layer("project p", values={"top-k": 4, "max-files": 4, "model": "m-project", "tests": False})
     user = Layer("user u", values={"top-k": 5, "max-files": 5, "max-review-rounds": 5, "candidates": 5})
     env = env_layer({"MAGIS_MAX_FILES": "7", "MAGIS_MODEL": "m-env", "MAGIS_TIMEOUT": "30"})
     got = resolve([flag_layer({"model": "m-flag"}), env, project, user])
-    assert isinstance(got.settings, Settings)
+    assert isinstance(got.settings, RunSettings)
     assert {key: (value_of(got.settings, key), got.source(key)) for key in (
         "model", "top-k", "max-files", "max-review-rounds", "candidates", "tests", "timeout", "rpm")} == {
         "model": ("m-flag", "flag --model"),
@@ -38,7 +37,7 @@ def test_each_layer_gives_way_to_the_one_before_it(tmp_path):
         "max-files": (7, "env MAGIS_MAX_FILES"),
         "max-review-rounds": (5, "user u"),
         "candidates": (5, "user u"),
-        "tests": ("off", "project p"),
+        "tests": (False, "project p"),
         "timeout": (30.0, "env MAGIS_TIMEOUT"),
         "rpm": (0, "default"),
     }
@@ -64,7 +63,7 @@ def test_magis_toml_comes_before_pyproject_and_a_script_is_found_beside_the_file
     write(tmp_path / "magis.toml", 'top_k = 2\nllm = "scripted:model/script.json"\ntests = false\n'
                                    '[models]\ncustodian = "small"\ndeveloper = { model = "big", base-url = "http://h:1/v1" }\n')
     layer = project_layer(tmp_path)
-    assert layer.values == {"top-k": 2, "llm": f"scripted:{tmp_path / 'model' / 'script.json'}", "tests": "off",
+    assert layer.values == {"top-k": 2, "llm": f"scripted:{tmp_path / 'model' / 'script.json'}", "tests": False,
                             "models.custodian": "small", "models.developer": "big", "models.developer.base-url": "http://h:1/v1"}
     assert project_layer(tmp_path / "nowhere").values == {} and project_layer(None).values == {}
 
@@ -73,7 +72,10 @@ def test_magis_toml_comes_before_pyproject_and_a_script_is_found_beside_the_file
     ('api_key = "sk-x"', "api_key does not belong in a settings file; set OPENAI_API_KEY"),
     ('openai-api-key = "sk-x"', "does not belong in a settings file"),
     ("top-k = 'ten'", "top-k must be an integer, not 'ten'"),
-    ("tests = 'sometimes'", "tests must be one of on, off"),
+    ("tests = 'sometimes'", "tests must be on or off, not 'sometimes'"),
+    ("timeout = 0", "timeout must be more than 0, not 0"),
+    ("rpm = -1", "rpm must be not negative, not -1"),
+    ("sandbox = 'docker'", "sandbox must be one of bwrap, none, not 'docker'"),
     ("llm = 'bogus'", "llm must be one of auto, local, openai, scripted:FILE, not 'bogus'"),
     ("topk = 3", "unknown setting 'topk'"),
     ("[models]\ntester = 'm'", "[models] has no role 'tester'"),
@@ -90,12 +92,12 @@ def test_a_bad_file_is_one_line_naming_the_file(tmp_path, text, says):
 def test_role_models_from_flags_and_files():
     flags = flag_layer({**role_flags(("developer=big",), "--role-model"), **role_flags(("developer=http://h/v1",), "--role-base-url")})
     got = resolve([flags, env_layer({"MAGIS_MODEL_QA": "reviewer"}), Layer("p", values={"models.custodian": "small"})])
-    assert [(r.role, r.model, r.base_url) for r in role_models(got)] == [
+    assert [(r.role, r.model, r.base_url) for r in got.settings.endpoint.models] == [
         ("custodian", "small", ""), ("developer", "big", "http://h/v1"), ("qa", "reviewer", "")]
     with pytest.raises(BadInput, match="ROLE=VALUE"):
         role_flags(("tester=m",), "--role-model")
     with pytest.raises(BadInput, match="give the role a model"):
-        role_models(resolve([env_layer({"MAGIS_BASE_URL_QA": "http://h/v1"})]))
+        resolve([env_layer({"MAGIS_BASE_URL_QA": "http://h/v1"})])
 
 
 def config(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -19,6 +19,7 @@ from waiting import wait_until
 
 from magis_ray.actors.model import prompting
 from magis_ray.actors.model.gateway import GatewayConfig
+from magis_ray.events.settings import EndpointSettings
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.actors.runtime.deployment import JOB_CONFIG_VARIABLE, settings_runtime_env
 from magis_ray.actors.runtime.remote import gateway_name
@@ -30,12 +31,13 @@ MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
 
 
 def test_a_gateway_name_is_the_same_in_every_process_and_never_holds_the_key():
-    config = GatewayConfig(base_url="http://127.0.0.1:1/v1", model="m", api_key="sk-secret", concurrency=1)
+    config = GatewayConfig(base_url="http://127.0.0.1:1/v1", model="m", api_key="sk-secret", endpoint=EndpointSettings(concurrency=1))
     code = ("from magis_ray.actors.model.gateway import GatewayConfig\nfrom magis_ray.actors.runtime.remote import gateway_name\n"
-            "print(gateway_name(GatewayConfig(base_url='http://127.0.0.1:1/v1', model='m', api_key='sk-secret', concurrency=1)))")
+            "from magis_ray.events.settings import EndpointSettings\n"
+            "print(gateway_name(GatewayConfig(base_url='http://127.0.0.1:1/v1', model='m', api_key='sk-secret', endpoint=EndpointSettings(concurrency=1))))")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert other == gateway_name(config) and "secret" not in other
-    assert gateway_name(GatewayConfig(base_url="http://127.0.0.1:1/v1", model="m", api_key="sk-secret", concurrency=2)) != other
+    assert gateway_name(GatewayConfig(base_url="http://127.0.0.1:1/v1", model="m", api_key="sk-secret", endpoint=EndpointSettings(concurrency=2))) != other
 
 
 @pytest.fixture

