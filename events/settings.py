@@ -7,11 +7,16 @@ fill it layer by layer (cli/settings.py) by the same names (`top_k` is `top-k` t
 across the sections, so a setting's key names its field wherever it sits. Secrets are never a
 setting.
 
+`NodeSettings` is the one section no run records: what belongs to the machine a process runs on
+(its caches, scratch, sandbox uids), which each process resolves on its own node from that node's
+environment. This module is the one place that reads the process's environment.
+
 Types carry their bounds: a layer that gives `top-k = 0` is refused from the field's own
 constraint, and the message is built from it (cli/settings.py)."""
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import os
+from typing import Annotated, Any, Iterable, Literal, Mapping
 
 import msgspec
 
@@ -85,3 +90,70 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 # The fields a run fills in itself; no layer sets them.
 RECORDED_ONLY = ("batch", "test_python", "ranking")
+
+
+# --- the node's own settings, and the one place that reads the process's environment -----------
+
+
+class NodeSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What belongs to the machine a process runs on: resolved by each process on its own node,
+    from that node's environment (node_settings()), never recorded in a run nor sent from the driver."""
+
+    env_cache: str = ""  # MAGIS_ENV_CACHE: the node's cache of built environments ("": ~/.cache/magis-ray/envs)
+    scratch_dir: str = "/var/tmp"  # MAGIS_SCRATCH_DIR: where the sandboxes' bounded scratch disks are made
+    sandbox_uids: str = ""  # MAGIS_SANDBOX_UIDS: FIRST-LAST, the uids sandboxes run as ("": the default pool)
+    sandbox_cgroup: str = ""  # MAGIS_SANDBOX_CGROUP: the cgroup sandboxes' memory budgets are made under ("": found)
+    lease_s: Seconds = 30.0  # MAGIS_LEASE_S: how long a run's lease outlives a driver that stops renewing it
+    log_level: str = "info"  # MAGIS_LOG_LEVEL
+    prompts_dir: str = ""  # MAGIS_PROMPTS_DIR: the user's own versions of prompt templates ("": the packaged ones)
+    pyenv_root: str = ""  # PYENV_ROOT: where pyenv's interpreters are ("": ~/.pyenv)
+    ray_address: str = ""  # RAY_ADDRESS: the cluster to join ("": a local Ray)
+
+
+# What each node resolves for itself and no driver sends: its own folders and sandbox resources
+NODE_OWN = ("env_cache", "scratch_dir", "sandbox_uids", "sandbox_cgroup", "pyenv_root")
+# Each node setting's variable: MAGIS_ and its name, but for the variables other tools own
+NODE_ENV = {name: {"pyenv_root": "PYENV_ROOT", "ray_address": "RAY_ADDRESS"}.get(name, "MAGIS_" + name.upper())
+            for name in NodeSettings.__struct_fields__}
+
+
+def node_values(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The node settings `environ` gives, each read as its field's type; a value its field does not
+    take is left out (the default holds), for `magis-ray config` to point out (node_refusals)."""
+    fields = {f.name: f for f in msgspec.structs.fields(NodeSettings)}
+    given = {}
+    for name, variable in NODE_ENV.items():
+        if environ.get(variable):
+            try:
+                given[name] = msgspec.convert(environ[variable], fields[name].type, strict=False)
+            except msgspec.ValidationError:
+                pass
+    return given
+
+
+def node_refusals(environ: Mapping[str, str]) -> list[str]:
+    """The node variables set to a value their setting does not take."""
+    taken = node_values(environ)
+    return [variable for name, variable in NODE_ENV.items() if environ.get(variable) and name not in taken]
+
+
+def node_settings(environ: Mapping[str, str] | None = None) -> NodeSettings:
+    """This node's settings, from its own environment (or `environ`)."""
+    return NodeSettings(**node_values(os.environ if environ is None else environ))
+
+
+def process_environment(**overrides: str) -> dict[str, str]:
+    """This process's environment with `overrides`: what a child process (git, pip, a server) is given."""
+    return {**os.environ, **overrides}
+
+
+def api_key() -> str | None:
+    """The model's API key (OPENAI_API_KEY): never a setting, never recorded, never shown."""
+    return os.environ.get("OPENAI_API_KEY") or None
+
+
+def forget_variables(names: Iterable[str]) -> None:
+    """Drop these variables (any case) from this process's environment, for every child it starts."""
+    wanted = {name.lower() for name in names}
+    for name in [n for n in os.environ if n.lower() in wanted]:
+        del os.environ[name]

@@ -106,9 +106,11 @@ def test_drivers_on_one_cluster_share_one_gateway_limit_and_stop_ends_only_their
             assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF
 
 
-def test_only_a_driver_that_joins_a_cluster_outside_a_job_sends_its_settings():
-    environ = {"MAGIS_PROMPTS_DIR": "/p", "MAGIS_ENV_CACHE": "/e", "OPENAI_API_KEY": "sk-secret", "PATH": "/bin"}
-    assert settings_runtime_env("127.0.0.1:6379", environ) == {"env_vars": {"MAGIS_PROMPTS_DIR": "/p", "MAGIS_ENV_CACHE": "/e"}}
+def test_only_a_driver_that_joins_a_cluster_outside_a_job_sends_its_settings_and_never_a_node_s_own():
+    environ = {"MAGIS_PROMPTS_DIR": "/p", "MAGIS_ENV_CACHE": "/e", "MAGIS_SCRATCH_DIR": "/s", "MAGIS_SANDBOX_UIDS": "1-2",
+               "OPENAI_API_KEY": "sk-secret", "PATH": "/bin"}
+    # a node's cache, scratch and sandbox uids are its own: each node resolves them from its environment
+    assert settings_runtime_env("127.0.0.1:6379", environ) == {"env_vars": {"MAGIS_PROMPTS_DIR": "/p"}}
     assert settings_runtime_env("local", environ) is None  # a Ray of its own inherits the driver's environment
     assert settings_runtime_env("127.0.0.1:6379", {**environ, JOB_CONFIG_VARIABLE: "{}"}) is None  # the job's env_vars do it
     assert settings_runtime_env("127.0.0.1:6379", {"OPENAI_API_KEY": "sk-secret"}) is None

@@ -25,6 +25,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from magis_ray.events.settings import node_settings
 
 WATCH_S = 0.05  # the watchdog's look, and how often a cgroup's kill count is read
 PREFIX = "magis-sandbox-"
@@ -91,7 +92,7 @@ def own_place(proc_cgroup: str, mountinfo: str) -> CgroupPlace | None:
 
 def find_place() -> tuple[CgroupPlace | None, str]:
     """Where this process may make sandboxes' cgroups, or why nowhere (one line)."""
-    named = os.environ.get("MAGIS_SANDBOX_CGROUP", "")
+    named = node_settings().sandbox_cgroup
     if named:
         folder = Path(named)
         if (folder / "memory.limit_in_bytes").exists():

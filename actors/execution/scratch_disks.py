@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from .memory_budget import _mounts
+from magis_ray.events.settings import node_settings
 
 IN_MEMORY_FILESYSTEMS = {"tmpfs", "ramfs"}
 TOOLS = os.pathsep.join(["/usr/sbin", "/sbin", "/usr/bin", "/bin"])  # where losetup, mkfs.ext4 and mount live
@@ -51,7 +52,7 @@ ROOT = "root"  # the folder of an image that the sandbox sees (beside the image'
 
 
 def images_folder() -> str:
-    return os.environ.get("MAGIS_SCRATCH_DIR") or "/var/tmp"
+    return node_settings().scratch_dir
 
 
 PREFIX = "magis-scratch-"

@@ -34,7 +34,7 @@ import openai
 import structlog
 
 from magis_ray.events.schema import LLMExchanged, Message
-from magis_ray.events.settings import EndpointSettings
+from magis_ray.events.settings import EndpointSettings, api_key
 
 log = structlog.get_logger()
 
@@ -374,7 +374,7 @@ class Gateway:
         if client is None:
             client = self._clients[base_url] = openai.AsyncOpenAI(
                 base_url=base_url,
-                api_key=self.config.api_key or os.environ.get("OPENAI_API_KEY") or LOCAL_API_KEY,
+                api_key=self.config.api_key or api_key() or LOCAL_API_KEY,
                 max_retries=0,
                 timeout=self.config.endpoint.timeout,
             )

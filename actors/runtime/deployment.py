@@ -18,6 +18,7 @@ from magis_ray.actors.runtime.remote import NAMESPACE, answers, gateway_actor, g
 from magis_ray.actors.runtime.replay import issue_of
 from magis_ray.actors.runtime.services import root_cause
 from magis_ray.store import Fenced
+from magis_ray.events.settings import NODE_ENV, NODE_OWN, node_settings, process_environment
 
 INTERRUPTED = "interrupted by the user"
 
@@ -30,8 +31,9 @@ JOB_CONFIG_VARIABLE = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 
 def settings_runtime_env(address: str, environ: dict[str, str]) -> dict | None:
-    """The runtime env that carries the driver's MAGIS_* settings (prompt templates, environment
-    cache, log level) to its actors, which read them where they run.
+    """The runtime env that carries the driver's MAGIS_* settings (prompt templates, log level) to
+    its actors, which read them where they run; what belongs to a node (its environment cache,
+    scratch, sandbox uids and cgroup) each node resolves from its own environment.
 
     A Ray of our own needs none: its processes inherit the driver's environment. A cluster's
     workers start from their node's, so a driver that joins one sends its settings along; under
@@ -40,7 +42,8 @@ def settings_runtime_env(address: str, environ: dict[str, str]) -> dict | None:
     are shown on the dashboard (docs/cluster.md keeps the key in the head's environment)."""
     if address == "local" or JOB_CONFIG_VARIABLE in environ:
         return None
-    settings = {name: value for name, value in environ.items() if name.startswith(SETTINGS_PREFIX)}
+    own = {NODE_ENV[name] for name in NODE_OWN}  # each node resolves these from its own environment
+    settings = {name: value for name, value in environ.items() if name.startswith(SETTINGS_PREFIX) and name not in own}
     return {"env_vars": settings} if settings else None
 
 
@@ -65,9 +68,9 @@ def ensure_ray(address: str | None = None) -> None:
     if not ray.is_initialized():
         # Ray announces its (kept) default of token authentication on every start; not news to our users.
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-        address = address or os.environ.get("RAY_ADDRESS") or "local"
+        address = address or node_settings().ray_address or "local"
         ray.init(
-            address=address, namespace=NAMESPACE, runtime_env=settings_runtime_env(address, dict(os.environ)),
+            address=address, namespace=NAMESPACE, runtime_env=settings_runtime_env(address, process_environment()),
             include_dashboard=False, log_to_driver=False, configure_logging=False, **own_ray_config(address),
         )
 
