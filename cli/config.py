@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .settings import (
-    FIELDS, SCALARS, Effective, Layer, describe, env_layer, flag_layer, project_layer, resolve, role_flags, user_file,
+    FIELDS, SCALARS, Effective, Layer, describe, describe_node, env_layer, flag_layer, project_layer, resolve, role_flags, user_file,
     user_layer, value_of,
 )
 
@@ -55,15 +55,16 @@ def setting_value(key: str, root: Path | None):
 @click.command("config")
 @click.option("--repo", type=click.Path(), help="The project whose settings apply (default: the current folder's repository).")
 def config_command(repo: str | None) -> None:
-    """Print the effective settings of `submit` here, and where each came from: a flag, the
-    environment, the project's magis.toml (or pyproject.toml's [tool.magis-ray]), the user's
-    ~/.config/magis-ray/config.toml, or the default. Never the API key."""
+    """Print the effective settings of `submit` here by section, and where each came from: a flag,
+    the environment, the project's magis.toml (or pyproject.toml's [tool.magis-ray]), the user's
+    ~/.config/magis-ray/config.toml, or the default; and this machine's own [node] settings, from
+    its environment. Never the API key."""
     root = project_root(repo)
     env, project, user = below_flags(root)
     click.echo(f"project:  {project.path or '(none' + (f' in {root}' if root else '') + ')'}")
     click.echo(f"user:     {user.path or '(none: ' + str(user_file(os.environ)) + ')'}")
     click.echo("")
-    for line in describe(resolve([env, project, user])):
+    for line in [*describe(resolve([env, project, user])), *describe_node(os.environ)]:
         click.echo(line)
     key = "set in OPENAI_API_KEY (never shown)" if os.environ.get("OPENAI_API_KEY") else "not set (OPENAI_API_KEY)"
     click.echo(f"\napi key:  {key}")

@@ -25,7 +25,9 @@ from typing import Any, Callable, Mapping
 
 import msgspec
 
-from magis_ray.events.settings import LLM_KINDS, RECORDED_ONLY, ROLES, EndpointSettings, RoleModel, RunSettings
+from magis_ray.events.settings import (
+    LLM_KINDS, NODE_ENV, RECORDED_ONLY, ROLES, EndpointSettings, NodeSettings, RoleModel, RunSettings, node_refusals, node_values,
+)
 
 from .errors import BadInput
 
@@ -357,4 +359,20 @@ def describe(effective: Effective) -> list[str]:
                 continue
             value = shown(value_of(effective.settings, key))
             lines.append(f"{key.ljust(width)}  {(value or '-').ljust(24)}  {effective.source(key)}")
+    return lines
+
+
+def describe_node(environ: Mapping[str, str]) -> list[str]:
+    """`magis-ray config`'s [node] lines: what this machine's own environment gives (each node of a
+    cluster resolves its own), its value and its source; a variable set to a value its setting
+    does not take is named, and the default holds."""
+    given, refused = node_values(environ), node_refusals(environ)
+    settings = NodeSettings(**given)
+    width = max(len(key) for key in KEYS)
+    lines = ["[node]"]
+    for name, variable in NODE_ENV.items():
+        source = f"env {variable}" if name in given else f"default ({variable}={environ[variable]!r} ignored)" \
+            if variable in refused else "default"
+        value = shown(getattr(settings, name))
+        lines.append(f"{_kebab(name).ljust(width)}  {(value or '-').ljust(24)}  {source}")
     return lines

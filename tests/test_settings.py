@@ -114,7 +114,8 @@ def test_magis_ray_config_prints_each_setting_with_its_source_and_never_the_key(
     user = write(tmp_path / "home" / "magis-ray" / "config.toml", 'top-k = 5\nmax-files = 5\nenv-setup = "pip install -e .[test]"\n')
     (project / "sub").mkdir()
     result = config(project / "sub",  # from a subfolder: the repository's root holds the project's file
-                    env={"XDG_CONFIG_HOME": str(tmp_path / "home"), "MAGIS_MAX_FILES": "2", "OPENAI_API_KEY": KEY})
+                    env={"XDG_CONFIG_HOME": str(tmp_path / "home"), "MAGIS_MAX_FILES": "2", "OPENAI_API_KEY": KEY,
+                         "MAGIS_SCRATCH_DIR": "/big/disk", "MAGIS_LEASE_S": "soon"})
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line.split(None, 2)[1:] for line in result.stdout.splitlines() if line and not line.endswith(":")}
     assert rows["model"] == ["gpt-4o", f"project {project.resolve() / 'magis.toml'}"]
@@ -123,6 +124,10 @@ def test_magis_ray_config_prints_each_setting_with_its_source_and_never_the_key(
     assert rows["env-setup"][1].endswith(f"user {user}") and rows["env-setup"][0] == "pip"
     assert rows["max-review-rounds"] == ["3", "default"] and rows["tests"] == ["on", "default"]
     assert rows["models.custodian"] == ["gpt-4o-mini", f"project {project.resolve() / 'magis.toml'}"]
+    assert [line for line in result.stdout.splitlines() if line.startswith("[")] == ["[run]", "[endpoint]", "[node]"]
+    assert rows["timeout"] == ["120.0", "default"] and rows["use-qa"] == ["on", "default"]
+    assert rows["scratch-dir"] == ["/big/disk", "env MAGIS_SCRATCH_DIR"]
+    assert rows["lease-s"] == ["30.0", "default (MAGIS_LEASE_S='soon' ignored)"]
     assert "api key:  set in OPENAI_API_KEY (never shown)" in result.stdout
     assert KEY not in result.stdout + result.stderr
 
