@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
-import os
 import random
 import re
 import time
