@@ -143,3 +143,23 @@ def test_a_file_on_the_user_s_machine_is_read_from_xdg_or_home(tmp_path):
     write(tmp_path / "h" / ".config" / "magis-ray" / "config.toml", "rpm = 60\n")
     assert user_layer({"HOME": str(tmp_path / "h")}).values == {"rpm": 60}
     assert user_layer({"HOME": str(tmp_path / "h"), "XDG_CONFIG_HOME": str(tmp_path / "x")}).values == {}
+
+
+def test_resume_lays_the_record_by_the_settings_own_names_under_the_flags():
+    from magis_ray.cli.resume import recorded_layer
+    from magis_ray.events.settings import EndpointSettings, RoleModel
+
+    recorded = RunSettings(model="gpt-4o", top_k=4, endpoint=EndpointSettings(
+        llm="openai", base_url="http://h/v1", timeout=7.0, rpm=60, models=(RoleModel("qa", "judge"),)))
+    layer = recorded_layer(recorded, flag_layer({}))
+    assert layer.values == {"llm": "openai", "base-url": "http://h/v1", "response-format": "json_schema", "timeout": 7.0,
+                            "concurrency": 8, "rpm": 60, "tpm": 0, "model": "gpt-4o", "models.qa": "judge"}
+    got = resolve([flag_layer({"timeout": 9.0}), layer, env_layer({"MAGIS_RPM": "5", "MAGIS_TOP_K": "2"})])
+    assert (got.settings.endpoint.timeout, got.source("timeout")) == (9.0, "flag --timeout")
+    assert (got.settings.endpoint.rpm, got.source("rpm")) == (60, "record")
+    assert got.settings.top_k == 2  # the team's settings resume from the run's own record, not from here
+    # flags that name another endpoint: the recorded model's name and URL stay behind, its limits come along
+    other = recorded_layer(recorded, flag_layer({"llm": "scripted:/s.json"}))
+    assert "llm" not in other.values and "model" not in other.values and other.values["timeout"] == 7.0
+    # a run from before the endpoint was recorded gives its model's name only
+    assert recorded_layer(RunSettings(model="m"), flag_layer({})).values == {"model": "m"}
