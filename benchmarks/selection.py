@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import sys
@@ -113,7 +114,8 @@ def regression_targets(repo_path: str, record: dict) -> tuple[str, ...]:
 
 def select(record: dict, repos_dir: str, env_cache: str) -> dict:
     repo_path = str(find_repo(record["repo"], repos_dir=repos_dir))
-    bench = ExecutionBench(BenchSetup(record=record, repo_path=repo_path, env_cache=env_cache))
+    os.environ["MAGIS_ENV_CACHE"] = env_cache  # the bench's node setting, read where the bench runs: here
+    bench = ExecutionBench(BenchSetup(record=record, repo_path=repo_path))
     env = bench.environment()  # BenchUnavailable: the instance is not counted, and the row says why
     build_s = env.build_seconds if env.built_now else bench.cache.build_seconds(env)  # its first build's time
     reproduction = tuple(json.loads(record["FAIL_TO_PASS"]) if isinstance(record["FAIL_TO_PASS"], str) else record["FAIL_TO_PASS"])

@@ -58,6 +58,7 @@ from magis_ray.actors.runtime.batch import BatchItem, BatchRunner, batch_setting
 from magis_ray.actors.runtime.deployment import Deployment, ensure_ray  # noqa: E402
 from magis_ray.actors.runtime.remote import NAMESPACE, store_name  # noqa: E402
 from magis_ray.actors.model.gateway import GatewayConfig  # noqa: E402
+from magis_ray.events.settings import EndpointSettings  # noqa: E402
 from magis_ray.actors.model.scripted_server import ScriptedServer  # noqa: E402
 from magis_ray.actors.model.scripted_team import ScriptedTeam  # noqa: E402
 from magis_ray.events.codec import new_event  # noqa: E402
@@ -333,7 +334,8 @@ def measure(args, tmp: Path) -> None:
                         reproductions=[REPRODUCTION] if tests else [])
     rows = {}
     with ScriptedServer(team) as server:
-        config = GatewayConfig(base_url=server.base_url, api_key="k", model="scripted", concurrency=args.gateway_concurrency)
+        config = GatewayConfig(base_url=server.base_url, api_key="k", model="scripted",
+                               endpoint=EndpointSettings(concurrency=args.gateway_concurrency))
         warm = run_level(2, items(repo, base, 2, "warmup"), tmp, config, repos, "warmup", None, tests)
         time.sleep(1.0)  # the warm-up's actors end
         idle_rss, idle_pss, idle_kinds = sampler.snapshot()

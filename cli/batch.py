@@ -11,9 +11,9 @@ import click
 from .endpoint import check_endpoint, gateway_config, model_endpoint
 
 
-def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_budget, batch_name, store_path, llm,
-                 local_port, settings, run_config) -> None:
-    """`settings`: the effective Settings (cli/settings.py); `run_config`: the RunSettings each run records."""
+def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_name, store_path, local_port,
+                 run_config) -> None:
+    """`run_config`: the RunSettings each run records (cli/submit.py's run_settings)."""
     from tqdm import tqdm
 
     from magis_ray.actors.runtime.batch import BatchRunner, batch_settings, read_batch_items
@@ -40,10 +40,10 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
         from .grade import workers_for_memory
 
         workers = workers_for_memory(workers, TEST_LIMITS.memory_bytes, "tests on")
-    with model_endpoint(llm, settings.base_url or None, store_path, local_port) as endpoint:
-        check_endpoint(endpoint, run_config.model, run_config.roles)  # before Ray: a wrong endpoint costs seconds
+    with model_endpoint(run_config.endpoint.llm, run_config.endpoint.base_url or None, store_path, local_port) as endpoint:
+        check_endpoint(endpoint, run_config.model, run_config.endpoint.models)  # before Ray: a wrong endpoint costs seconds
         open_store(store_path, create=True).close()
-        deployment = Deployment(store_path, gateway_config(endpoint, settings, run_config.model, run_config.roles))
+        deployment = Deployment(store_path, gateway_config(endpoint, run_config))
         try:
             with open_store(store_path) as store:
                 run_config = batch_settings(run_config, batch_name)
@@ -54,7 +54,8 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
 
                     try:
                         with stopped_by_signals():
-                            results = BatchRunner(deployment, store, run_config, repos_dir, workers, progress, batch_budget).run(items)
+                            results = BatchRunner(deployment, store, run_config, repos_dir, workers, progress,
+                                                  run_config.batch_budget).run(items)
                     except KeyboardInterrupt:
                         click.echo(f"magis-ray: interrupted; run the same command again to resume batch {batch_name}", err=True)
                         sys.exit(interrupted_exit_code())

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .settings import (
-    FIELDS, SCALARS, Effective, Layer, describe, env_layer, flag_layer, project_layer, resolve, role_flags, user_file,
+    FIELDS, SCALARS, Effective, Layer, describe, describe_node, env_layer, flag_layer, project_layer, resolve, role_flags, user_file,
     user_layer, value_of,
 )
 
@@ -29,8 +29,9 @@ def given_flags(ctx: click.Context) -> Layer:
     """The settings given on this command line (an option's default is the struct's: no layer)."""
     from click.core import ParameterSource
 
-    values = {key: ctx.params[FIELDS[key].name] for key in SCALARS
-              if FIELDS[key].name in ctx.params and ctx.get_parameter_source(FIELDS[key].name) == ParameterSource.COMMANDLINE}
+    names = {key: FIELDS[key][1].name for key in SCALARS}  # an option's parameter is its setting's field
+    values = {key: ctx.params[name] for key, name in names.items()
+              if name in ctx.params and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
     values.update(role_flags(ctx.params.get("role_model", ()), "--role-model"))
     values.update(role_flags(ctx.params.get("role_base_url", ()), "--role-base-url"))
     return flag_layer(values)
@@ -54,15 +55,16 @@ def setting_value(key: str, root: Path | None):
 @click.command("config")
 @click.option("--repo", type=click.Path(), help="The project whose settings apply (default: the current folder's repository).")
 def config_command(repo: str | None) -> None:
-    """Print the effective settings of `submit` here, and where each came from: a flag, the
-    environment, the project's magis.toml (or pyproject.toml's [tool.magis-ray]), the user's
-    ~/.config/magis-ray/config.toml, or the default. Never the API key."""
+    """Print the effective settings of `submit` here by section, and where each came from: a flag,
+    the environment, the project's magis.toml (or pyproject.toml's [tool.magis-ray]), the user's
+    ~/.config/magis-ray/config.toml, or the default; and this machine's own [node] settings, from
+    its environment. Never the API key."""
     root = project_root(repo)
     env, project, user = below_flags(root)
     click.echo(f"project:  {project.path or '(none' + (f' in {root}' if root else '') + ')'}")
     click.echo(f"user:     {user.path or '(none: ' + str(user_file(os.environ)) + ')'}")
     click.echo("")
-    for line in describe(resolve([env, project, user])):
+    for line in [*describe(resolve([env, project, user])), *describe_node(os.environ)]:
         click.echo(line)
     key = "set in OPENAI_API_KEY (never shown)" if os.environ.get("OPENAI_API_KEY") else "not set (OPENAI_API_KEY)"
     click.echo(f"\napi key:  {key}")

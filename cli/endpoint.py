@@ -7,8 +7,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
+from magis_ray.events.settings import LLM_KINDS
+
 from .errors import BadInput, require_extra
-from .settings import LLM_KINDS
 
 # Where the openai client sends requests when no base URL is given (OPENAI_BASE_URL is a setting)
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
@@ -55,7 +56,7 @@ def model_used(settings, cwd: str | Path = ".") -> str:
     """The model a run used and the kind of its endpoint, from its RunSettings (the log's), in one
     line: `smollm2-135m-instruct (local, bundled)`, `scripted (examples/calc/script.json)`,
     `gpt-4o (openai, https://api.openai.com/v1)`; a role's own model after it."""
-    kind = settings.llm.kind
+    kind = settings.endpoint.llm
     if kind.startswith("scripted:"):
         script = Path(kind.removeprefix("scripted:"))
         try:
@@ -66,26 +67,29 @@ def model_used(settings, cwd: str | Path = ".") -> str:
     elif kind == "local":
         where = f"{settings.model} (local, bundled)"
     elif kind == "openai":
-        where = f"{settings.model} (openai, {settings.llm.base_url or OPENAI_DEFAULT_URL})"
+        where = f"{settings.model} (openai, {settings.endpoint.base_url or OPENAI_DEFAULT_URL})"
     else:  # a log from before the endpoint was recorded
         where = settings.model
-    for role in settings.roles:
+    for role in settings.endpoint.models:
         where += f"; {role.role}: {role.model}" + (f" ({role.base_url})" if role.base_url else "")
     return where
 
 
-def gateway_config(endpoint: Endpoint, settings, model: str, roles: tuple = ()):
-    """`settings`: the run's Settings (cli/settings.py); `model`: the name the run records; `roles`:
-    the run's RunSettings.roles (a model per role), which the gateway routes by."""
+def gateway_config(endpoint: Endpoint, settings):
+    """The gateway of a run: `settings` (the run's RunSettings, as it records them) gives its model
+    section and its model's name; `endpoint` what the endpoint itself decided (its URL, a served
+    model's limits)."""
+    import msgspec
+
     from magis_ray.actors.model.gateway import GatewayConfig
 
+    section = settings.endpoint
+    decided = {name: value for name, value in (("response_format", endpoint.response_format),
+                                               ("concurrency", endpoint.concurrency)) if value}
     extra = {"max_tokens": endpoint.max_tokens} if endpoint.max_tokens else {}
     return GatewayConfig(
-        base_url=endpoint.base_url or None, model=model or endpoint.model, timeout_s=settings.timeout,
-        concurrency=endpoint.concurrency or settings.concurrency,
-        response_format=endpoint.response_format or settings.response_format, context_tokens=endpoint.context_tokens,
-        requests_per_minute=settings.rpm, tokens_per_minute=settings.tpm, routes=tuple(roles), billed=endpoint.billed,
-        **extra,
+        endpoint=msgspec.structs.replace(section, **decided), base_url=endpoint.base_url or None,
+        model=settings.model or endpoint.model, context_tokens=endpoint.context_tokens, billed=endpoint.billed, **extra,
     )
 
 

@@ -7,32 +7,32 @@ import click
 
 from .endpoint import check_endpoint, gateway_config, model_endpoint, resolve_llm
 from .options import model_options, store_option
-from .settings import Layer
+from .settings import FIELDS, KEYS, Layer, record_layer
 
-RECORDED_LIMITS = (("timeout", "timeout_s"), ("concurrency", "concurrency"), ("response-format", "response_format"),
-                   ("rpm", "requests_per_minute"), ("tpm", "tokens_per_minute"))
+# The model's settings a record gives back: the endpoint section's keys, the roles' models, the model's name
+MODEL_KEYS = tuple(key for key in KEYS if key == "model" or key.startswith("models.") or FIELDS[key][0] == "endpoint")
+ENDPOINT_NAMING = ("llm", "base-url", "model")  # the keys that say which model, where
 
 
-def recorded_layer(run_settings, flags: Layer) -> Layer:
-    """What the run recorded of its model: its endpoint and name, unless the flags name another
-    endpoint (then its name only if that endpoint is the recorded one), and its limits. A run
-    recorded before model settings were kept gives its model's name only."""
-    recorded = run_settings.llm
-    values: dict = {}
-    if not recorded.kind:
-        values["model"] = run_settings.model
+def recorded_layer(recorded, flags: Layer) -> Layer:
+    """What the run recorded of its model, as a layer by the settings' own names: all of it, unless
+    the flags name another endpoint (then the recorded model's name and URL only where that endpoint
+    is the recorded one). A run recorded before its endpoint was kept (`llm` still auto: a run
+    records what auto resolved to) gives its model's name only."""
+    values = dict(record_layer(recorded, MODEL_KEYS).values)
+    kind, base_url = recorded.endpoint.llm, recorded.endpoint.base_url
+    if kind == "auto":
+        values = {key: value for key, value in values.items() if key == "model" or key.startswith("models.")}
     elif "llm" in flags.values or "base-url" in flags.values:
         llm = resolve_llm(flags.values.get("llm", "auto"), flags.values.get("base-url"))
-        same_openai = llm == recorded.kind == "openai" and "base-url" not in flags.values
-        if same_openai and recorded.base_url:
-            values["base-url"] = recorded.base_url
-        if llm == recorded.kind and (same_openai or flags.values.get("base-url", "") == recorded.base_url):
-            values["model"] = run_settings.model
-    else:
-        values.update({"llm": recorded.kind, "model": run_settings.model})
-        if recorded.base_url:
-            values["base-url"] = recorded.base_url
-    values.update({key: getattr(recorded, field) for key, field in RECORDED_LIMITS if getattr(recorded, field)})
+        same_openai = llm == kind == "openai" and "base-url" not in flags.values
+        same = llm == kind and (same_openai or flags.values.get("base-url", "") == base_url)
+        for key in ENDPOINT_NAMING:
+            values.pop(key, None)
+        if same_openai and base_url:
+            values["base-url"] = base_url
+        if same:
+            values["model"] = recorded.model
     return Layer("record", values={key: value for key, value in values.items() if value != ""})
 
 
@@ -54,12 +54,11 @@ def resume_command(ctx, run, repo, store_path, local_port, **_settings) -> None:
     from magis_ray.store import open_store
 
     from .config import effective_settings, given_flags
-    from .endpoint import default_model
     from .errors import BadInput
     from .source import repo_of, resolve_run_id
     from .progress import Progress
     from .signals import stopped_by_signals
-    from .submit import conclude, start_ray
+    from .submit import conclude, run_settings, start_ray
 
     flags = given_flags(ctx)
     with open_store(store_path) as store:
@@ -75,16 +74,14 @@ def resume_command(ctx, run, repo, store_path, local_port, **_settings) -> None:
             except CannotResume as exc:
                 raise BadInput(str(exc)) from None
         repo_path = repo_of(point.started, repo)
-        recorded = point.started.settings
-        settings = effective_settings(flags, Path(repo_path), recorded_layer(recorded, flags)).settings
-        llm = resolve_llm(settings.llm, settings.base_url)
-        with model_endpoint(llm, settings.base_url or None, store_path, local_port) as endpoint:
-            check_endpoint(endpoint, default_model(llm, settings.model), recorded.roles)
+        resumed = run_settings(effective_settings(flags, Path(repo_path), recorded_layer(point.started.settings, flags)).settings)
+        with model_endpoint(resumed.endpoint.llm, resumed.endpoint.base_url or None, store_path, local_port) as endpoint:
+            check_endpoint(endpoint, resumed.model, resumed.endpoint.models)
             click.echo(f"resuming run {run_id} from event {point.kept_version} ({point.superseded} superseded)", err=True)
             start_ray(store_path, run_id)
             with Progress(store_path, run_id), stopped_by_signals():
                 end = resume_issue(
                     store_path=store_path, run_id=run_id, point=point, repo_path=repo_path, liveness=liveness, fence=fence,
-                    gateway_config=gateway_config(endpoint, settings, default_model(llm, settings.model), recorded.roles),
+                    gateway_config=gateway_config(endpoint, resumed),
                 )
     conclude(store_path, run_id, end)

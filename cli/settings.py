@@ -1,4 +1,6 @@
-"""The settings of a run: one struct, filled by layer, and where each value came from.
+"""The settings of a run, layer by layer, and where each value came from. The settings themselves,
+with their one default each, are the one model in events/settings.py (`RunSettings`, what a run
+records); this module reads the layers that fill it.
 
 Files: `magis.toml` at the repository's root, or else the `[tool.magis-ray]` table of its
 `pyproject.toml` (the project), and `config.toml` under `~/.config/magis-ray/` (the user;
@@ -10,17 +12,22 @@ and a `[models]` table that gives a role its own model:
     developer = { model = "qwen2.5-coder:32b", base-url = "http://gpu-box:8000/v1" }
 
 Precedence: flags, then (on resume) the run's record, then the environment, then the project, then
-the user, then the defaults of `Settings`. Every layer is checked by converting it to `Settings`
-(msgspec), and the merged layers are converted once more into the one struct a run is given.
-An API key is never a setting: it is read from OPENAI_API_KEY only, and never shown."""
+the user, then the model's defaults. A key is a field's name in kebab case, in whichever section
+holds it (`timeout` is `endpoint.timeout`). Every value is checked against its field's type as its
+layer is read, and a refusal is worded from that type (its bounds, its choices), never from a
+library's message. An API key is never a setting: it is read from OPENAI_API_KEY only, and never
+shown."""
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping
+from typing import Any, Callable, Mapping
 
 import msgspec
+
+from magis_ray.events.settings import (
+    LLM_KINDS, NODE_ENV, RECORDED_ONLY, ROLES, EndpointSettings, NodeSettings, RoleModel, RunSettings, node_refusals, node_values,
+)
 
 from .errors import BadInput
 
@@ -35,64 +42,26 @@ except ModuleNotFoundError:  # Python 3.10: the same parser as the `tomli` packa
 PROJECT_FILE = "magis.toml"
 PYPROJECT_TABLE = "magis-ray"  # [tool.magis-ray]
 USER_FILE = "config.toml"
-ROLES = ("custodian", "manager", "developer", "qa")  # as the gateway routes them (gateway.ROLES)
-
-LLM_KINDS = ("auto", "local", "openai", "scripted:FILE")
-LlmKind = Annotated[str, msgspec.Meta(pattern=r"^(auto|local|openai|scripted:.+)$")]
-AtLeastOne = Annotated[int, msgspec.Meta(ge=1)]
-NotNegative = Annotated[int, msgspec.Meta(ge=0)]
+SECTIONS = {"run": RunSettings, "endpoint": EndpointSettings}  # a key's section, as `config` groups them
 
 
-class RoleModelSetting(msgspec.Struct, frozen=True, kw_only=True, rename="kebab", forbid_unknown_fields=True):
-    model: str = ""
-    base_url: str = ""
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
 
 
-RoleEntry = typing.Union[str, RoleModelSetting, None]  # a file writes a model's name, or the table
-
-
-class RoleModels(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    custodian: RoleEntry = None
-    manager: RoleEntry = None
-    developer: RoleEntry = None
-    qa: RoleEntry = None
-
-    def of(self, role: str) -> RoleModelSetting:
-        entry = getattr(self, role)
-        return RoleModelSetting(model=entry) if isinstance(entry, str) else entry or RoleModelSetting()
-
-
-class Settings(msgspec.Struct, frozen=True, kw_only=True, rename="kebab", forbid_unknown_fields=True):
-    """Every setting of `submit`, by the name files and flags give it (`top-k`, `--top-k`)."""
-
-    llm: LlmKind = "auto"  # LLM_KINDS
-    model: str = ""
-    base_url: str = ""
-    response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
-    timeout: Annotated[float, msgspec.Meta(gt=0)] = 120.0
-    concurrency: AtLeastOne = 8
-    rpm: NotNegative = 0
-    tpm: NotNegative = 0
-    token_budget: NotNegative = 0
-    batch_budget: NotNegative = 0
-    top_k: AtLeastOne = 10
-    max_files: AtLeastOne = 3
-    max_review_rounds: AtLeastOne = 3
-    candidates: AtLeastOne = 1
-    tests: Literal["on", "off"] = "on"
-    env_setup: str = ""
-    test_cmd: str = ""  # the project's test command: the team's test runs (the tests to run follow it), and `apply`'s check of its branch
-    sandbox: Literal["bwrap", "none"] = "bwrap"
-    models: RoleModels = RoleModels()
-
-
-DEFAULTS = Settings()
-FIELDS = {f.encode_name: f for f in msgspec.structs.fields(Settings)}
-SCALARS = tuple(name for name in FIELDS if name != "models")
+# Each key's section and field, read off the model: "top-k" -> ("run", top_k), "timeout" -> ("endpoint", timeout)
+FIELDS: dict[str, tuple[str, msgspec.structs.FieldInfo]] = {
+    _kebab(f.name): (section, f) for section, struct in SECTIONS.items() for f in msgspec.structs.fields(struct)
+    if f.name not in (*RECORDED_ONLY, "endpoint", "models")
+}
+SCALARS = tuple(FIELDS)
 # the settings as `config` lists them and layers hold them: "top-k", ..., "models.qa", "models.qa.base-url"
 KEYS = (*SCALARS, *(f"models.{role}" for role in ROLES), *(f"models.{role}.base-url" for role in ROLES))
 NO_FLAG = ("test-cmd",)  # set in a file or the environment only
 ENV_NAMES = {"base-url": "OPENAI_BASE_URL"}
+# The ablations' flags turn a setting off (--no-qa); the others are the key itself (--top-k)
+FLAG_NAMES = {"use-qa": "--no-qa", "use-hints": "--no-hints", "use-memory": "--no-memory"}
+ON_OFF = {"on": True, "off": False, "true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
 
 
 def env_name(key: str) -> str:
@@ -106,14 +75,85 @@ def env_name(key: str) -> str:
 def flag_name(key: str) -> str:
     if key.startswith("models."):
         return "--role-base-url" if key.endswith(".base-url") else "--role-model"
-    return "" if key in NO_FLAG else f"--{key}"
+    return "" if key in NO_FLAG else FLAG_NAMES.get(key, f"--{key}")
 
 
-def value_of(settings: Settings, key: str) -> Any:
+def value_of(settings: RunSettings, key: str) -> Any:
     if key.startswith("models."):
-        role = settings.models.of(key.split(".")[1])
-        return role.base_url if key.endswith(".base-url") else role.model
-    return getattr(settings, FIELDS[key].name)
+        role = key.split(".")[1]
+        given = next((r for r in settings.endpoint.models if r.role == role), None)
+        return "" if given is None else given.base_url if key.endswith(".base-url") else given.model
+    section, info = FIELDS[key]
+    return getattr(settings.endpoint if section == "endpoint" else settings, info.name)
+
+
+def shown(value: Any) -> str:
+    """A value as `config` prints it: a switch as on/off, as the flags say it."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "" if value is None else str(value)
+
+
+# --- checking one value against its field -----------------------------------------------------
+
+
+class Refused(ValueError):
+    """A value its field does not take; the message says what the field takes, in the user's words."""
+
+
+_NOUNS = {int: "an integer", float: "a number", str: "a string"}
+_BASES = {msgspec.inspect.IntType: int, msgspec.inspect.FloatType: float, msgspec.inspect.StrType: str}
+
+
+def _why(key: str, value: Any, kind: msgspec.inspect.Type, text: bool) -> str:
+    """Why a field refuses `value`, from its type's structure: the wrong kind of value, or outside
+    the field's bounds or choices."""
+    base = _BASES.get(type(kind))
+    if base is not None:
+        try:
+            msgspec.convert(value, base, strict=not text)
+        except msgspec.ValidationError:
+            return f"{key} must be {_NOUNS[base]}, not {value!r}"
+    if isinstance(kind, msgspec.inspect.LiteralType):
+        takes = "one of " + ", ".join(map(str, kind.values))
+    elif isinstance(kind, msgspec.inspect.StrType):
+        takes = "one of " + ", ".join(LLM_KINDS)  # the one patterned setting: llm
+    elif isinstance(kind, msgspec.inspect.BoolType):
+        takes = "on or off"
+    elif isinstance(kind, (msgspec.inspect.IntType, msgspec.inspect.FloatType)) and kind.ge is not None:
+        takes = "not negative" if kind.ge == 0 else f"at least {kind.ge}"
+    elif isinstance(kind, (msgspec.inspect.IntType, msgspec.inspect.FloatType)) and kind.gt is not None:
+        takes = f"more than {kind.gt}"
+    else:
+        takes = "something else"
+    return f"{key} must be {takes}, not {value!r}"
+
+
+def check(key: str, value: Any, *, text: bool = False) -> Any:
+    """`value` as setting `key` holds it; `text`: the value is a string to read as the field's type
+    (the environment, a choice flag). Raises Refused."""
+    if key.startswith("models."):
+        if not isinstance(value, str):
+            raise Refused(f"{key} must be a string, not {value!r}")
+        return value
+    info = FIELDS[key][1]
+    kind = msgspec.inspect.type_info(info.type)
+    if isinstance(kind, msgspec.inspect.BoolType) and isinstance(value, str) and value.lower() in ON_OFF:
+        value = ON_OFF[value.lower()]
+    try:
+        return msgspec.convert(value, info.type, strict=not text)
+    except msgspec.ValidationError:
+        raise Refused(_why(key, value, kind, text)) from None
+
+
+def _checked(values: Mapping[str, Any], where: Callable[[str], str], text: bool = False) -> dict[str, Any]:
+    out = {}
+    for key, value in values.items():
+        try:
+            out[key] = check(key, value, text=text)
+        except Refused as why:
+            raise BadInput(f"{where(key)}: {why}") from None
+    return out
 
 
 # --- layers ---------------------------------------------------------------------------------------
@@ -135,91 +175,53 @@ class Layer:
         return self.name
 
 
-def _nested(values: Mapping[str, Any]) -> dict:
-    """Keys as KEYS name them, as the table `Settings` converts from."""
-    out: dict = {}
-    for key, value in values.items():
-        if key.startswith("models."):
-            _, role, *rest = key.split(".")
-            out.setdefault("models", {}).setdefault(role, {})["base-url" if rest else "model"] = value
-        else:
-            out[key] = value
-    return out
-
-
-def _given(settings: Settings, table: Mapping) -> dict[str, Any]:
-    """The values `table` gives, read off the struct it converted to, by key."""
-    values = {key: value_of(settings, key) for key in table if key != "models"}
-    for role, entry in (table.get("models") or {}).items():
-        converted = settings.models.of(role)
-        if isinstance(entry, str) or "model" in entry:
-            values[f"models.{role}"] = converted.model
-        if isinstance(entry, Mapping) and "base-url" in entry:
-            values[f"models.{role}.base-url"] = converted.base_url
-    return values
-
-
-def _converted(table: Mapping, where, strict: bool = True) -> Settings:
-    """`table` as Settings; BadInput names the layer (`where(key)`) and the setting."""
-    try:
-        return msgspec.convert(table, Settings, strict=strict)
-    except msgspec.ValidationError as exc:
-        key, why = _explain(str(exc), table)
-        raise BadInput(f"{where(key)}: {why}") from None
-
-
-def _explain(message: str, table: Mapping) -> tuple[str, str]:
-    """msgspec's message about `table`, as the setting's key and what is wrong, in the user's words."""
-    what, _, at = message.partition(" - at `$")
-    path = [part for part in at.rstrip("`").split(".") if part]
-    key = ".".join(path)
-    value: Any = table
-    for part in path:
-        value = value.get(part) if isinstance(value, Mapping) else None
-    if what.startswith("Object contains unknown field"):
-        name = what.split("`")[1]
-        if not path:
-            known = ", ".join(SCALARS)
-            return name, f"unknown setting {name!r} (known: {known}, and a [models] table)"
-        if path == ["models"]:
-            return "models", f"[models] has no role {name!r} (roles: {', '.join(ROLES)})"
-        return key, f"[models] {path[1]} takes model and base-url, not {name!r}"
-    if path == ["models"]:
-        return key, "[models] must be a table of role = \"model\""
-    if len(path) == 2 and path[0] == "models":
-        return key, f"[models] {path[1]} must be a model's name, or {{ model = ..., base-url = ... }}"
-    if key == "llm" and "matching regex" in what:
-        return key, f"{key} must be one of {', '.join(LLM_KINDS)}, not {value!r}"
-    if what.startswith("Invalid enum value"):
-        allowed = typing.get_args(FIELDS[key].type) if key in FIELDS else ()
-        return key, f"{key} must be one of {', '.join(allowed)}, not {value!r}"
-    for bound, words in ((">= 1", "at least 1"), (">= 0", "not negative"), ("> 0", "more than 0")):
-        if what.endswith(f"` {bound}"):
-            return key, f"{key} must be {words}, not {value!r}"
-    kind = what.split("`")[1] if "`" in what else ""
-    noun = {"int": "an integer", "float": "a number", "str": "a string"}.get(kind, kind or "something else")
-    return key, f"{key} must be {noun}, not {value!r}"
-
-
 def _is_secret(key: str) -> bool:
     """A name that holds a secret ("api-key", "openai-api-key", "token", ...): never in a file."""
     return key.endswith(("key", "secret", "password")) or key in ("token", "api-token", "access-token")
 
 
-def _kebab(table: Mapping, where: str) -> dict:
-    """A file's table with `top_k` read as `top-k`, as the flags name it; `tests = false` as off."""
-    out: dict = {}
+def _file_values(table: Mapping, where: str) -> dict[str, Any]:
+    """A file's table by key: `top_k` read as `top-k`, as the flags name it; [models] as its keys."""
+    values: dict[str, Any] = {}
     for raw, value in table.items():
-        key = raw.replace("_", "-")
+        key = _kebab(raw)
         if _is_secret(key):
             raise BadInput(f"{where}: {raw} does not belong in a settings file; set OPENAI_API_KEY in the environment")
-        if key == "tests" and isinstance(value, bool):
-            value = "on" if value else "off"
-        if key == "models" and isinstance(value, Mapping):
-            value = {role: {k.replace("_", "-"): v for k, v in entry.items()} if isinstance(entry, Mapping) else entry
-                     for role, entry in value.items()}
-        out[key] = value
-    return out
+        if key == "models":
+            values.update(_role_values(value, where))
+        elif key in FIELDS:
+            values[key] = value
+        else:
+            raise BadInput(f"{where}: unknown setting {raw!r} (known: {', '.join(SCALARS)}, and a [models] table)")
+    return values
+
+
+def _role_values(table: Any, where: str) -> dict[str, Any]:
+    if not isinstance(table, Mapping):
+        raise BadInput(f'{where}: [models] must be a table of role = "model"')
+    values = {}
+    for role, entry in table.items():
+        if role not in ROLES:
+            raise BadInput(f"{where}: [models] has no role {role!r} (roles: {', '.join(ROLES)})")
+        if isinstance(entry, str):
+            values[f"models.{role}"] = entry
+            continue
+        if not isinstance(entry, Mapping):
+            raise BadInput(f"{where}: [models] {role} must be a model's name, or {{ model = ..., base-url = ... }}")
+        for name, value in entry.items():
+            part = {"model": "", "base-url": ".base-url"}.get(_kebab(name))
+            if part is None:
+                raise BadInput(f"{where}: [models] {role} takes model and base-url, not {name!r}")
+            values[f"models.{role}{part}"] = value
+    return values
+
+
+def file_layer(name: str, path: Path, table: Mapping, where: str, base: Path) -> Layer:
+    values = _checked(_file_values(table, where), lambda key: where, text=False)
+    if str(values.get("llm", "")).startswith("scripted:"):
+        # a script named in a file is found beside the file, wherever the command runs
+        values["llm"] = "scripted:" + str((base / values["llm"].removeprefix("scripted:")).resolve())
+    return Layer(name, path, values)
 
 
 def _parse_toml(path: Path) -> dict:
@@ -232,15 +234,6 @@ def _parse_toml(path: Path) -> dict:
         raise BadInput(f"{path}: not valid TOML ({exc})") from None
     except OSError as exc:
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-
-
-def file_layer(name: str, path: Path, table: Mapping, where: str, base: Path) -> Layer:
-    table = _kebab(table, where)
-    values = _given(_converted(table, lambda key: where), table)
-    if str(values.get("llm", "")).startswith("scripted:"):
-        # a script named in a file is found beside the file, wherever the command runs
-        values["llm"] = "scripted:" + str((base / values["llm"].removeprefix("scripted:")).resolve())
-    return Layer(name, path, values)
 
 
 def project_layer(root: str | Path | None) -> Layer:
@@ -276,17 +269,26 @@ def user_layer(environ: Mapping[str, str]) -> Layer:
 
 
 def env_layer(environ: Mapping[str, str]) -> Layer:
-    """The settings the environment gives (MAGIS_TOP_K=5): text, converted as the setting's type."""
+    """The settings the environment gives (MAGIS_TOP_K=5): text, read as the setting's type."""
     given = {key: environ[env_name(key)] for key in KEYS if environ.get(env_name(key))}
-    table = _nested(given)
-    settings = _converted(table, lambda key: f"{env_name(key)}={given.get(key, '')!r}", strict=False)
-    return Layer("env", values=_given(settings, table))
+    return Layer("env", values=_checked(given, lambda key: f"{env_name(key)}={given[key]!r}", text=True))
 
 
 def flag_layer(values: Mapping[str, Any]) -> Layer:
-    """The settings given on the command line, by key (role_flags reads --role-model's pairs)."""
-    table = _nested(values)
-    return Layer("flag", values=_given(_converted(table, lambda key: flag_name(key) or key), table))
+    """The settings given on the command line, by key (role_flags reads --role-model's pairs);
+    `--tests on` is a word, read as the setting's switch."""
+    text = {key: value for key, value in values.items() if isinstance(value, str) and key in FIELDS}
+    checked = _checked({k: v for k, v in values.items() if k not in text}, lambda key: flag_name(key) or key)
+    checked.update(_checked(text, lambda key: flag_name(key) or key, text=True))
+    return Layer("flag", values=checked)
+
+
+def record_layer(recorded: RunSettings, keys: tuple[str, ...] = KEYS) -> Layer:
+    """A run's record as a layer: the values it holds under `keys`, by the same names (a role with
+    no model of its own gives none)."""
+    values = {key: value_of(recorded, key) for key in keys}
+    return Layer("record", values={key: value for key, value in values.items()
+                                   if not key.startswith("models.") or value != ""})
 
 
 def role_flags(pairs: tuple[str, ...], option: str) -> dict[str, str]:
@@ -308,47 +310,69 @@ class Effective:
     """The settings a command runs with, and where each came from (by key; "default" when no layer
     gave it)."""
 
-    settings: Settings
+    settings: RunSettings
     sources: dict[str, str]
 
     def source(self, key: str) -> str:
         return self.sources.get(key, "default")
 
 
+def _role_models(values: Mapping[str, Any], source: Callable[[str], str]) -> tuple[RoleModel, ...]:
+    """The roles given a model (a base URL alone changes no model)."""
+    roles = []
+    for role in ROLES:
+        model, base_url = values.get(f"models.{role}", ""), values.get(f"models.{role}.base-url", "")
+        if base_url and not model:
+            raise BadInput(f"models.{role}.base-url is set ({source(f'models.{role}.base-url')}) "
+                           f"but models.{role} is not: give the role a model")
+        if model:
+            roles.append(RoleModel(role=role, model=model, base_url=base_url))
+    return tuple(roles)
+
+
 def resolve(layers: list[Layer]) -> Effective:
-    """The layers merged, the first that gives a key winning, into one Settings."""
+    """The layers merged, the first that gives a key winning, into the one settings model."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for layer in reversed(layers):
         for key, value in layer.values.items():
             values[key], sources[key] = value, layer.source(key)
-    settings = _converted(_nested(values), lambda key: sources.get(key, "settings"))
-    return Effective(settings, sources)
-
-
-def role_models(effective: Effective) -> tuple:
-    """The run's RunSettings.roles: each role given a model (a base URL alone changes no model)."""
-    from magis_ray.events.schema import RoleModel
-
-    roles = []
-    for role in ROLES:
-        given = effective.settings.models.of(role)
-        if given.base_url and not given.model:
-            raise BadInput(f"models.{role}.base-url is set ({effective.source(f'models.{role}.base-url')}) "
-                           f"but models.{role} is not: give the role a model")
-        if given.model:
-            roles.append(RoleModel(role=role, model=given.model, base_url=given.base_url))
-    return tuple(roles)
+    sections: dict[str, dict[str, Any]] = {"run": {}, "endpoint": {}}
+    for key, value in values.items():
+        if not key.startswith("models."):
+            section, info = FIELDS[key]
+            sections[section][info.name] = value
+    endpoint = EndpointSettings(**sections["endpoint"], models=_role_models(values, lambda k: sources.get(k, "default")))
+    return Effective(RunSettings(**sections["run"], endpoint=endpoint), sources)
 
 
 def describe(effective: Effective) -> list[str]:
-    """`magis-ray config`'s lines: each setting, its value and its source (a role's model: when set)."""
+    """`magis-ray config`'s lines: each setting by section, its value and its source (a role's
+    model: when set)."""
     width = max(len(key) for key in KEYS)
     lines = []
-    for key in KEYS:
-        if key.startswith("models.") and key not in effective.sources:
-            continue
-        value = value_of(effective.settings, key)
-        shown = "" if value in ("", None) else str(value)
-        lines.append(f"{key.ljust(width)}  {(shown or '-').ljust(24)}  {effective.source(key)}")
+    for section in SECTIONS:
+        lines.append(f"[{section}]")
+        for key in KEYS:
+            in_section = "endpoint" if key.startswith("models.") else FIELDS[key][0]
+            if in_section != section or (key.startswith("models.") and key not in effective.sources):
+                continue
+            value = shown(value_of(effective.settings, key))
+            lines.append(f"{key.ljust(width)}  {(value or '-').ljust(24)}  {effective.source(key)}")
+    return lines
+
+
+def describe_node(environ: Mapping[str, str]) -> list[str]:
+    """`magis-ray config`'s [node] lines: what this machine's own environment gives (each node of a
+    cluster resolves its own), its value and its source; a variable set to a value its setting
+    does not take is named, and the default holds."""
+    given, refused = node_values(environ), node_refusals(environ)
+    settings = NodeSettings(**given)
+    width = max(len(key) for key in KEYS)
+    lines = ["[node]"]
+    for name, variable in NODE_ENV.items():
+        source = f"env {variable}" if name in given else f"default ({variable}={environ[variable]!r} ignored)" \
+            if variable in refused else "default"
+        value = shown(getattr(settings, name))
+        lines.append(f"{_kebab(name).ljust(width)}  {(value or '-').ljust(24)}  {source}")
     return lines

@@ -11,8 +11,7 @@ import click
 
 from .endpoint import check_endpoint, default_model, gateway_config, model_endpoint, resolve_llm
 from .errors import UserError
-from .options import DEFAULT_STORE, model_options, settings_options, store_option
-from .settings import DEFAULTS
+from .options import DEFAULT_STORE, RUN, model_options, settings_options, store_option
 from .signals import interrupted_exit_code, stopped_by_signals
 
 
@@ -25,7 +24,7 @@ from .signals import interrupted_exit_code, stopped_by_signals
               help="Batch: the SWE-bench predictions file to write.")
 @click.option("--workers", type=int, default=2, show_default=True, help="Batch: runs at once.")
 @click.option("--instances", multiple=True, help="Batch: only these instance ids (repeatable).")
-@click.option("--batch-budget", type=int, default=DEFAULTS.batch_budget, help="Batch: most tokens all its runs may spend together (0: no limit).")
+@click.option("--batch-budget", type=int, default=RUN.batch_budget, help="Batch: most tokens all its runs may spend together (0: no limit).")
 @click.option("--batch", "batch_name", default="", help="Batch: its name, which resume goes by (default: the --out file's name).")
 @click.option("--role-model", multiple=True, metavar="ROLE=MODEL",
               help="A role's own model (repeatable; custodian, manager, developer, qa).")
@@ -35,7 +34,7 @@ from .signals import interrupted_exit_code, stopped_by_signals
 @settings_options
 @click.pass_context
 def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instances, batch_name, store_path, local_port,
-                   no_qa, no_hints, no_memory, memory_any_model, **_settings) -> None:
+                   **_settings) -> None:
     """Resolve ISSUE with the MAGIS team: a Markdown or text file (`-`: standard input), the JSON of
     `gh issue view N --json number,title,body,url`, or a SWE-bench record; or, for a .jsonl
     dataset, every instance in it as a batch (resumable: run the same command again). Settings
@@ -49,18 +48,15 @@ def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instanc
     batch = issue.endswith(".jsonl")
     prepared = None if batch else prepare_issue(issue, repo, repos_dir, base)
     effective = effective_settings(flags, Path(prepared.issue.repo_path) if prepared else project_root(repo))
-    settings = effective.settings
-    llm = resolve_llm(settings.llm, settings.base_url)
-    run_config = run_settings(effective, llm, use_qa=not no_qa, use_hints=not no_hints, use_memory=not no_memory,
-                              memory_any_model=memory_any_model)
+    run_config = run_settings(effective.settings)
     if batch:
-        return submit_batch(Path(issue), repos_dir, out, workers, instances, settings.batch_budget, batch_name or out.stem,
-                            store_path, llm, local_port, settings, run_config)
+        return submit_batch(Path(issue), repos_dir, out, workers, instances, batch_name or out.stem, store_path, local_port,
+                            run_config)
     issue_record = prepared.issue
     if prepared.notice:
         click.echo(f"magis-ray: notice: {prepared.notice}", err=True)
-    with model_endpoint(llm, settings.base_url or None, store_path, local_port) as endpoint:
-        check_endpoint(endpoint, run_config.model, run_config.roles)  # before Ray: a wrong endpoint costs seconds
+    with model_endpoint(run_config.endpoint.llm, run_config.endpoint.base_url or None, store_path, local_port) as endpoint:
+        check_endpoint(endpoint, run_config.model, run_config.endpoint.models)  # before Ray: a wrong endpoint costs seconds
         from magis_ray.actors.runtime.deployment import new_run_id, run_issue  # imports Ray: after every check
         from magis_ray.actors.runtime.liveness import Liveness
 
@@ -75,41 +71,25 @@ def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instanc
             with Progress(store_path, run_id, waiting="starting the team"):
                 end = run_issue(
                     store_path=store_path, issue=issue_record, settings=run_config, repo_path=issue_record.repo_path,
-                    gateway_config=gateway_config(endpoint, settings, run_config.model, run_config.roles),
+                    gateway_config=gateway_config(endpoint, run_config),
                     run_id=run_id, liveness=liveness, fence=fence,
                 )
     conclude(store_path, run_id, end)
 
 
-def run_settings(effective, llm: str, *, use_qa: bool = True, use_hints: bool = True, use_memory: bool = True,
-                 memory_any_model: bool = False):
-    """The RunSettings a run records, from its effective settings (cli/settings.py) and the
-    ablation flags: what resume and replay need, with no flag and no settings file again."""
-    from magis_ray.events.schema import RunSettings
+def run_settings(settings):
+    """What a run records: its effective settings (cli/settings.py) with what the run settles
+    itself: the endpoint `auto` stands for, a script's absolute path, the model's name, the
+    interpreter of a user's repository's environment. Resume and replay need no flag and no
+    settings file again."""
+    import msgspec
 
-    from .settings import role_models
-
-    settings = effective.settings
-    return RunSettings(
-        top_k=settings.top_k, max_files=settings.max_files, max_review_rounds=settings.max_review_rounds, use_qa=use_qa,
-        use_hints=use_hints, use_memory=use_memory, token_budget=settings.token_budget,
-        model=default_model(llm, settings.model), memory_any_model=memory_any_model, tests=settings.tests == "on",
-        env_setup=settings.env_setup, test_cmd=settings.test_cmd, sandbox=settings.sandbox, candidates=settings.candidates,
-        test_python=f"{sys.version_info.major}.{sys.version_info.minor}", llm=model_settings(llm, settings),
-        roles=role_models(effective),
-    )
-
-
-def model_settings(llm: str, settings):
-    """What the run records of its model endpoint (never the key), for resume to talk to it again."""
-    from magis_ray.events.schema import ModelSettings
-
+    section = settings.endpoint
+    llm = resolve_llm(section.llm, section.base_url)
     kind = "scripted:" + os.path.abspath(llm.removeprefix("scripted:")) if llm.startswith("scripted:") else llm
-    return ModelSettings(
-        kind=kind, base_url=settings.base_url if llm == "openai" else "", response_format=settings.response_format,
-        timeout_s=settings.timeout, concurrency=settings.concurrency, requests_per_minute=settings.rpm,
-        tokens_per_minute=settings.tpm,
-    )
+    endpoint = msgspec.structs.replace(section, llm=kind, base_url=section.base_url if llm == "openai" else "")
+    return msgspec.structs.replace(settings, model=default_model(llm, settings.model), endpoint=endpoint,
+                                   test_python=f"{sys.version_info.major}.{sys.version_info.minor}")
 
 
 def write_outputs(store_path: str, run_id: str):
@@ -187,12 +167,14 @@ def start_ray(store_path: str, run_id: str) -> None:
     """Ray's start (or a warm Ray joined), with its progress line while it takes long; one line
     (exit 2) when it cannot start. `run_id`: the run about to start or go on."""
     from magis_ray.actors.runtime.deployment import RayStartFailed, ensure_ray, ray_address
+    from magis_ray.events.settings import node_settings
 
     from .errors import BadInput
     from .progress import Progress
 
-    address = ray_address()
-    if address not in ("local", os.environ.get("RAY_ADDRESS")):
+    node = node_settings()
+    address = ray_address(node)
+    if address not in ("local", node.ray_address):
         click.echo(f"magis-ray: using the running Ray at {address} (MAGIS_RAY=own starts one of this command's own)", err=True)
     try:
         # a stream no run writes: Progress shows its waiting line, and its heartbeat while Ray starts

@@ -9,7 +9,16 @@ import msgspec
 from .schema import SCHEMA_VERSION, AnyEvent, NewEvent, Recorded
 from .upcasting import upcast
 
+
+
+class _SchemaVersion(msgspec.Struct):
+    """The one field read off a record before it is typed: which schema wrote it."""
+
+    schema_version: int = SCHEMA_VERSION
+
+
 _encoder = msgspec.json.Encoder()
+_version_decoder = msgspec.json.Decoder(_SchemaVersion)
 _recorded_decoder = msgspec.json.Decoder(Recorded)
 _raw_decoder = msgspec.json.Decoder()
 _event_decoder = msgspec.json.Decoder(AnyEvent)
@@ -24,13 +33,13 @@ def encode(obj: object) -> bytes:
 
 
 def read_recorded(data: bytes | str) -> Recorded:
-    """A stored record as the current schema has it: an older record is upcast
-    (events/upcasting.py). Raises msgspec's errors, for the stores to name the bad row."""
-    record = _recorded_decoder.decode(data)
-    if record.schema_version >= SCHEMA_VERSION:
-        return record
-    raw = upcast(_raw_decoder.decode(data), record.schema_version, SCHEMA_VERSION)
-    return msgspec.convert(raw, Recorded)
+    """A stored record as the current schema has it: an older record is upcast as JSON data
+    (events/upcasting.py), then typed once. Raises msgspec's errors, for the stores to name the
+    bad row."""
+    version = _version_decoder.decode(data).schema_version
+    if version >= SCHEMA_VERSION:
+        return _recorded_decoder.decode(data)
+    return msgspec.convert(upcast(_raw_decoder.decode(data), version, SCHEMA_VERSION), Recorded)
 
 
 def decode_recorded(data: bytes | str) -> Recorded:

@@ -2,12 +2,16 @@
 
 Evolution rules: add fields with defaults at the end; never change a field's meaning or a tag.
 A field's default is what a run written now means by it. Where an older log meant something else
-by leaving a field out, bump SCHEMA_VERSION and add an upcaster (events/upcasting.py) that writes
-the old meaning into the older records as they are decoded; old logs keep decoding and replaying
-(tests/golden/).
+by leaving a field out, or wrote it under another name, place or type, bump SCHEMA_VERSION and add
+an upcaster (events/upcasting.py) that rewrites the older records, as JSON data, before they are
+typed; old logs keep decoding and replaying (tests/golden/).
 
 Version 2: a run's settings default to tests on and the "symbols" ranking, and a failed model
 exchange names its failure's kind (`LLMExchanged.failure`); version 1 records are upcast.
+Version 3: a run's settings are the one settings model (events/settings.py): the model's settings
+moved into `settings.endpoint` under the names the settings give them (`llm`, `timeout`, `rpm`,
+`models`), where version 2 wrote `settings.llm` (`kind`, `timeout_s`, `requests_per_minute`) and
+`settings.roles`; older records are upcast.
 """
 from __future__ import annotations
 
@@ -15,7 +19,9 @@ from typing import Literal, Union
 
 import msgspec
 
-SCHEMA_VERSION = 2
+from .settings import EndpointSettings, RoleModel, RunSettings  # noqa: F401 - the settings a run records
+
+SCHEMA_VERSION = 3
 
 
 class Event(msgspec.Struct, frozen=True, tag_field="type", forbid_unknown_fields=False):
@@ -52,58 +58,6 @@ class Edit(msgspec.Struct, frozen=True):
 class Message(msgspec.Struct, frozen=True):
     role: str
     content: str
-
-
-class ModelSettings(msgspec.Struct, frozen=True):
-    """How a run talks to its model, recorded at submit so that a plain resume talks to the same
-    one. Never the API key. kind "" (a log from before this was recorded): unknown."""
-
-    kind: str = ""  # "openai", "local", or "scripted:ABSOLUTE/PATH.json"
-    base_url: str = ""  # openai: the endpoint given ("" the client's default)
-    response_format: str = ""
-    timeout_s: float = 0.0
-    concurrency: int = 0
-    requests_per_minute: int = 0
-    tokens_per_minute: int = 0
-
-
-class RoleModel(msgspec.Struct, frozen=True):
-    """A role's own model (a settings file's [models] table): the gateway sends that role's
-    requests to it, at `base_url` when it has one, else at the run's endpoint."""
-
-    role: str  # custodian, manager, developer or qa
-    model: str
-    base_url: str = ""
-
-
-class RunSettings(msgspec.Struct, frozen=True):
-    top_k: int = 10
-    max_review_rounds: int = 3
-    use_qa: bool = True
-    use_hints: bool = True
-    use_memory: bool = True
-    token_budget: int = 0  # 0: no budget
-    model: str = ""
-    max_files: int = 3  # the Custodian keeps at most this many relevant files
-    batch: str = ""  # the batch the run belongs to ("" for a single issue); its token budget is shared
-    llm: ModelSettings = ModelSettings()  # the model endpoint `model` was asked through
-    memory_any_model: bool = False  # reuse file summaries written by any model, not only by `model`
-    # Execution (off: the paper's MAGIS exactly). With tests on, a reproduction test and the
-    # repository's nearest regression tests judge every patch; `candidates` patches per task.
-    tests: bool = True
-    candidates: int = 1
-    env_setup: str = ""  # the user's install step for the test environment ("": SWE-bench's spec, or the default)
-    test_cmd: str = ""  # the user's test command, followed by the tests to run ("": the spec's runner, or pytest)
-    test_python: str = ""  # the interpreter version for a user's repository's environment
-    sandbox: str = "bwrap"  # "none" runs tests unconfined (the user asked for it)
-    # The Custodian's file ranking (actors.code.ranking.RANKINGS): "symbols" weighs BM25 with
-    # symbol and path evidence; "previous" is plain BM25 over paths and contents.
-    ranking: str = "symbols"
-    roles: tuple[RoleModel, ...] = ()  # a model per role; a role not listed asks `model`
-
-    def model_of(self, role: str) -> str:
-        """The model that answers `role`'s requests."""
-        return next((r.model for r in self.roles if r.role == role), self.model)
 
 
 # --- the run's life -------------------------------------------------------------------------

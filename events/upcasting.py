@@ -1,9 +1,12 @@
-"""Older records, brought up to the current schema as they are decoded (as the eventsourcing
-library upcasts stored state): each upcaster takes a record of one schema version, as plain JSON
-data, and returns it as the next version writes it. Only what an older log left out is filled in;
-what it wrote stays as written, so upcasting a record twice changes nothing.
+"""Older records, brought up to the current schema BEFORE they are typed (as the eventsourcing
+library's mapper upcasts stored state): a record of an older schema version is decoded as plain
+JSON data, each upcaster takes one event type's payload at one version and returns it as the next
+version writes it, and the result is typed once. A field may so change its name, its place or its
+type between versions: nothing decodes an old record as today's type.
 
-Records of the current version never come here: they decode in one step (codec.read_recorded)."""
+Only what an older log left out or wrote elsewhere is changed; what it wrote stays as written, so
+upcasting a record twice changes nothing. Records of the current version never come here: they
+decode in one step (codec.read_recorded)."""
 from __future__ import annotations
 
 import re
@@ -13,28 +16,61 @@ from typing import Callable
 _V1_FAILURE = re.compile(r"^(?:(timeout|connection|api|empty|script):|http (\d{3}):)")
 
 
-def _v1_to_v2(record: dict) -> dict:
-    event = record.get("event") or {}
-    kind = event.get("type")
-    if kind == "RunStarted":
-        settings = event.setdefault("settings", {})
-        settings.setdefault("tests", False)  # version 1 ran no tests unless a run said so
-        settings.setdefault("ranking", "previous")  # the ranking every version 1 log was ranked with
-    elif kind == "LLMExchanged" and event.get("error") and "failure" not in event:
+def _v1_run_started(event: dict) -> dict:
+    settings = event.setdefault("settings", {})
+    settings.setdefault("tests", False)  # version 1 ran no tests unless a run said so
+    settings.setdefault("ranking", "previous")  # the ranking every version 1 log was ranked with
+    return event
+
+
+def _v1_llm_exchanged(event: dict) -> dict:
+    if event.get("error") and "failure" not in event:
         match = _V1_FAILURE.match(event["error"])
         if match:
             event["failure"] = match.group(1) or "http"
             event["status"] = int(match.group(2) or 0)
-    return record
+    return event
 
 
-# from version N to N + 1
-UPCASTERS: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2}
+# Version 2's settings.llm fields, by the names the endpoint section gives them. A 0 or "" was
+# version 2's "not recorded" (a run from before the endpoint was kept): left out, so the field
+# keeps its default.
+_V2_ENDPOINT = {"kind": "llm", "base_url": "base_url", "response_format": "response_format", "timeout_s": "timeout",
+                "concurrency": "concurrency", "requests_per_minute": "rpm", "tokens_per_minute": "tpm"}
+
+
+def _v2_run_started(event: dict) -> dict:
+    settings = event.get("settings")
+    if not isinstance(settings, dict) or "endpoint" in settings:
+        return event
+    recorded = settings.pop("llm", None) or {}
+    endpoint = {new: recorded[old] for old, new in _V2_ENDPOINT.items() if recorded.get(old) not in (None, "", 0)}
+    roles = settings.pop("roles", None)
+    if roles:
+        endpoint["models"] = roles
+    settings["endpoint"] = endpoint
+    return event
+
+
+Upcaster = Callable[[dict], dict]
+# (version N, event type) -> the payload as version N + 1 writes it; a type not listed is unchanged
+UPCASTERS: dict[tuple[int, str], Upcaster] = {
+    (1, "RunStarted"): _v1_run_started,
+    (1, "LLMExchanged"): _v1_llm_exchanged,
+    (2, "RunStarted"): _v2_run_started,
+}
 
 
 def upcast(record: dict, version: int, current: int) -> dict:
     """`record` (a Recorded as JSON data) written at schema `version`, as `current` writes it."""
+    event = record.get("event")
+    if not isinstance(event, dict):
+        return record  # not an event at all: typing it says what is wrong
+    tag = event.get("type", "")
     while version < current:
-        record = UPCASTERS[version](record)
+        step = UPCASTERS.get((version, tag))
+        if step is not None:
+            event = step(event)
         version += 1
+    record["event"] = event
     return record

@@ -18,6 +18,7 @@ from scenarios import MEAN_FIX, calc_issue, make_calc_repo
 
 from magis_ray.actors.execution.sandbox import bwrap_path
 from magis_ray.actors.model.gateway import GatewayConfig
+from magis_ray.events.settings import EndpointSettings
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.actors.runtime.batch import BatchItem, BatchRunner, batch_settings
@@ -80,7 +81,7 @@ def test_a_batch_of_more_runs_than_cores_runs_their_bench_phases_at_once(ray_wit
     team = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, reproductions=[REPRODUCES], delay_s=1.0)
     store_path = tmp_path / "store"
     with ScriptedServer(team) as server:
-        deployment = Deployment(str(store_path), GatewayConfig(base_url=server.base_url, api_key="k", model="m", concurrency=64))
+        deployment = Deployment(str(store_path), GatewayConfig(base_url=server.base_url, api_key="k", model="m", endpoint=EndpointSettings(concurrency=64)))
         try:
             with open_store(str(store_path), create=True) as store:
                 settings = batch_settings(RunSettings(top_k=4, model="m", tests=True, env_setup="python -m pip install pytest"), "bench")

@@ -13,6 +13,7 @@ import pytest
 
 from magis_ray.actors.model.fitting import CUT_MARKER, FIT_CHARS_PER_TOKEN, estimate_tokens, fit_to_context, fitted_from
 from magis_ray.actors.model.gateway import Gateway, GatewayConfig
+from magis_ray.events.settings import EndpointSettings
 from magis_ray.actors.model.scripted_server import Rule, ScriptedRequest, ScriptedServer
 from magis_ray.events.schema import LLMExchanged, Message
 
@@ -26,8 +27,9 @@ def long_prompt(lines: int = 400) -> list[Message]:
 
 
 def gateway_for(server: ScriptedServer, **overrides) -> Gateway:
-    settings = {"model": "smollm2", "timeout_s": 5.0, "max_retries": 0, "response_format": "json_object"} | overrides
-    return Gateway(GatewayConfig(base_url=server.base_url, **settings))
+    settings = {"model": "smollm2", "max_retries": 0} | overrides
+    return Gateway(GatewayConfig(base_url=server.base_url, endpoint=EndpointSettings(timeout=5.0, response_format="json_object"),
+                                 **settings))
 
 
 def exchange(gateway: Gateway, messages: list[Message], **kwargs) -> LLMExchanged:

@@ -20,14 +20,18 @@ from magis_ray.actors.model.gateway import (
 )
 from magis_ray.actors.model.scripted_server import Rule, Script, ScriptedServer
 from magis_ray.events.schema import LLMExchanged, Message, RoleModel
+from magis_ray.events.settings import EndpointSettings
+
+ENDPOINT_FIELDS = tuple(f.name for f in msgspec.structs.fields(EndpointSettings))
 
 SCHEMA = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
 
 
 def gateway_for(server_or_url, **overrides) -> Gateway:
     base_url = server_or_url if isinstance(server_or_url, str) else server_or_url.base_url
-    settings = {"model": "gpt-4o", "timeout_s": 5.0, "max_retries": 3, "backoff_base_s": 0.01} | overrides
-    return Gateway(GatewayConfig(base_url=base_url, **settings))
+    settings = {"model": "gpt-4o", "timeout": 5.0, "max_retries": 3, "backoff_base_s": 0.01} | overrides
+    section = EndpointSettings(**{key: settings.pop(key) for key in ENDPOINT_FIELDS if key in settings})
+    return Gateway(GatewayConfig(base_url=base_url, endpoint=section, **settings))
 
 
 def exchange(gateway: Gateway, text: str = "Is this patch right?", **kwargs) -> LLMExchanged:
@@ -137,7 +141,7 @@ def _http_date_in(seconds: float) -> str:
 
 def test_timeout_ends_as_a_timeout_error():
     with ScriptedServer([Rule(hang=True)]) as server:
-        event = exchange(gateway_for(server, timeout_s=0.5, max_retries=1))
+        event = exchange(gateway_for(server, timeout=0.5, max_retries=1))
         assert server.count() == 2
     assert event.error == "timeout: no answer within 0.5 s (after 2 tries)"
     assert event.latency_s >= 1.0  # total time of both tries
@@ -293,7 +297,7 @@ def test_an_endpoint_served_here_costs_nothing_whatever_the_model_is_called():
     # priced by its model's name
     with ScriptedServer([Rule(reply="ok")]) as here, ScriptedServer([Rule(reply="ok")]) as elsewhere:
         routes = (RoleModel("developer", "gpt-4o"), RoleModel("qa", "gpt-4o", elsewhere.base_url))
-        gateway = gateway_for(here, billed=False, routes=routes)
+        gateway = gateway_for(here, billed=False, models=routes)
         free = [exchange(gateway), exchange(gateway, role="developer")]
         priced = exchange(gateway, role="qa")
     assert [(e.model, e.cost_usd) for e in free] == [("gpt-4o", 0.0), ("gpt-4o", 0.0)]

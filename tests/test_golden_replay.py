@@ -64,3 +64,18 @@ def test_the_v2_grading_log_decodes_to_the_results_it_reported():
         "FAIL_TO_FAIL": {"success": [], "failure": []}, "PASS_TO_FAIL": {"success": [], "failure": []}}
     report = official_report(graded, ["calc__calc-1"], ["calc__calc-1"])
     assert (report["resolved_ids"], report["completed_ids"], report["error_ids"]) == (["calc__calc-1"], ["calc__calc-1"], [])
+
+
+def test_the_v2_run_with_its_model_settings_recorded_the_version_2_way_replays(tmp_path):
+    """tests/golden/v2_model_run.jsonl (tests/make_golden_v2_model.py): a developer with a model of
+    its own, and the endpoint's limits, recorded where version 2 kept them."""
+    subprocess.run([sys.executable, str(ROOT / "examples" / "calc" / "make_repo.py"), str(tmp_path / "calc")], check=True,
+                   capture_output=True)
+    log = GOLDEN / "v2_model_run.jsonl"
+    env = {**os.environ, "MAGIS_PROMPTS_DIR": str(GOLDEN / "v2_model_prompts")}
+    result = subprocess.run(
+        [sys.executable, "-m", "magis_ray.cli.main", "replay", str(log), "--repo", str(tmp_path / "calc")],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"replayed {len(log.read_bytes().splitlines())} events: no divergence" in result.stdout

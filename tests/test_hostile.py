@@ -8,6 +8,7 @@ from checks import assert_consistent_log, assert_diff_applies
 from scenarios import MEAN_FIX, calc_issue
 
 from magis_ray.actors.model.gateway import Gateway, GatewayConfig
+from magis_ray.events.settings import EndpointSettings
 from magis_ray.actors.runtime.inprocess import LocalLLM, run_in_process
 from magis_ray.actors.model.scripted_server import Rule, ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
@@ -26,7 +27,7 @@ def run_with(rules, calc_repo, tmp_path, timeout_s=5.0):
     team = ScriptedTeam({"calc/stats.py": [MEAN_FIX]})
     store = open_store(str(tmp_path / "store"), create=True)
     with ScriptedServer([*rules, team]) as server:
-        config = GatewayConfig(base_url=server.base_url, api_key="k", model="m", timeout_s=timeout_s, max_retries=1, backoff_base_s=0.01)
+        config = GatewayConfig(base_url=server.base_url, api_key="k", model="m", endpoint=EndpointSettings(timeout=timeout_s), max_retries=1, backoff_base_s=0.01)
         llm = LocalLLM(Gateway(config))
         end = run_in_process(store=store, issue=calc_issue(repo_path, base), settings=SETTINGS, repo_path=str(repo_path), llm=llm, run_id="r")
         llm.close()

@@ -21,6 +21,7 @@ from waiting import wait_until
 
 from magis_ray.actors.model import local_model
 from magis_ray.actors.model.gateway import FIT_CHARS_PER_TOKEN, Gateway, GatewayConfig, estimate_tokens
+from magis_ray.events.settings import EndpointSettings
 from magis_ray.actors.model.local_model import LocalModelError, LocalModelServer
 from magis_ray.events.schema import LLMExchanged, Message
 
@@ -56,8 +57,8 @@ def server(tmp_path_factory):
 
 def gateway_for(server: LocalModelServer, **overrides) -> Gateway:
     settings = {
-        "base_url": server.base_url, "model": server.model_name, "response_format": "json_object",
-        "context_tokens": server.context_tokens, "timeout_s": 120.0, "max_retries": 0,
+        "base_url": server.base_url, "model": server.model_name, "endpoint": EndpointSettings(response_format="json_object"),
+        "context_tokens": server.context_tokens, "max_retries": 0,
     } | overrides
     return Gateway(GatewayConfig(**settings))
 

@@ -265,9 +265,9 @@ def test_a_model_per_role_routes_each_role_to_its_own_server_and_the_audit_costs
     assert {model for role, model in exchanges if role != "developer"} == {"gpt-4o-mini"}
     started = events[0].event
     s = started.settings
-    assert (s.model, s.top_k, s.max_files, s.max_review_rounds, s.llm.timeout_s) == ("gpt-4o-mini", 3, 2, 2, 30)  # project, env, flag, user
-    assert (s.llm.kind, s.llm.base_url) == ("openai", main.base_url)
-    assert [(r.role, r.model, r.base_url) for r in s.roles] == [("developer", "gpt-4o", developers.base_url)]
+    assert (s.model, s.top_k, s.max_files, s.max_review_rounds, s.endpoint.timeout) == ("gpt-4o-mini", 3, 2, 2, 30)  # project, env, flag, user
+    assert (s.endpoint.llm, s.endpoint.base_url) == ("openai", main.base_url)
+    assert [(r.role, r.model, r.base_url) for r in s.endpoint.models] == [("developer", "gpt-4o", developers.base_url)]
     assert KEY.encode() not in (repo / "store" / "events.sqlite3").read_bytes()
 
     audit = json.loads(magis(["audit", run_id, "--store", "store", "--format", "json"], repo, env).stdout)

@@ -5,6 +5,7 @@ import asyncio
 import time
 
 from magis_ray.actors.model.gateway import Gateway, GatewayConfig
+from magis_ray.events.settings import EndpointSettings
 from magis_ray.actors.model.ratelimit import RateLimiter
 from magis_ray.actors.model.scripted_server import Rule, ScriptedServer
 from magis_ray.events.schema import Message
@@ -53,8 +54,8 @@ def test_tokens_per_window_hold():
 
 def test_the_gateway_holds_the_rate_across_concurrent_requests():
     with ScriptedServer([Rule(json={"ok": True})]) as server:
-        gateway = Gateway(GatewayConfig(base_url=server.base_url, api_key="k", model="m", requests_per_minute=4,
-                                        rate_window_s=0.5, concurrency=16))
+        gateway = Gateway(GatewayConfig(base_url=server.base_url, api_key="k", model="m", rate_window_s=0.5,
+                                        endpoint=EndpointSettings(rpm=4, concurrency=16)))
 
         async def burst():
             return await asyncio.gather(*(

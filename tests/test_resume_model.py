@@ -40,8 +40,8 @@ def test_a_plain_resume_of_a_scripted_run_uses_the_scripted_model(tmp_path):
         events = s.read(run_id)
     assert_consistent_log(events)
     started = events[0].event
-    assert isinstance(started, RunStarted) and started.settings.llm.kind == f"scripted:{tmp_path / 'script.json'}"
-    assert started.settings.llm.timeout_s == 7
+    assert isinstance(started, RunStarted) and started.settings.endpoint.llm == f"scripted:{tmp_path / 'script.json'}"
+    assert started.settings.endpoint.timeout == 7
     assert KEY.encode() not in (tmp_path / "store" / "events.sqlite3").read_bytes()
     resumed_at = next(r.version for r in events if isinstance(r.event, RunResumed))
     after = [r.event for r in events if r.version > resumed_at and isinstance(r.event, LLMExchanged)]

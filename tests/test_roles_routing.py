@@ -16,6 +16,7 @@ from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.actors.runtime.continuation import resume_point
 from magis_ray.actors.runtime.inprocess import LocalLLM, run_in_process
 from magis_ray.events.schema import LLMExchanged, Message, RoleModel, RunFailed, RunSettings
+from magis_ray.events.settings import EndpointSettings
 from magis_ray.store import open_store
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "calc"
@@ -29,7 +30,7 @@ def ask(gateway: Gateway, role: str, run_id: str = "run-1", **kwargs) -> LLMExch
 def test_each_role_reaches_its_own_model_and_the_budget_counts_them_all():
     with ScriptedServer([Rule(reply="main")]) as main, ScriptedServer([Rule(reply="own")]) as own:
         routes = (RoleModel("developer", "gpt-4o", own.base_url), RoleModel("custodian", "gpt-4o-mini"))
-        gateway = Gateway(GatewayConfig(base_url=main.base_url, model="m", routes=routes, max_tokens=50, min_answer_tokens=10))
+        gateway = Gateway(GatewayConfig(base_url=main.base_url, model="m", endpoint=EndpointSettings(models=routes), max_tokens=50, min_answer_tokens=10))
         answers = {role: ask(gateway, role) for role in ("developer", "custodian", "manager", "qa", "selection")}
         assert [(r.body["model"], r.headers["x-magis-purpose"]) for r in own.requests] == [("gpt-4o", "review_patch")]
         assert [r.body["model"] for r in main.requests] == ["gpt-4o-mini", "m", "m", "m"]
@@ -51,7 +52,7 @@ def test_each_role_reaches_its_own_model_and_the_budget_counts_them_all():
 
 def test_the_qa_engineer_s_model_breaks_candidates_ties():
     with ScriptedServer([Rule(reply="main")]) as main, ScriptedServer([Rule(reply="qa")]) as qa:
-        gateway = Gateway(GatewayConfig(base_url=main.base_url, model="m", routes=(RoleModel("qa", "judge", qa.base_url),)))
+        gateway = Gateway(GatewayConfig(base_url=main.base_url, model="m", endpoint=EndpointSettings(models=(RoleModel("qa", "judge", qa.base_url),))))
         assert ask(gateway, "selection").answer == "qa" and ask(gateway, "qa").model == "judge"
 
 

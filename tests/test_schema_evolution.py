@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
+
 from magis_ray.events import schema as ev
 from magis_ray.events.codec import decode_recorded, encode
 
@@ -65,3 +67,30 @@ def test_the_committed_version_1_logs_decode_as_version_1_runs():
         assert records[0].schema_version == 1 and (started.settings.tests, started.settings.ranking) == (False, "previous")
         timeouts = [r.event for r in records if isinstance(r.event, ev.LLMExchanged) and r.event.error.startswith("timeout:")]
         assert all(x.failure == "timeout" for x in timeouts)
+
+
+def test_a_version_2_run_s_model_settings_moved_and_changed_shape_and_are_upcast_before_they_are_typed():
+    """tests/golden/v2_model_run.jsonl (tests/make_golden_v2_model.py) was written by schema
+    version 2: `settings.llm` an object of its own names (`kind`, `timeout_s`, ...) and
+    `settings.roles` beside it. Version 3 keeps them in `settings.endpoint` under the settings'
+    names, `settings.llm` being no field at all now: typed as today's struct without its upcaster,
+    the record would lose every one of them."""
+    lines = (GOLDEN / "v2_model_run.jsonl").read_bytes().splitlines()
+    raw = json.loads(lines[0])
+    assert raw["schema_version"] == 2 and raw["event"]["settings"]["llm"]["timeout_s"] == 7
+    records = [decode_recorded(line) for line in lines]
+    settings = records[0].event.settings
+    assert settings.endpoint.llm.startswith("scripted:") and settings.endpoint.llm.endswith("examples/calc/script.json")
+    assert (settings.endpoint.timeout, settings.endpoint.concurrency, settings.endpoint.rpm, settings.endpoint.tpm) == (7, 3, 600, 0)
+    assert settings.endpoint.models == (ev.RoleModel("developer", "scripted-developer"),)
+    assert (settings.model, settings.model_of("developer"), settings.model_of("qa")) == ("scripted", "scripted-developer", "scripted")
+    assert settings.tests is False and settings.ranking == "symbols"
+    typed_as_today = msgspec.convert(raw["event"]["settings"], ev.RunSettings)  # what decoding before upcasting gave
+    assert typed_as_today.endpoint == ev.EndpointSettings() and typed_as_today.endpoint != settings.endpoint
+
+
+def test_a_version_2_run_that_recorded_no_endpoint_keeps_the_defaults_and_names_no_endpoint():
+    old = decode_recorded(record({**STARTED, "settings": {"model": "m", "llm": {"kind": "", "timeout_s": 0.0}}}, 2)).event
+    assert old.settings.endpoint == ev.EndpointSettings() and old.settings.endpoint.llm == "auto"
+    once = decode_recorded(record({**STARTED, "settings": {"llm": {"kind": "openai", "timeout_s": 9.0}}}, 2))
+    assert once.event.settings.endpoint.timeout == 9 and decode_recorded(encode(once)) == once  # upcast again: the same

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from magis_ray.cli.settings import (
-    Layer, Settings, env_layer, flag_layer, project_layer, resolve, role_flags, role_models, user_layer, value_of,
-)
+from magis_ray.cli.settings import Layer, env_layer, flag_layer, project_layer, resolve, role_flags, user_layer, value_of
+from magis_ray.events.settings import RunSettings
 from magis_ray.cli.errors import BadInput
 
 MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
@@ -26,11 +25,11 @@ def write(path: Path, text: str) -> Path:
 
 
 def test_each_layer_gives_way_to_the_one_before_it(tmp_path):
-    project = Layer("project p", values={"top-k": 4, "max-files": 4, "model": "m-project", "tests": "off"})
+    project = Layer("project p", values={"top-k": 4, "max-files": 4, "model": "m-project", "tests": False})
     user = Layer("user u", values={"top-k": 5, "max-files": 5, "max-review-rounds": 5, "candidates": 5})
     env = env_layer({"MAGIS_MAX_FILES": "7", "MAGIS_MODEL": "m-env", "MAGIS_TIMEOUT": "30"})
     got = resolve([flag_layer({"model": "m-flag"}), env, project, user])
-    assert isinstance(got.settings, Settings)
+    assert isinstance(got.settings, RunSettings)
     assert {key: (value_of(got.settings, key), got.source(key)) for key in (
         "model", "top-k", "max-files", "max-review-rounds", "candidates", "tests", "timeout", "rpm")} == {
         "model": ("m-flag", "flag --model"),
@@ -38,7 +37,7 @@ def test_each_layer_gives_way_to_the_one_before_it(tmp_path):
         "max-files": (7, "env MAGIS_MAX_FILES"),
         "max-review-rounds": (5, "user u"),
         "candidates": (5, "user u"),
-        "tests": ("off", "project p"),
+        "tests": (False, "project p"),
         "timeout": (30.0, "env MAGIS_TIMEOUT"),
         "rpm": (0, "default"),
     }
@@ -64,7 +63,7 @@ def test_magis_toml_comes_before_pyproject_and_a_script_is_found_beside_the_file
     write(tmp_path / "magis.toml", 'top_k = 2\nllm = "scripted:model/script.json"\ntests = false\n'
                                    '[models]\ncustodian = "small"\ndeveloper = { model = "big", base-url = "http://h:1/v1" }\n')
     layer = project_layer(tmp_path)
-    assert layer.values == {"top-k": 2, "llm": f"scripted:{tmp_path / 'model' / 'script.json'}", "tests": "off",
+    assert layer.values == {"top-k": 2, "llm": f"scripted:{tmp_path / 'model' / 'script.json'}", "tests": False,
                             "models.custodian": "small", "models.developer": "big", "models.developer.base-url": "http://h:1/v1"}
     assert project_layer(tmp_path / "nowhere").values == {} and project_layer(None).values == {}
 
@@ -73,7 +72,10 @@ def test_magis_toml_comes_before_pyproject_and_a_script_is_found_beside_the_file
     ('api_key = "sk-x"', "api_key does not belong in a settings file; set OPENAI_API_KEY"),
     ('openai-api-key = "sk-x"', "does not belong in a settings file"),
     ("top-k = 'ten'", "top-k must be an integer, not 'ten'"),
-    ("tests = 'sometimes'", "tests must be one of on, off"),
+    ("tests = 'sometimes'", "tests must be on or off, not 'sometimes'"),
+    ("timeout = 0", "timeout must be more than 0, not 0"),
+    ("rpm = -1", "rpm must be not negative, not -1"),
+    ("sandbox = 'docker'", "sandbox must be one of bwrap, none, not 'docker'"),
     ("llm = 'bogus'", "llm must be one of auto, local, openai, scripted:FILE, not 'bogus'"),
     ("topk = 3", "unknown setting 'topk'"),
     ("[models]\ntester = 'm'", "[models] has no role 'tester'"),
@@ -90,12 +92,12 @@ def test_a_bad_file_is_one_line_naming_the_file(tmp_path, text, says):
 def test_role_models_from_flags_and_files():
     flags = flag_layer({**role_flags(("developer=big",), "--role-model"), **role_flags(("developer=http://h/v1",), "--role-base-url")})
     got = resolve([flags, env_layer({"MAGIS_MODEL_QA": "reviewer"}), Layer("p", values={"models.custodian": "small"})])
-    assert [(r.role, r.model, r.base_url) for r in role_models(got)] == [
+    assert [(r.role, r.model, r.base_url) for r in got.settings.endpoint.models] == [
         ("custodian", "small", ""), ("developer", "big", "http://h/v1"), ("qa", "reviewer", "")]
     with pytest.raises(BadInput, match="ROLE=VALUE"):
         role_flags(("tester=m",), "--role-model")
     with pytest.raises(BadInput, match="give the role a model"):
-        role_models(resolve([env_layer({"MAGIS_BASE_URL_QA": "http://h/v1"})]))
+        resolve([env_layer({"MAGIS_BASE_URL_QA": "http://h/v1"})])
 
 
 def config(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -112,7 +114,8 @@ def test_magis_ray_config_prints_each_setting_with_its_source_and_never_the_key(
     user = write(tmp_path / "home" / "magis-ray" / "config.toml", 'top-k = 5\nmax-files = 5\nenv-setup = "pip install -e .[test]"\n')
     (project / "sub").mkdir()
     result = config(project / "sub",  # from a subfolder: the repository's root holds the project's file
-                    env={"XDG_CONFIG_HOME": str(tmp_path / "home"), "MAGIS_MAX_FILES": "2", "OPENAI_API_KEY": KEY})
+                    env={"XDG_CONFIG_HOME": str(tmp_path / "home"), "MAGIS_MAX_FILES": "2", "OPENAI_API_KEY": KEY,
+                         "MAGIS_SCRATCH_DIR": "/big/disk", "MAGIS_LEASE_S": "soon"})
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line.split(None, 2)[1:] for line in result.stdout.splitlines() if line and not line.endswith(":")}
     assert rows["model"] == ["gpt-4o", f"project {project.resolve() / 'magis.toml'}"]
@@ -121,6 +124,10 @@ def test_magis_ray_config_prints_each_setting_with_its_source_and_never_the_key(
     assert rows["env-setup"][1].endswith(f"user {user}") and rows["env-setup"][0] == "pip"
     assert rows["max-review-rounds"] == ["3", "default"] and rows["tests"] == ["on", "default"]
     assert rows["models.custodian"] == ["gpt-4o-mini", f"project {project.resolve() / 'magis.toml'}"]
+    assert [line for line in result.stdout.splitlines() if line.startswith("[")] == ["[run]", "[endpoint]", "[node]"]
+    assert rows["timeout"] == ["120.0", "default"] and rows["use-qa"] == ["on", "default"]
+    assert rows["scratch-dir"] == ["/big/disk", "env MAGIS_SCRATCH_DIR"]
+    assert rows["lease-s"] == ["30.0", "default (MAGIS_LEASE_S='soon' ignored)"]
     assert "api key:  set in OPENAI_API_KEY (never shown)" in result.stdout
     assert KEY not in result.stdout + result.stderr
 
@@ -136,3 +143,23 @@ def test_a_file_on_the_user_s_machine_is_read_from_xdg_or_home(tmp_path):
     write(tmp_path / "h" / ".config" / "magis-ray" / "config.toml", "rpm = 60\n")
     assert user_layer({"HOME": str(tmp_path / "h")}).values == {"rpm": 60}
     assert user_layer({"HOME": str(tmp_path / "h"), "XDG_CONFIG_HOME": str(tmp_path / "x")}).values == {}
+
+
+def test_resume_lays_the_record_by_the_settings_own_names_under_the_flags():
+    from magis_ray.cli.resume import recorded_layer
+    from magis_ray.events.settings import EndpointSettings, RoleModel
+
+    recorded = RunSettings(model="gpt-4o", top_k=4, endpoint=EndpointSettings(
+        llm="openai", base_url="http://h/v1", timeout=7.0, rpm=60, models=(RoleModel("qa", "judge"),)))
+    layer = recorded_layer(recorded, flag_layer({}))
+    assert layer.values == {"llm": "openai", "base-url": "http://h/v1", "response-format": "json_schema", "timeout": 7.0,
+                            "concurrency": 8, "rpm": 60, "tpm": 0, "model": "gpt-4o", "models.qa": "judge"}
+    got = resolve([flag_layer({"timeout": 9.0}), layer, env_layer({"MAGIS_RPM": "5", "MAGIS_TOP_K": "2"})])
+    assert (got.settings.endpoint.timeout, got.source("timeout")) == (9.0, "flag --timeout")
+    assert (got.settings.endpoint.rpm, got.source("rpm")) == (60, "record")
+    assert got.settings.top_k == 2  # the team's settings resume from the run's own record, not from here
+    # flags that name another endpoint: the recorded model's name and URL stay behind, its limits come along
+    other = recorded_layer(recorded, flag_layer({"llm": "scripted:/s.json"}))
+    assert "llm" not in other.values and "model" not in other.values and other.values["timeout"] == 7.0
+    # a run from before the endpoint was recorded gives its model's name only
+    assert recorded_layer(RunSettings(model="m"), flag_layer({})).values == {"model": "m"}

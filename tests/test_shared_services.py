@@ -19,6 +19,7 @@ from waiting import wait_until
 
 from magis_ray.actors.model import prompting
 from magis_ray.actors.model.gateway import GatewayConfig
+from magis_ray.events.settings import EndpointSettings
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.actors.runtime.deployment import JOB_CONFIG_VARIABLE, settings_runtime_env
 from magis_ray.actors.runtime.remote import gateway_name
@@ -30,12 +31,13 @@ MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
 
 
 def test_a_gateway_name_is_the_same_in_every_process_and_never_holds_the_key():
-    config = GatewayConfig(base_url="http://127.0.0.1:1/v1", model="m", api_key="sk-secret", concurrency=1)
+    config = GatewayConfig(base_url="http://127.0.0.1:1/v1", model="m", api_key="sk-secret", endpoint=EndpointSettings(concurrency=1))
     code = ("from magis_ray.actors.model.gateway import GatewayConfig\nfrom magis_ray.actors.runtime.remote import gateway_name\n"
-            "print(gateway_name(GatewayConfig(base_url='http://127.0.0.1:1/v1', model='m', api_key='sk-secret', concurrency=1)))")
+            "from magis_ray.events.settings import EndpointSettings\n"
+            "print(gateway_name(GatewayConfig(base_url='http://127.0.0.1:1/v1', model='m', api_key='sk-secret', endpoint=EndpointSettings(concurrency=1))))")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert other == gateway_name(config) and "secret" not in other
-    assert gateway_name(GatewayConfig(base_url="http://127.0.0.1:1/v1", model="m", api_key="sk-secret", concurrency=2)) != other
+    assert gateway_name(GatewayConfig(base_url="http://127.0.0.1:1/v1", model="m", api_key="sk-secret", endpoint=EndpointSettings(concurrency=2))) != other
 
 
 @pytest.fixture
@@ -104,9 +106,11 @@ def test_drivers_on_one_cluster_share_one_gateway_limit_and_stop_ends_only_their
             assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF
 
 
-def test_only_a_driver_that_joins_a_cluster_outside_a_job_sends_its_settings():
-    environ = {"MAGIS_PROMPTS_DIR": "/p", "MAGIS_ENV_CACHE": "/e", "OPENAI_API_KEY": "sk-secret", "PATH": "/bin"}
-    assert settings_runtime_env("127.0.0.1:6379", environ) == {"env_vars": {"MAGIS_PROMPTS_DIR": "/p", "MAGIS_ENV_CACHE": "/e"}}
+def test_only_a_driver_that_joins_a_cluster_outside_a_job_sends_its_settings_and_never_a_node_s_own():
+    environ = {"MAGIS_PROMPTS_DIR": "/p", "MAGIS_ENV_CACHE": "/e", "MAGIS_SCRATCH_DIR": "/s", "MAGIS_SANDBOX_UIDS": "1-2",
+               "OPENAI_API_KEY": "sk-secret", "PATH": "/bin"}
+    # a node's cache, scratch and sandbox uids are its own: each node resolves them from its environment
+    assert settings_runtime_env("127.0.0.1:6379", environ) == {"env_vars": {"MAGIS_PROMPTS_DIR": "/p"}}
     assert settings_runtime_env("local", environ) is None  # a Ray of its own inherits the driver's environment
     assert settings_runtime_env("127.0.0.1:6379", {**environ, JOB_CONFIG_VARIABLE: "{}"}) is None  # the job's env_vars do it
     assert settings_runtime_env("127.0.0.1:6379", {"OPENAI_API_KEY": "sk-secret"}) is None

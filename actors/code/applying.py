@@ -7,6 +7,7 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
+from magis_ray.events.settings import process_environment
 
 
 def _git(args: list[str], env: dict[str, str], cwd: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
@@ -16,7 +17,7 @@ def _git(args: list[str], env: dict[str, str], cwd: str, stdin: bytes | None = N
 def diff_applies(repo_path: str | os.PathLike, commit: str, diff: str) -> str | None:
     """None when `diff` applies to `commit`, else git's reason on one line."""
     # unconfigured, like the SWE-bench harness: no apply.whitespace or autocrlf of the user's
-    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C",
+    env = {**process_environment(), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C",
            "GIT_CEILING_DIRECTORIES": str(Path(repo_path).resolve().parent)}
     found = _git(["rev-parse", "--absolute-git-dir"], env, str(repo_path))
     if found.returncode != 0:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pygit2
 
 from magis_ray.actors.code.repository import RepoError, missing_path
+from magis_ray.events.settings import process_environment
 
 # When the user's git has no identity configured, the commit is still made, under this name.
 FALLBACK_SIGNATURE = ("magis-ray", "magis-ray@localhost")
@@ -22,7 +23,7 @@ class BranchExists(RepoError):
 
 def _plain_git_env(git_dir: str, index: str) -> dict[str, str]:
     # unconfigured, as diff_applies checks it: no apply.whitespace or autocrlf of the user's
-    return {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C",
+    return {**process_environment(), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C",
             "GIT_DIR": git_dir, "GIT_INDEX_FILE": index}
 
 

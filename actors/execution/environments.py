@@ -14,7 +14,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ from . import era
 from .identities import build_identity, give_to
 from .interpreters import InterpreterMissing, find_python, full_version, interpreter_prefix
 from .sandbox import GiB, MiB, Limits, Mount, Sandbox
+from magis_ray.events.settings import node_settings
 
 FAILURE_TTL_S = 3600.0  # a failed build is not retried within this time (a rerun would fail alike)
 BUILD_LIMITS = Limits(wall_seconds=3600.0, memory_bytes=16 * GiB, cpu_seconds=3600, processes=2048,
@@ -38,7 +38,7 @@ SYSTEM_PREFIXES = ("/usr/", "/bin/", "/lib/", "/lib64/")
 
 
 def default_cache_root() -> Path:
-    return Path(os.environ.get("MAGIS_ENV_CACHE") or Path.home() / ".cache" / "magis-ray" / "envs")
+    return Path(node_settings().env_cache or Path.home() / ".cache" / "magis-ray" / "envs")
 
 
 class EnvironmentUnsupported(Exception):

@@ -16,6 +16,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from magis_ray.events.settings import process_environment
+
 # The resolver: pip 26.0.1 is the last pip that knows --uploaded-prior-to and runs on Python 3.9;
 # newer Pythons take the newest pip. Older Pythons are resolved by this process's pip for their
 # version, from wheels only (pip cannot build another Python's metadata).
@@ -91,7 +93,7 @@ def resolver_pip(version: tuple[int, int]) -> str | None:
 def index_variables(environ: dict[str, str] | None = None) -> dict[str, str]:
     """pip's variables for a resolution or a build: the user's index, certificates and proxies,
     no configuration file, no find-links."""
-    environ = os.environ if environ is None else environ
+    environ = process_environment() if environ is None else environ
     kept = ("PIP_INDEX_URL", "PIP_CERT", "PIP_CLIENT_CERT", "PIP_TRUSTED_HOST", "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES")
     found = {name: environ[name] for name in kept if environ.get(name)}
     extra = " ".join(url for url in environ.get("PIP_EXTRA_INDEX_URL", "").split() if not url.startswith("file:"))
@@ -107,7 +109,7 @@ def index_variables(environ: dict[str, str] | None = None) -> dict[str, str]:
 def pip_environment(pip_cache: str | os.PathLike) -> dict[str, str]:
     """This process's environment for a pip of its own: none of the caller's PIP_ settings but
     the index's (index_variables), and the cache given."""
-    return {**{k: v for k, v in os.environ.items() if not k.startswith("PIP_")}, **index_variables(),
+    return {**{k: v for k, v in process_environment().items() if not k.startswith("PIP_")}, **index_variables(),
             "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CACHE_DIR": str(pip_cache)}
 
 
@@ -178,7 +180,7 @@ def released(pin: str, environ: dict[str, str] | None = None, timeout: float = 3
 
     name, _, version = pin.partition("==")
     name = normalized(name)
-    index = (environ or os.environ).get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+    index = (environ or process_environment()).get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
     request = urllib.request.Request(f"{index}/{name}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:

@@ -16,6 +16,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from magis_ray.events.settings import node_settings
 
 DEFAULT_POOL = (990000, 990999)
 USER_NAME = "magis-sandbox"
@@ -26,7 +27,7 @@ def running_as_root() -> bool:
 
 
 def pool() -> tuple[int, int]:
-    text = os.environ.get("MAGIS_SANDBOX_UIDS", "")
+    text = node_settings().sandbox_uids
     try:
         first, last = (int(part) for part in text.split("-"))
         if 0 < first < last:

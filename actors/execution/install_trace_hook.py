@@ -2,10 +2,12 @@
 
 Copied into the testbed's prefix (with a .pth file that imports it) only while its install steps
 run, so every Python process of the install (pip, its build subprocesses, setup.py) loads it at
-start-up. An audit hook (PEP 578) then notes, once each, in MAGIS_TRACE_DIR/PID.trace:
+start-up, and the .pth line starts it with the trace's folder and roots (testbeds._start_trace
+writes them in: the hook reads nothing of the install's environment). An audit hook (PEP 578)
+then notes, once each, in FOLDER/PID.trace:
 
     start   the process's interpreter version
-    read    a path under a MAGIS_TRACE_ROOTS folder opened for reading (or tried: a missing one)
+    read    a path under a ROOTS folder opened for reading (or tried: a missing one)
     write   a path there opened for writing
     list    a folder there listed by the tools (setuptools, pip): its structure is what matters
     listall a folder there listed by the project's own code (setup.py's glob): its names matter
@@ -17,9 +19,8 @@ import os
 import sys
 
 
-def _start():
-    folder = os.environ.get("MAGIS_TRACE_DIR")
-    roots = [r.rstrip("/") for r in os.environ.get("MAGIS_TRACE_ROOTS", "").split(os.pathsep) if r]
+def start(folder, roots):
+    roots = [r.rstrip("/") for r in roots if r]
     if not folder or not roots:
         return
     try:
@@ -93,6 +94,3 @@ def _start():
             note("error", repr(exc))
 
     sys.addaudithook(hook)
-
-
-_start()

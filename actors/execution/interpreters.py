@@ -4,11 +4,11 @@ Looked for in this order: the user's `--python` choice (a path, or VERSION=PATH 
 versions (~/.pyenv/versions/X.Y.*, newest patch first), then `pythonX.Y` on PATH."""
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
+from magis_ray.events.settings import node_settings
 
 
 class InterpreterMissing(Exception):
@@ -16,7 +16,7 @@ class InterpreterMissing(Exception):
 
 
 def _pyenv_root() -> Path:
-    return Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    return Path(node_settings().pyenv_root or Path.home() / ".pyenv")
 
 
 def _patch_key(name: str) -> tuple[int, ...]:

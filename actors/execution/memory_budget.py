@@ -25,6 +25,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from magis_ray.events.settings import node_settings
 
 import psutil
 
@@ -92,7 +93,7 @@ def own_place(proc_cgroup: str, mountinfo: str) -> CgroupPlace | None:
 
 def find_place() -> tuple[CgroupPlace | None, str]:
     """Where this process may make sandboxes' cgroups, or why nowhere (one line)."""
-    named = os.environ.get("MAGIS_SANDBOX_CGROUP", "")
+    named = node_settings().sandbox_cgroup
     if named:
         folder = Path(named)
         if (folder / "memory.limit_in_bytes").exists():

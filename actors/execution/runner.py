@@ -26,6 +26,7 @@ from typing import Callable
 
 from .sandbox import Limits, Mount, Outcome, Sandbox, Scratch, host_paths
 from .testbeds import TESTBED, Testbed
+from magis_ray.events.settings import process_environment
 
 INPUTS = "/.magis-inputs"
 
@@ -114,7 +115,7 @@ class TestRunner:
     def _layout(self, testbed: Testbed | None, tree, workspace: str, installs: bool) -> tuple[list[Mount], list[Scratch], dict[str, str]]:
         if testbed is None:
             # The host's own tools, as the user's shell finds them.
-            variables = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+            variables = {"PATH": process_environment().get("PATH", "/usr/bin:/bin")}
             mounts = host_tools(variables["PATH"])
             seed = str(tree) if tree is not None else None
             if self.sandbox.mode == "none" and seed:

@@ -50,6 +50,7 @@ from . import scratch_disks
 from .capture import OutputCapture, size_text
 from .identities import Identity, IdentityLease, running_as_root
 from .memory_budget import open_budget
+from magis_ray.events.settings import process_environment
 
 BWRAP = "bwrap"
 MiB = 1024 * 1024
@@ -379,7 +380,7 @@ class Sandbox:
         tail += ["/bin/sh", "-c", _INIT, "magis-init", *checked, "--", *seeds, "--", "/bin/sh", "-c", f'mkdir -p "$HOME"; {script}']
         processes = limits.processes if identity.drop or not limits.processes else limits.processes + _own_process_count()
         try:
-            return self._execute(argv, data_fds, tail, "/", {"PATH": os.environ.get("PATH", "")}, limits, processes, log_path,
+            return self._execute(argv, data_fds, tail, "/", {"PATH": process_environment().get("PATH", "")}, limits, processes, log_path,
                                  sample=True, in_memory=in_memory, scratch="disk" if on_disk else "memory")
         finally:
             if images:

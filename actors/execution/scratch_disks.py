@@ -23,6 +23,8 @@ from pathlib import Path
 
 import psutil
 
+from magis_ray.events.settings import node_settings
+
 IN_MEMORY_FILESYSTEMS = {"tmpfs", "ramfs"}
 TOOLS = os.pathsep.join(["/usr/sbin", "/sbin", "/usr/bin", "/bin"])  # where losetup, mkfs.ext4 and mount live
 MKFS = shutil.which("mkfs.ext4", path=TOOLS) or "mkfs.ext4"
@@ -51,7 +53,7 @@ ROOT = "root"  # the folder of an image that the sandbox sees (beside the image'
 
 
 def images_folder() -> str:
-    return os.environ.get("MAGIS_SCRATCH_DIR") or "/var/tmp"
+    return node_settings().scratch_dir
 
 
 PREFIX = "magis-scratch-"

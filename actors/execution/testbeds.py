@@ -265,20 +265,20 @@ class TestbedCache:
                 give_own_files(writable, identity)
         started = time.time()
         used: list[str] = []
-        tracing = _start_trace(folder, prefix)
+        _start_trace(folder, prefix)
         try:
             for number, command in enumerate(recipe.install, 1):
                 dated = self._resolve_install(recipe, env, steps, folder, number, command, notes) or constraints
                 if dated.get("PIP_CONSTRAINT", "").startswith(str(folder)):
                     used.append(Path(dated["PIP_CONSTRAINT"]).name)
-                outcome = steps.run(f"install-{number}", pinned(command, dated), extra={**unpinned_env(command, dated), **tracing},
+                outcome = steps.run(f"install-{number}", pinned(command, dated), extra=unpinned_env(command, dated),
                                     required=False)
                 if not outcome.ok and dated and any(sign in outcome.output + _log_text(steps) for sign in CONFLICT_SIGNS):
                     # The date's pins against what this commit asks for: the harness pinned nothing
                     # here, so neither do we on a second try.
                     notes.append(f"install step {number} conflicts with the date's pins; installed without them")
                     used = [name for name in used if name != f"install-{number}-constraints.txt"]
-                    outcome = steps.run(f"install-{number}-unpinned", command, extra=tracing, required=False)
+                    outcome = steps.run(f"install-{number}-unpinned", command, required=False)
                 if not outcome.ok:
                     unmirrored = [note for note in notes if "no local mirror" in note]
                     if unmirrored:
@@ -349,12 +349,12 @@ class TestbedCache:
             shutil.copy2(donor / name, folder / name)
         base = {"PIP_CONSTRAINT": env.constraints} if env.constraints else {}
         started = time.time()
-        tracing = _start_trace(folder, prefix)
+        _start_trace(folder, prefix)
         try:
             for number, command in enumerate(recipe.install, 1):
                 own = f"install-{number}-constraints.txt"
                 dated = {"PIP_CONSTRAINT": str(folder / own)} if own in record.constraints else base
-                steps.run(f"install-{number}", pinned(command, dated), extra={**unpinned_env(command, dated), **tracing})
+                steps.run(f"install-{number}", pinned(command, dated), extra=unpinned_env(command, dated))
         finally:
             _stop_trace(prefix)
         drop_untouched(donor / "tree", tree, copied)
@@ -462,12 +462,12 @@ def unpinned_env(command: str, constraints: dict[str, str]) -> dict[str, str]:
     return {} if PIP_INSTALL.match(command) else constraints
 
 
-def _start_trace(folder: Path, prefix: Path) -> dict[str, str]:
-    """The trace hook in the prefix while its install runs; the variables that turn it on."""
+def _start_trace(folder: Path, prefix: Path) -> None:
+    """The trace hook in the prefix while its install runs, started by its .pth line with where
+    to write and what to watch (every Python process of the install reads the .pth)."""
     site = Path(site_packages_of(prefix))
     shutil.copy(Path(__file__).with_name("install_trace_hook.py"), site / f"{TRACE_HOOK}.py")
-    (site / f"{TRACE_HOOK}.pth").write_text(f"import {TRACE_HOOK}\n")
-    return {"MAGIS_TRACE_DIR": str(folder / TRACE), "MAGIS_TRACE_ROOTS": TESTBED}
+    (site / f"{TRACE_HOOK}.pth").write_text(f"import {TRACE_HOOK}; {TRACE_HOOK}.start({str(folder / TRACE)!r}, [{TESTBED!r}])\n")
 
 
 def _stop_trace(prefix: Path) -> None:

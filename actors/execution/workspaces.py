@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from magis_ray.events.settings import process_environment
 
 
 class WorkspaceError(Exception):
@@ -18,7 +19,7 @@ class WorkspaceError(Exception):
 def git_env() -> dict[str, str]:
     # No user or system configuration: apply.whitespace, core.autocrlf or a filter must not
     # change what applies (the harness runs git unconfigured too).
-    return {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C",
+    return {**process_environment(), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C",
             "GIT_TERMINAL_PROMPT": "0"}
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -33,7 +32,8 @@ import openai
 import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_attempt, wait_exponential, wait_random_exponential
 
-from magis_ray.events.schema import LLMExchanged, Message, RoleModel
+from magis_ray.events.schema import LLMExchanged, Message
+from magis_ray.events.settings import EndpointSettings, api_key
 
 log = structlog.get_logger()
 
@@ -55,39 +55,36 @@ from magis_ray.actors.model.fitting import FIT_CHARS_PER_TOKEN, Fitted, estimate
 
 
 class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
-    base_url: str | None = None  # None: the openai client's default (it reads OPENAI_BASE_URL)
+    """The run's model section of the settings (events/settings.py), and what only the gateway
+    needs at run time: the model's resolved name and URL, and how it retries and counts."""
+
+    endpoint: EndpointSettings = EndpointSettings()  # timeout, concurrency, response format, rate limits, a model per role
+    base_url: str | None = None  # the endpoint's resolved URL; None: the openai client's default (it reads OPENAI_BASE_URL)
     api_key: str | None = None  # None: env OPENAI_API_KEY, else LOCAL_API_KEY; never logged or stored
     model: str = ""  # "": DEFAULT_MODEL
-    timeout_s: float = 120.0
     max_retries: int = 4
     backoff_base_s: float = 0.5  # first retry waits about this long, doubling each time
     backoff_cap_s: float = 30.0  # also caps a server's Retry-After
-    concurrency: int = 8
-    response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
     temperature: float = 0.0
     max_tokens: int = 4096
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"  # newer OpenAI models want the latter
     min_answer_tokens: int = 256  # a budget may shrink max_tokens, but not below this (or the request's own)
     context_tokens: int = 0  # the model's context length (prompt + answer); 0: unknown, prompts are sent whole
-    requests_per_minute: int = 0  # 0: no limit; one limit for every run that shares this gateway
-    tokens_per_minute: int = 0  # prompt estimate + max_tokens of each request; 0: no limit
     rate_window_s: float = 60.0  # the "minute" of the rate limits (shorter in tests)
     prices_path: str | None = None  # None: actors/model/prices.json
     # False when `base_url` is served on this machine (the scripted model, the bundled one): its
     # answers cost nothing whatever the model is called; a role routed to its own base_url is
     # still priced by its model's name
     billed: bool = True
-    routes: tuple[RoleModel, ...] = ()  # a model (and endpoint) per role; other roles ask `model`
 
     def __repr__(self) -> str:  # the key must not leak through a logged config
         key = "None" if self.api_key is None else "'***'"
-        routes = "".join(f", {r.role}={r.model!r}" + (f"@{r.base_url}" if r.base_url else "") for r in self.routes)
+        routes = "".join(f", {r.role}={r.model!r}" + (f"@{r.base_url}" if r.base_url else "") for r in self.endpoint.models)
         return f"GatewayConfig(base_url={self.base_url!r}, model={self.model!r}{routes}, api_key={key})"
 
     __str__ = __repr__
 
 
-ROLES = ("custodian", "manager", "developer", "qa")  # the roles a route can name
 # Lanes whose requests another role's model answers: the QA Engineer breaks the candidates' ties.
 _ANSWERED_BY = {"selection": "qa"}
 
@@ -115,7 +112,7 @@ class Gateway:
         self._budgets: dict[str, _Budget] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._clients: dict[str | None, openai.AsyncOpenAI] = {}  # per base URL, on the current loop
-        self._routes = {r.role: (r.model, r.base_url or self._base_url) for r in self.config.routes}
+        self._routes = {r.role: (r.model, r.base_url or self._base_url) for r in self.config.endpoint.models}
         self._slots: asyncio.Semaphore | None = None
         self._rate: RateLimiter | None = None
         self._settled: asyncio.Condition | None = None  # notified when a reservation turns into usage
@@ -268,44 +265,39 @@ class Gateway:
         if response_format is not None:
             request["response_format"] = response_format
         started = time.monotonic()
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.config.max_retries + 1),
-            wait=self._wait(),
-            retry=retry_if_result(lambda sent: isinstance(sent, _Failure) and sent.retry_after is not None),
-            before_sleep=lambda state: log.debug("llm.retry", run_id=run_id, purpose=purpose, task_id=task_id,
-                                                 error=state.outcome.result().error, delay_s=round(state.next_action.sleep, 3)),
-            retry_error_callback=lambda state: state.outcome.result(),  # the last try's failure, reported below
-        )
-        sent = await retrying(self._send_once, client, request)
-        tries = retrying.statistics["attempt_number"]
-        if isinstance(sent, _Outcome):
-            sent.tries = tries
-            return sent
-        suffix = f" (after {tries} tries)" if tries > 1 else ""
-        return _Outcome(error=sent.error + suffix, failure=sent.kind, status=sent.status,
-                        latency_s=time.monotonic() - started, tries=tries, detail=sent.detail)
-
-    async def _send_once(self, client: openai.AsyncOpenAI, request: dict) -> _Outcome | _Failure:
-        """One try: the answer (or its emptiness) as an outcome, or the failure that ended it."""
-        sent = time.monotonic()
-        try:
-            completion = await client.chat.completions.create(**request)
-        except openai.OpenAIError as exc:
-            return _describe_failure(exc, self.config.timeout_s)._replace(detail=_full_message(exc))
-        latency = time.monotonic() - sent
-        usage = completion.usage
-        prompt_tokens = usage.prompt_tokens if usage else 0
-        completion_tokens = usage.completion_tokens if usage else 0
-        answer = completion.choices[0].message.content if completion.choices else None
-        if not (answer and answer.strip()):
-            return _Outcome(
-                error="empty: the model returned no content",
-                failure="empty",
-                prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens,
-                latency_s=latency,
-            )
-        return _Outcome(answer, "", prompt_tokens, completion_tokens, latency)
+        tries = 0
+        while True:
+            tries += 1
+            sent = time.monotonic()
+            try:
+                completion = await client.chat.completions.create(**request)
+            except openai.OpenAIError as exc:
+                failed = _describe_failure(exc, self.config.endpoint.timeout)
+                if failed.retry_after is None or tries > self.config.max_retries:
+                    suffix = f" (after {tries} tries)" if tries > 1 else ""
+                    return _Outcome(
+                        error=failed.error + suffix, failure=failed.kind, status=failed.status,
+                        latency_s=time.monotonic() - started, tries=tries, detail=_full_message(exc),
+                    )
+                delay = self._backoff(tries, failed.retry_after)
+                log.debug("llm.retry", run_id=run_id, purpose=purpose, task_id=task_id, error=failed.error, delay_s=round(delay, 3))
+                await asyncio.sleep(delay)
+                continue
+            latency = time.monotonic() - sent
+            usage = completion.usage
+            prompt_tokens = usage.prompt_tokens if usage else 0
+            completion_tokens = usage.completion_tokens if usage else 0
+            answer = completion.choices[0].message.content if completion.choices else None
+            if not (answer and answer.strip()):
+                return _Outcome(
+                    error="empty: the model returned no content",
+                    failure="empty",
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=completion_tokens,
+                    latency_s=latency,
+                    tries=tries,
+                )
+            return _Outcome(answer, "", prompt_tokens, completion_tokens, latency, tries)
 
     def _refit_after_overflow(self, original: list[Message], fit: Fitted, outcome: _Outcome) -> Fitted | None:
         """A tighter fit when the server said the prompt overflows its context, else None.
@@ -330,9 +322,9 @@ class Gateway:
         return None if unchanged else refit  # the same request would overflow the same way
 
     def _response_format(self, purpose: str, schema: dict | None) -> dict | None:
-        if schema is None or self.config.response_format == "none":
+        if schema is None or self.config.endpoint.response_format == "none":
             return None
-        if self.config.response_format == "json_object":
+        if self.config.endpoint.response_format == "json_object":
             return {"type": "json_object", "schema": schema}  # llama.cpp's server reads "schema" here
         name = re.sub(r"[^A-Za-z0-9_-]", "_", purpose)[:64] or "answer"
         return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": False}}
@@ -371,9 +363,9 @@ class Gateway:
             return
         self._loop = loop
         self._clients = {}  # a client belongs to the loop that made it
-        self._slots = asyncio.Semaphore(self.config.concurrency)
+        self._slots = asyncio.Semaphore(self.config.endpoint.concurrency)
         self._settled = asyncio.Condition()
-        self._rate = RateLimiter(MonotonicClock(), self.config.requests_per_minute, self.config.tokens_per_minute,
+        self._rate = RateLimiter(MonotonicClock(), self.config.endpoint.rpm, self.config.endpoint.tpm,
                                  self.config.rate_window_s)
         for b in self._budgets.values():
             b.reserved = 0  # requests of a finished loop are gone
@@ -385,9 +377,9 @@ class Gateway:
         if client is None:
             client = self._clients[base_url] = openai.AsyncOpenAI(
                 base_url=base_url,
-                api_key=self.config.api_key or os.environ.get("OPENAI_API_KEY") or LOCAL_API_KEY,
+                api_key=self.config.api_key or api_key() or LOCAL_API_KEY,
                 max_retries=0,
-                timeout=self.config.timeout_s,
+                timeout=self.config.endpoint.timeout,
             )
         return client
 

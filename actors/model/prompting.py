@@ -1,7 +1,6 @@
 """Prompt templates: text files in prompts/, a [system] and a [user] part, `$name` placeholders."""
 from __future__ import annotations
 
-import os
 import re
 from functools import lru_cache
 from importlib import resources
@@ -9,13 +8,14 @@ from pathlib import Path
 from string import Template
 
 from magis_ray.events.schema import Message
+from magis_ray.events.settings import node_settings
 
 _SECTION = re.compile(r"^\[(system|user)\]\s*$", re.MULTILINE)
 
 
 def _template_text(name: str) -> str:
     """MAGIS_PROMPTS_DIR may hold the user's own version of any template."""
-    override = os.environ.get("MAGIS_PROMPTS_DIR")
+    override = node_settings().prompts_dir
     if override and (Path(override) / f"{name}.txt").is_file():
         return (Path(override) / f"{name}.txt").read_text(encoding="utf-8")
     return resources.files("magis_ray.actors.model.prompts").joinpath(f"{name}.txt").read_text(encoding="utf-8")

@@ -54,7 +54,6 @@ class BenchSetup:
     env_setup: str = ""  # the user's own install step ("" : the default or SWE-bench's spec)
     python: str = "3.11"  # for a user's repository
     sandbox: str = "bwrap"  # "bwrap" or "none"
-    env_cache: str = ""  # "" : the default cache folder
     test_cmd: str = ""  # the user's own test command ("": the spec's runner, or pytest)
 
     def __hash__(self) -> int:  # `record` is a dict; a worker's benches are cached by setup (services._bench_for)
@@ -65,7 +64,7 @@ class BenchSetup:
         record = dict(repo=issue.repo, instance_id=issue.instance_id, base_commit=issue.base_commit,
                       version=issue.version, environment_setup_commit=issue.environment_setup_commit)
         return cls(record=record, repo_path=repo_path, env_setup=settings.env_setup, python=settings.test_python or "3.11",
-                   sandbox=settings.sandbox, env_cache=os.environ.get("MAGIS_ENV_CACHE", ""), test_cmd=settings.test_cmd)
+                   sandbox=settings.sandbox, test_cmd=settings.test_cmd)
 
 
 PACKAGING_FILES = ("pyproject.toml", "setup.py")  # what `pip install -e .` needs (setup.cfg alone is not enough)
@@ -116,7 +115,7 @@ class ExecutionBench:
         self._testbed: Testbed | None = None
         sandbox = Sandbox(mode=setup.sandbox)
         self._runner = TestRunner(sandbox, TEST_LIMITS)
-        envs = EnvironmentCache(root=Path(setup.env_cache), sandbox=sandbox) if setup.env_cache else EnvironmentCache(sandbox=sandbox)
+        envs = EnvironmentCache(sandbox=sandbox)  # in this node's own cache (its node settings)
         self.cache = TestbedCache(envs)
 
     def testbed(self) -> Testbed:

@@ -20,6 +20,7 @@ from magis_ray.actors.runtime.remote import NAMESPACE, answers, gateway_actor, g
 from magis_ray.actors.runtime.replay import issue_of
 from magis_ray.actors.runtime.services import root_cause
 from magis_ray.store import Fenced
+from magis_ray.events.settings import NODE_ENV, NODE_OWN, NodeSettings, node_settings, process_environment
 
 INTERRUPTED = "interrupted by the user"
 
@@ -32,8 +33,9 @@ JOB_CONFIG_VARIABLE = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 
 def settings_runtime_env(address: str, environ: dict[str, str]) -> dict | None:
-    """The runtime env that carries the driver's MAGIS_* settings (prompt templates, environment
-    cache, log level) to its actors, which read them where they run.
+    """The runtime env that carries the driver's MAGIS_* settings (prompt templates, log level) to
+    its actors, which read them where they run; what belongs to a node (its environment cache,
+    scratch, sandbox uids and cgroup) each node resolves from its own environment.
 
     A Ray of our own needs none: its processes inherit the driver's environment. A cluster's
     workers start from their node's, so a driver that joins one sends its settings along; under
@@ -42,7 +44,8 @@ def settings_runtime_env(address: str, environ: dict[str, str]) -> dict | None:
     are shown on the dashboard (docs/cluster.md keeps the key in the head's environment)."""
     if address == "local" or JOB_CONFIG_VARIABLE in environ:
         return None
-    settings = {name: value for name, value in environ.items() if name.startswith(SETTINGS_PREFIX)}
+    own = {NODE_ENV[name] for name in NODE_OWN}  # each node resolves these from its own environment
+    settings = {name: value for name, value in environ.items() if name.startswith(SETTINGS_PREFIX) and name not in own}
     return {"env_vars": settings} if settings else None
 
 
@@ -61,32 +64,11 @@ def own_ray_config(address: str) -> dict:
     return {"_system_config": {"preload_python_modules": [LEAN_WORKERS], "worker_niceness": WORKER_NICENESS}}
 
 
-# A Ray of our own whose start runs out of time is started again until this long has passed since
-# the first try: on a loaded machine Ray's node start misses its own fixed deadlines (the raylet
-# waits about 15 s for the dashboard agent's ports, the driver 30 s for the raylet) while the
-# processes it started are merely slow. A start that fails for any other reason is not retried.
-# MAGIS_RAY_START_S changes it.
-DEFAULT_RAY_START_S = 300.0
-
-
-def ray_start_seconds(environ: dict[str, str] | None = None) -> float:
-    value = (os.environ if environ is None else environ).get("MAGIS_RAY_START_S", "")
-    try:
-        return float(value) if value and float(value) > 0 else DEFAULT_RAY_START_S
-    except ValueError:
-        return DEFAULT_RAY_START_S
-
-
-# MAGIS_RAY: "auto" (a running local Ray started with `ray start --head`, else one of our own) or
-# "own" (always one of our own, ended with the command).
-RAY_CHOICE_VARIABLE = "MAGIS_RAY"
-
-
 class RayStartFailed(Exception):
     """Ray did not start (or the Ray named could not be joined); the message is the one line the user sees."""
 
 
-def warm_local_ray(environ: dict[str, str] | None = None) -> str | None:
+def warm_local_ray(node: NodeSettings) -> str | None:
     """The address of a Ray that `ray start --head` left running on this machine, if its GCS
     answers: Ray records the last one it started in its temp dir (RAY_TMPDIR, else /tmp/ray).
     None when MAGIS_RAY=own, when none was started, or when the recorded one is gone."""
@@ -94,8 +76,7 @@ def warm_local_ray(environ: dict[str, str] | None = None) -> str | None:
 
     from ray._private.utils import read_ray_address
 
-    environ = os.environ if environ is None else environ
-    if environ.get(RAY_CHOICE_VARIABLE, "auto") == "own":
+    if node.ray == "own":
         return None
     try:
         address = read_ray_address()
@@ -111,11 +92,10 @@ def warm_local_ray(environ: dict[str, str] | None = None) -> str | None:
         return None
 
 
-def ray_address(environ: dict[str, str] | None = None) -> str:
+def ray_address(node: NodeSettings) -> str:
     """Where this driver's Ray is: the cluster RAY_ADDRESS names (as `ray job submit` sets it), else
     a warm local Ray (warm_local_ray), else "local", a Ray of our own."""
-    environ = os.environ if environ is None else environ
-    return environ.get("RAY_ADDRESS") or warm_local_ray(environ) or "local"
+    return node.ray_address or warm_local_ray(node) or "local"
 
 
 def ensure_ray(address: str | None = None) -> str:
@@ -125,12 +105,15 @@ def ensure_ray(address: str | None = None) -> str:
         return ray.get_runtime_context().gcs_address
     # Ray announces its (kept) default of token authentication on every start; not news to our users.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-    address = address or ray_address()
-    deadline = time.monotonic() + ray_start_seconds()
+    node = node_settings()
+    address = address or ray_address(node)
+    # a start that ran out of time is tried again until node.ray_start_s has passed; any other
+    # failure is not
+    deadline = time.monotonic() + node.ray_start_s
     while True:
         try:
             ray.init(
-                address=address, namespace=NAMESPACE, runtime_env=settings_runtime_env(address, dict(os.environ)),
+                address=address, namespace=NAMESPACE, runtime_env=settings_runtime_env(address, process_environment()),
                 include_dashboard=False, log_to_driver=False, configure_logging=False, **own_ray_config(address),
             )
             return address

@@ -15,11 +15,11 @@ from functools import cache
 from pathlib import Path
 
 from magis_ray.store import Lease, open_store
+from magis_ray.events.settings import node_settings
 
 # How long a lease lasts without a heartbeat: a driver that dies where this host cannot see it
 # (another host, another container) blocks its runs this long; one that dies on this host is known
 # dead at once. Long enough that a busy machine's driver never misses it; MAGIS_LEASE_S changes it.
-DEFAULT_LEASE_S = 30.0
 HEARTBEATS_PER_LEASE = 3  # a lease is renewed three times before it could expire
 
 
@@ -28,11 +28,7 @@ class RunIsLive(Exception):
 
 
 def lease_seconds() -> float:
-    value = os.environ.get("MAGIS_LEASE_S", "")
-    try:
-        return float(value) if value and float(value) > 0 else DEFAULT_LEASE_S
-    except ValueError:
-        return DEFAULT_LEASE_S
+    return node_settings().lease_s
 
 
 # --- who holds a lease: a process on this host can be asked about -----------------------------

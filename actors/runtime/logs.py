@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 import structlog
+from magis_ray.events.settings import node_settings
 
 _configured = False
 
@@ -15,7 +15,7 @@ def configure_logging(level: str | None = None, json: bool | None = None) -> Non
     if _configured:
         return
     _configured = True
-    level_name = (level or os.environ.get("MAGIS_LOG_LEVEL") or "info").upper()
+    level_name = (level or node_settings().log_level).upper()
     as_json = (not sys.stderr.isatty()) if json is None else json
     renderer = structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     structlog.configure(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from magis_ray.actors.code.diffs import changed_line_ranges
 from magis_ray.actors.runtime.issue import IssueRecord
+from magis_ray.events.settings import process_environment
 
 REQUIRED_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "patch")
 OPTIONAL_TEXT_FIELDS = ("hints_text", "test_patch", "version")
@@ -151,7 +152,7 @@ class PatchError(Exception):
 def _git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     # No user or system configuration: apply.whitespace or core.autocrlf must not change
     # what applies (the harness runs git unconfigured too).
-    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C"}
+    env = {**process_environment(), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C"}
     env.update(extra or {})
     return env
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from magis_ray.events.schema import Edit, RunFailed, RunFinished, RunSettings
+from magis_ray.events.settings import EndpointSettings
 
 from magis_ray.actors.code.edits import apply_edits, edits_from_texts
 from magis_ray.actors.code.ranking import localize_files, ranking_settings, select_documents
@@ -149,7 +150,7 @@ def run_oracle(instance: Instance, repo_path: str, store, run_id: str, settings:
     issue = msgspec.structs.replace(instance.issue(), repo_path=str(repo_path))  # the run records where it was
     with ScriptedServer(oracle.team) as server:
         # The oracle writes whole gold files at once: no answer-length cap of a real model applies.
-        config = GatewayConfig(base_url=server.base_url, api_key="oracle", model="oracle", timeout_s=60.0,
+        config = GatewayConfig(base_url=server.base_url, api_key="oracle", model="oracle", endpoint=EndpointSettings(timeout=60.0),
                                max_retries=1, backoff_base_s=0.01, max_tokens=10_000_000)
         llm = LocalLLM(Gateway(config))
         try:

@@ -224,8 +224,8 @@ def audit_markdown(view: RunView) -> str:
     if started:
         out.append(f"- repository: {started.repo} @ `{started.base_commit}`")
         out.append(f"- model: {started.settings.model or '-'}; QA: {started.settings.use_qa}; hints: {started.settings.use_hints}; memory: {started.settings.use_memory}")
-        if started.settings.roles:
-            out.append("- models per role: " + ", ".join(f"{r.role}: {r.model}" for r in started.settings.roles))
+        if started.settings.endpoint.models:
+            out.append("- models per role: " + ", ".join(f"{r.role}: {r.model}" for r in started.settings.endpoint.models))
     out.append(f"- status: {view.status}" + (f" ({view.finished.outcome})" if view.finished else ""))
     if view.failed:
         out.append(f"- failure: {view.failed.reason}")

@@ -1,0 +1,165 @@
+"""The one settings model: every setting of a run, with its one default, by section.
+
+`RunSettings` is what a run records (`RunStarted.settings`): the team's settings at its top level
+and the model's in its `endpoint` section. The command line, the environment and the settings files
+fill it layer by layer (cli/settings.py) by the same names (`top_k` is `top-k` there, `timeout` is
+`endpoint.timeout`); resume lays the flags over the record it decodes. A field's name is unique
+across the sections, so a setting's key names its field wherever it sits. Secrets are never a
+setting.
+
+`NodeSettings` is the one section no run records: what belongs to the machine a process runs on
+(its caches, scratch, sandbox uids), which each process resolves on its own node from that node's
+environment. This module is the one place that reads the process's environment.
+
+Types carry their bounds: a layer that gives `top-k = 0` is refused from the field's own
+constraint, and the message is built from it (cli/settings.py)."""
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any, Iterable, Literal, Mapping
+
+import msgspec
+
+ROLES = ("custodian", "manager", "developer", "qa")  # the roles a model of their own can be given to
+LLM_KINDS = ("auto", "local", "openai", "scripted:FILE")
+
+LlmKind = Annotated[str, msgspec.Meta(pattern=r"^(auto|local|openai|scripted:.+)$")]
+AtLeastOne = Annotated[int, msgspec.Meta(ge=1)]
+NotNegative = Annotated[int, msgspec.Meta(ge=0)]
+Seconds = Annotated[float, msgspec.Meta(gt=0)]
+Role = Literal["custodian", "manager", "developer", "qa"]
+
+
+class RoleModel(msgspec.Struct, frozen=True):
+    """A role's own model (a settings file's [models] table): the gateway sends that role's
+    requests to it, at `base_url` when it has one, else at the run's endpoint."""
+
+    role: Role
+    model: str
+    base_url: str = ""
+
+
+class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """How a run talks to its model (never the API key): the section the gateway is given."""
+
+    # "auto" (openai when a base URL or OPENAI_API_KEY is set, else local), "local", "openai",
+    # "scripted:FILE"; a run records what auto resolved to, and a script's absolute path
+    llm: LlmKind = "auto"
+    base_url: str = ""  # an OpenAI-compatible endpoint ("": the client's default)
+    response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
+    timeout: Seconds = 120.0  # seconds per model request
+    concurrency: AtLeastOne = 8  # model requests in flight at once
+    rpm: NotNegative = 0  # most requests per minute, for all runs together (0: no limit)
+    tpm: NotNegative = 0  # most tokens per minute, for all runs together (0: no limit)
+    models: tuple[RoleModel, ...] = ()  # a model per role; a role not listed asks the run's `model`
+
+
+class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What a run records of its settings: the team's, and the model's in `endpoint`."""
+
+    model: str = ""  # the model's name ("" until a run resolves it: the endpoint's own)
+    top_k: AtLeastOne = 10  # BM25 candidates the Custodian examines
+    max_files: AtLeastOne = 3  # the Custodian keeps at most this many relevant files
+    max_review_rounds: AtLeastOne = 3  # Developer/QA iterations per task
+    candidates: AtLeastOne = 1  # candidate patches per task
+    # Execution (off: the paper's MAGIS exactly). With tests on, a reproduction test and the
+    # repository's nearest regression tests judge every patch.
+    tests: bool = True
+    env_setup: str = ""  # the user's install step for the test environment ("": SWE-bench's spec, or the default)
+    test_cmd: str = ""  # the user's test command, followed by the tests to run ("": the spec's runner, or pytest)
+    sandbox: Literal["bwrap", "none"] = "bwrap"  # "none" runs tests unconfined (the user asked for it)
+    token_budget: NotNegative = 0  # most tokens the run may spend (0: no limit)
+    batch_budget: NotNegative = 0  # most tokens a batch's runs may spend together (0: no limit)
+    # The ablations (the paper's table): off, a role or an input is left out
+    use_qa: bool = True
+    use_hints: bool = True
+    use_memory: bool = True
+    memory_any_model: bool = False  # reuse file summaries written by any model, not only by `model`
+    # Recorded by the run, not set by the user:
+    batch: str = ""  # the batch the run belongs to ("" for a single issue); its token budget is shared
+    test_python: str = ""  # the interpreter version for a user's repository's environment
+    # The Custodian's file ranking (actors.code.ranking.RANKINGS): "symbols" weighs BM25 with
+    # symbol and path evidence; "previous" is plain BM25 over paths and contents.
+    ranking: str = "symbols"
+    endpoint: EndpointSettings = EndpointSettings()
+
+    def model_of(self, role: str) -> str:
+        """The model that answers `role`'s requests."""
+        return next((r.model for r in self.endpoint.models if r.role == role), self.model)
+
+
+# The fields a run fills in itself; no layer sets them.
+RECORDED_ONLY = ("batch", "test_python", "ranking")
+
+
+# --- the node's own settings, and the one place that reads the process's environment -----------
+
+
+class NodeSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What belongs to the machine a process runs on: resolved by each process on its own node,
+    from that node's environment (node_settings()), never recorded in a run nor sent from the driver."""
+
+    env_cache: str = ""  # MAGIS_ENV_CACHE: the node's cache of built environments ("": ~/.cache/magis-ray/envs)
+    scratch_dir: str = "/var/tmp"  # MAGIS_SCRATCH_DIR: where the sandboxes' bounded scratch disks are made
+    sandbox_uids: str = ""  # MAGIS_SANDBOX_UIDS: FIRST-LAST, the uids sandboxes run as ("": the default pool)
+    sandbox_cgroup: str = ""  # MAGIS_SANDBOX_CGROUP: the cgroup sandboxes' memory budgets are made under ("": found)
+    lease_s: Seconds = 30.0  # MAGIS_LEASE_S: how long a run's lease outlives a driver that stops renewing it
+    log_level: str = "info"  # MAGIS_LOG_LEVEL
+    prompts_dir: str = ""  # MAGIS_PROMPTS_DIR: the user's own versions of prompt templates ("": the packaged ones)
+    pyenv_root: str = ""  # PYENV_ROOT: where pyenv's interpreters are ("": ~/.pyenv)
+    ray_address: str = ""  # RAY_ADDRESS: the cluster to join ("": a local Ray)
+    # MAGIS_RAY: "auto" joins a Ray that `ray start --head` left running here, else starts one of
+    # the command's own; "own" always starts its own (ended with the command)
+    ray: Literal["auto", "own"] = "auto"
+    # MAGIS_RAY_START_S: how long a Ray of our own is started again after its start ran out of time
+    # (on a loaded machine Ray misses its own fixed start-up deadlines while merely slow)
+    ray_start_s: Seconds = 300.0
+
+
+# What each node resolves for itself and no driver sends: its own folders and sandbox resources
+NODE_OWN = ("env_cache", "scratch_dir", "sandbox_uids", "sandbox_cgroup", "pyenv_root")
+# Each node setting's variable: MAGIS_ and its name, but for the variables other tools own
+NODE_ENV = {name: {"pyenv_root": "PYENV_ROOT", "ray_address": "RAY_ADDRESS"}.get(name, "MAGIS_" + name.upper())
+            for name in NodeSettings.__struct_fields__}
+
+
+def node_values(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The node settings `environ` gives, each read as its field's type; a value its field does not
+    take is left out (the default holds), for `magis-ray config` to point out (node_refusals)."""
+    fields = {f.name: f for f in msgspec.structs.fields(NodeSettings)}
+    given = {}
+    for name, variable in NODE_ENV.items():
+        if environ.get(variable):
+            try:
+                given[name] = msgspec.convert(environ[variable], fields[name].type, strict=False)
+            except msgspec.ValidationError:
+                pass
+    return given
+
+
+def node_refusals(environ: Mapping[str, str]) -> list[str]:
+    """The node variables set to a value their setting does not take."""
+    taken = node_values(environ)
+    return [variable for name, variable in NODE_ENV.items() if environ.get(variable) and name not in taken]
+
+
+def node_settings(environ: Mapping[str, str] | None = None) -> NodeSettings:
+    """This node's settings, from its own environment (or `environ`)."""
+    return NodeSettings(**node_values(os.environ if environ is None else environ))
+
+
+def process_environment(**overrides: str) -> dict[str, str]:
+    """This process's environment with `overrides`: what a child process (git, pip, a server) is given."""
+    return {**os.environ, **overrides}
+
+
+def api_key() -> str | None:
+    """The model's API key (OPENAI_API_KEY): never a setting, never recorded, never shown."""
+    return os.environ.get("OPENAI_API_KEY") or None
+
+
+def forget_variables(names: Iterable[str]) -> None:
+    """Drop these variables (any case) from this process's environment, for every child it starts."""
+    wanted = {name.lower() for name in names}
+    for name in [n for n in os.environ if n.lower() in wanted]:
+        del os.environ[name]
