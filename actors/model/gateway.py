@@ -265,39 +265,44 @@ class Gateway:
         if response_format is not None:
             request["response_format"] = response_format
         started = time.monotonic()
-        tries = 0
-        while True:
-            tries += 1
-            sent = time.monotonic()
-            try:
-                completion = await client.chat.completions.create(**request)
-            except openai.OpenAIError as exc:
-                failed = _describe_failure(exc, self.config.endpoint.timeout)
-                if failed.retry_after is None or tries > self.config.max_retries:
-                    suffix = f" (after {tries} tries)" if tries > 1 else ""
-                    return _Outcome(
-                        error=failed.error + suffix, failure=failed.kind, status=failed.status,
-                        latency_s=time.monotonic() - started, tries=tries, detail=_full_message(exc),
-                    )
-                delay = self._backoff(tries, failed.retry_after)
-                log.debug("llm.retry", run_id=run_id, purpose=purpose, task_id=task_id, error=failed.error, delay_s=round(delay, 3))
-                await asyncio.sleep(delay)
-                continue
-            latency = time.monotonic() - sent
-            usage = completion.usage
-            prompt_tokens = usage.prompt_tokens if usage else 0
-            completion_tokens = usage.completion_tokens if usage else 0
-            answer = completion.choices[0].message.content if completion.choices else None
-            if not (answer and answer.strip()):
-                return _Outcome(
-                    error="empty: the model returned no content",
-                    failure="empty",
-                    prompt_tokens=prompt_tokens,
-                    completion_tokens=completion_tokens,
-                    latency_s=latency,
-                    tries=tries,
-                )
-            return _Outcome(answer, "", prompt_tokens, completion_tokens, latency, tries)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.config.max_retries + 1),
+            wait=self._wait(),
+            retry=retry_if_result(lambda sent: isinstance(sent, _Failure) and sent.retry_after is not None),
+            before_sleep=lambda state: log.debug("llm.retry", run_id=run_id, purpose=purpose, task_id=task_id,
+                                                 error=state.outcome.result().error, delay_s=round(state.next_action.sleep, 3)),
+            retry_error_callback=lambda state: state.outcome.result(),  # the last try's failure, reported below
+        )
+        sent = await retrying(self._send_once, client, request)
+        tries = retrying.statistics["attempt_number"]
+        if isinstance(sent, _Outcome):
+            sent.tries = tries
+            return sent
+        suffix = f" (after {tries} tries)" if tries > 1 else ""
+        return _Outcome(error=sent.error + suffix, failure=sent.kind, status=sent.status,
+                        latency_s=time.monotonic() - started, tries=tries, detail=sent.detail)
+
+    async def _send_once(self, client: openai.AsyncOpenAI, request: dict) -> _Outcome | _Failure:
+        """One try: the answer (or its emptiness) as an outcome, or the failure that ended it."""
+        sent = time.monotonic()
+        try:
+            completion = await client.chat.completions.create(**request)
+        except openai.OpenAIError as exc:
+            return _describe_failure(exc, self.config.endpoint.timeout)._replace(detail=_full_message(exc))
+        latency = time.monotonic() - sent
+        usage = completion.usage
+        prompt_tokens = usage.prompt_tokens if usage else 0
+        completion_tokens = usage.completion_tokens if usage else 0
+        answer = completion.choices[0].message.content if completion.choices else None
+        if not (answer and answer.strip()):
+            return _Outcome(
+                error="empty: the model returned no content",
+                failure="empty",
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                latency_s=latency,
+            )
+        return _Outcome(answer, "", prompt_tokens, completion_tokens, latency)
 
     def _refit_after_overflow(self, original: list[Message], fit: Fitted, outcome: _Outcome) -> Fitted | None:
         """A tighter fit when the server said the prompt overflows its context, else None.
