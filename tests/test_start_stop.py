@@ -203,7 +203,9 @@ def test_submit_uses_a_running_ray_head(issue_file, tmp_path):
         result = run(["submit", str(issue_file), "--store", str(store), "--base-url", server.base_url, "--model", "m"],
                      tmp_path, env)
         assert result.returncode == 0, result.stderr
-        assert f"using the running Ray at {head.address}" in result.stderr, result.stderr
+        recorded = (Path(head.root) / "ray" / "ray_current_cluster").read_text().strip()  # the head's node address
+        assert recorded.endswith(":" + head.address.rpartition(":")[2]), (recorded, head.address)
+        assert f"using the running Ray at {recorded}" in result.stderr, result.stderr
         # a Ray of its own would have made a session folder named after the driver's pid there
         sessions = sorted(p.name for p in (Path(head.root) / "ray").glob("session_*") if not p.is_symlink())
         assert len(sessions) == 1, sessions
