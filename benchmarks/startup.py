@@ -2,8 +2,8 @@
 event in the store (the first event after RunStarted), for the calc issue with the scripted model
 and tests off, idle and beside two busy loops. Three ways, alternating, in this one run:
 
-- old: the start before this change (another checkout's interpreter, --old-python; by default
-  the main checkout's): a Ray of its own, started once, the run id printed before it;
+- old: an earlier checkout's start (its interpreter, --old-python PATH; left out without it):
+  there, a Ray of its own, started once, the run id printed before it;
 - new: this checkout, a Ray of its own (MAGIS_RAY=own): the model checked first, Ray's start
   retried when it runs out of time;
 - warm: this checkout beside a Ray left running by `ray start --head` (MAGIS_RAY=auto).
@@ -28,9 +28,6 @@ from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))  # the calc project, the busy loops, a Ray head
-
-MAIN_PYTHON = Path("/work/main/.venv/bin/python")
-
 
 def first_role_event(store: Path) -> bool:
     from magis_ray.events.schema import RunStarted
@@ -77,7 +74,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2, help="alternations of old, new and warm, idle and loaded")
     parser.add_argument("--loops", type=int, default=2, help="busy loops beside the loaded submits")
-    parser.add_argument("--old-python", default=str(MAIN_PYTHON), help="the interpreter of the checkout before the change")
+    parser.add_argument("--old-python", default="", help="an earlier checkout's interpreter, whose start is measured too")
     parser.add_argument("--series", type=int, default=0, help="instead: this many `new` submits in a row beside the loops")
     args = parser.parse_args()
 
@@ -105,12 +102,13 @@ def main() -> None:
                           flush=True)
             print(f"{sum(results)} of {len(results)} submits succeeded beside {args.loops} busy loops")
             return
+        ways = ("old", "new", "warm") if args.old_python else ("new", "warm")
         times: dict[tuple[str, str], list[float]] = {}
         failures: dict[tuple[str, str], int] = {}
         for round_ in range(args.rounds):
             for load in ("idle", "loaded"):
                 with busy_loops(args.loops) if load == "loaded" else nullcontext():
-                    for way in ("old", "new", "warm"):
+                    for way in ways:
                         with ExitStack() as stack:
                             if way == "warm":
                                 head = stack.enter_context(recorded_head_started("magis-warm-"))
@@ -130,7 +128,7 @@ def main() -> None:
     print()
     for load in ("idle", "loaded"):
         new = statistics.median(times.get(("new", load), [float("nan")]))
-        for way in ("old", "new", "warm"):
+        for way in ways:
             got = times.get((way, load), [])
             median = statistics.median(got) if got else float("nan")
             print(f"{load:6} {way:4}: median {median:6.1f} s over {len(got)}, {failures.get((way, load), 0)} failed; "
