@@ -12,6 +12,18 @@ from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import Recorded, RunFailed, RunFinished
 
 
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    """A command refused its input as the README promises: exit 2, one `magis-ray: error:` line
+    holding every fragment, no traceback, and no run id shown (no run started)."""
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout
+    errors = [line for line in result.stderr.splitlines() if line.startswith("magis-ray: error:")]
+    assert len(errors) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+    assert not any(line.startswith("run ") for line in result.stderr.splitlines()), result.stderr
+
+
 def assert_consistent_log(events: list[Recorded]) -> None:
     """Versions gap-free from 1, positions increasing; the history that counts (a resumed run's
     superseded events aside) has exactly one terminal event, at the end of the log."""

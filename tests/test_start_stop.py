@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from checks import assert_one_line_error
 from processes import busy_loops, describe, in_session
 from rayheads import recorded_head_started
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, write_issue
@@ -53,17 +54,6 @@ def runs_in(store: Path) -> list[str]:
             return [info.run_id for info in s.list_runs()]
     except NotAStore:
         return []
-
-
-def assert_one_line_error(result, *fragments):
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr + result.stdout
-    errors = [line for line in result.stderr.splitlines() if line.startswith("magis-ray: error:")]
-    assert len(errors) == 1, result.stderr
-    for fragment in fragments:
-        assert fragment in errors[0], errors[0]
-    # no run id is shown for a run that never started
-    assert not any(line.startswith("run ") for line in result.stderr.splitlines()), result.stderr
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pygit2
+from checks import assert_one_line_error
 from conftest import run_pytest
 from gitfixtures import checkout
 from scenarios import MEAN_FIX, calc_issue, write_issue
@@ -22,15 +23,6 @@ def magis(*args, cwd, timeout=180):
     env = {**os.environ, "OPENAI_API_KEY": "test-key-never-logged", "MAGIS_LOG_LEVEL": "warning"}
     env.pop("OPENAI_BASE_URL", None)
     return subprocess.run([*MAGIS, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def assert_one_line_error(result, *fragments):
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr + result.stdout
-    errors = [line for line in result.stderr.splitlines() if line.startswith("magis-ray: error:")]
-    assert len(errors) == 1, result.stderr
-    for fragment in fragments:
-        assert fragment in errors[0]
 
 
 def test_submit_fixes_the_bug_and_the_failing_test_passes(calc_repo, tmp_path):
