@@ -28,3 +28,29 @@ def test_the_walk_goes_from_submit_to_the_pages():
              "events/schema.py", "events/projections/audit.py", "cli/pages/__init__.py"]
     at = [walk.index(f"`{p}`") for p in order]
     assert at == sorted(at)
+
+
+def code_folders() -> list[str]:
+    """Every folder of the package that holds a module of its own (not only an __init__.py)."""
+    return sorted(str(folder.relative_to(ROOT)) for top in FOLDERS for folder in [ROOT / top, *(ROOT / top).rglob("*")]
+                  if folder.is_dir() and any(p.suffix == ".py" and p.name != "__init__.py" for p in folder.iterdir()))
+
+
+def test_every_folder_of_the_package_is_described():
+    text = DOC.read_text()
+    assert len(code_folders()) >= 11
+    assert [folder for folder in code_folders() if f"`{folder}/`" not in text] == []
+
+
+def test_the_picture_follows_a_run_and_a_grading_through_modules_that_exist():
+    picture = DOC.read_text().split("A run and a grading, side by side", 1)[1].split("```", 2)[1]
+    named = re.findall(r"[\w/]+\.py", picture)
+    assert len(named) >= 12
+    missing = [name for name in named if not (ROOT / name).is_file()
+               and not any((ROOT / top / name).is_file() for top in ("actors/runtime", "actors/roles", "actors/model",
+                                                                     "actors/execution", "actors/swebench"))]
+    assert missing == []
+    grading = ["cli/grade.py", "actors/swebench/grading_service.py", "actors/swebench/grading_batch.py",
+               "actors/swebench/grading.py", "actors/execution/specs.py", "sandbox.py"]
+    at = [picture.index(name) for name in grading]
+    assert at == sorted(at)
