@@ -110,12 +110,13 @@ def test_magis_ray_config_prints_each_setting_with_its_source_and_never_the_key(
     project = tmp_path / "proj"
     project.mkdir()
     subprocess.run(["git", "init", "-q", str(project)], check=True)
-    write(project / "magis.toml", 'model = "gpt-4o"\ntop-k = 4\n[models]\ncustodian = "gpt-4o-mini"\n')
+    write(project / "magis.toml", 'model = "gpt-4o"\ntop-k = 4\n[models]\ncustodian = "gpt-4o-mini"\n[grade]\ntimeout = 600\n')
     user = write(tmp_path / "home" / "magis-ray" / "config.toml", 'top-k = 5\nmax-files = 5\nenv-setup = "pip install -e .[test]"\n')
     (project / "sub").mkdir()
     result = config(project / "sub",  # from a subfolder: the repository's root holds the project's file
                     env={"XDG_CONFIG_HOME": str(tmp_path / "home"), "MAGIS_MAX_FILES": "2", "OPENAI_API_KEY": KEY,
-                         "MAGIS_SCRATCH_DIR": "/big/disk", "MAGIS_LEASE_S": "soon"})
+                         "MAGIS_SCRATCH_DIR": "/big/disk", "MAGIS_LEASE_S": "soon",
+                         "MAGIS_GRADE_WORKERS": "2"})
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line.split(None, 2)[1:] for line in result.stdout.splitlines() if line and not line.endswith(":")}
     assert rows["model"] == ["gpt-4o", f"project {project.resolve() / 'magis.toml'}"]
@@ -124,7 +125,10 @@ def test_magis_ray_config_prints_each_setting_with_its_source_and_never_the_key(
     assert rows["env-setup"][1].endswith(f"user {user}") and rows["env-setup"][0] == "pip"
     assert rows["max-review-rounds"] == ["3", "default"] and rows["tests"] == ["on", "default"]
     assert rows["models.custodian"] == ["gpt-4o-mini", f"project {project.resolve() / 'magis.toml'}"]
-    assert [line for line in result.stdout.splitlines() if line.startswith("[")] == ["[run]", "[endpoint]", "[node]"]
+    assert [line for line in result.stdout.splitlines() if line.startswith("[")] == ["[run]", "[endpoint]", "[grade]", "[node]"]
+    # the grade section: its own timeout beside the endpoint's, by its qualified key
+    assert rows["grade.timeout"] == ["600.0", f"project {project.resolve() / 'magis.toml'}"]
+    assert rows["grade.workers"] == ["2", "env MAGIS_GRADE_WORKERS"] and rows["grade.memory"] == ["8G", "default"]
     assert rows["timeout"] == ["120.0", "default"] and rows["use-qa"] == ["on", "default"]
     assert rows["scratch-dir"] == ["/big/disk", "env MAGIS_SCRATCH_DIR"]
     assert rows["lease-s"] == ["30.0", "default (MAGIS_LEASE_S='soon' ignored)"]
