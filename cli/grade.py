@@ -19,7 +19,6 @@ from magis_ray.events.settings import GradeSettings, node_settings, size_bytes
 
 from .errors import BadInput, missing_extra
 from .options import store_option
-from .settings import shown
 
 if TYPE_CHECKING:
     from magis_ray.actors.swebench.grading_service import GradingOptions, GradingOutcome
@@ -30,7 +29,7 @@ if TYPE_CHECKING:
 # they are said as the user gave it ("--memory 64G: ...", "MAGIS_GRADE_MEMORY='64G': ..."), not as the
 # service holds them.
 SETTING_OF_OPTION = {"workers": "grade.workers", "timeout_s": "grade.timeout", "memory_bytes": "grade.memory"}
-DEFAULTS = GradeSettings()  # for the flags' help only: a flag not given is no layer
+GRADE = GradeSettings()  # the flags' defaults, shown in --help; only a flag given on the command line is a layer
 
 
 def parse_pythons(values: tuple[str, ...]) -> dict[str, str]:
@@ -90,26 +89,25 @@ def grade_settings(ctx: click.Context) -> Effective:
 @click.option("--gold", is_flag=True, help="Grade the dataset's own patches (the grader's fidelity check).")
 @click.option("--empty", is_flag=True, help="Run the tests with no patch at all (the grader's check: nothing may resolve).")
 @click.option("--instances", multiple=True, help="Only these instance ids (repeatable).")
-@click.option("--workers", type=int, help=f"Instances graded at once (Ray tasks) [grade.workers: {DEFAULTS.workers}].")
+@click.option("--workers", type=int, default=GRADE.workers, show_default=True, help="Instances graded at once (Ray tasks).")
 @click.option("--name", help="The grading's name in the store (default: from the predictions and the dataset); "
                              "the same name resumes it.")
-@click.option("--sandbox", type=click.Choice(["bwrap", "none"]),
-              help="bwrap: bubblewrap (no network, read-only system); none: run directly (you trust the code) "
-                   f"[grade.sandbox: {DEFAULTS.sandbox}].")
-@click.option("--timeout", type=float, help=f"Seconds a test run may take [grade.timeout: {DEFAULTS.timeout}].")
-@click.option("--network/--no-network", default=None, help="Give the tests the network (some need the internet); only for "
-                                                           f"predictions you trust [grade.network: {shown(DEFAULTS.network)}].")
-@click.option("--memory", help="The memory budget of each test run: all its processes and its in-memory scratch together "
-                               f"(0: no limit) [grade.memory: {DEFAULTS.memory}].")
+@click.option("--sandbox", type=click.Choice(["bwrap", "none"]), default=GRADE.sandbox, show_default=True,
+              help="bwrap: bubblewrap (no network, read-only system); none: run directly (you trust the code).")
+@click.option("--timeout", type=float, default=GRADE.timeout, show_default=True, help="Seconds a test run may take.")
+@click.option("--network/--no-network", default=GRADE.network, help="Give the tests the network (some need the internet); "
+                                                                    "only for predictions you trust.")
+@click.option("--memory", default=GRADE.memory, show_default=True, help="The memory budget of each test run: all its processes "
+                                                                       "and its in-memory scratch together (0: no limit).")
 @click.option("--python", "pythons", multiple=True, help="An interpreter to use: PATH, or VERSION=PATH (repeatable).")
 @click.option("--env-cache", type=click.Path(),
               help="Where environments are cached (default: the node's MAGIS_ENV_CACHE, else ~/.cache/magis-ray/envs).")
-@click.option("--env-setup", help="Your repository: the environment's setup command [grade.env-setup; default: "
-                                  "pip install -e . pytest].")
-@click.option("--test-cmd", help="Your repository: the test command, followed by the test patch's files [grade.test-cmd; "
-                                 "default: pytest -rA].")
-@click.option("--env-python", help=f"Your repository: the Python version of its environment [grade.env-python: "
-                                   f"{DEFAULTS.env_python}].")
+@click.option("--env-setup", default=GRADE.env_setup,
+              help="Your repository: the environment's setup command (default: pip install -e . pytest).")
+@click.option("--test-cmd", default=GRADE.test_cmd,
+              help="Your repository: the test command (default: pytest -rA), followed by the test patch's files.")
+@click.option("--env-python", default=GRADE.env_python, show_default=True,
+              help="Your repository: the Python version of its environment.")
 @click.option("--report", type=click.Path(path_type=Path), help="Write the report (official shape) here "
                                                                "(default: STORE/gradings/NAME.json).")
 @click.option("--no-ray", is_flag=True, help="Grade in this process (threads) instead of Ray tasks.")
@@ -117,9 +115,10 @@ def grade_settings(ctx: click.Context) -> Effective:
 @click.pass_context
 def grade_command(ctx: click.Context, **flags) -> None:
     """Grade predictions on SWE-bench without Docker: per instance resolved, FAIL_TO_PASS and
-    PASS_TO_PASS, in sandboxed environments built from SWE-bench's own specs. The grade settings
-    come from these flags, the environment (MAGIS_GRADE_TIMEOUT, ...), magis.toml's [grade] table
-    and ~/.config/magis-ray/config.toml's, in that order (`magis-ray config` shows them)."""
+    PASS_TO_PASS, in sandboxed environments built from SWE-bench's own specs. --sandbox, --timeout,
+    --memory, --workers, --network, --env-setup, --test-cmd and --env-python are the [grade]
+    settings: given here, else from the environment (MAGIS_GRADE_TIMEOUT, ...), magis.toml's [grade]
+    table, ~/.config/magis-ray/config.toml's, in that order (`magis-ray config` shows them)."""
     from tqdm import tqdm
 
     from magis_ray.actors.execution.sandbox import SandboxUnavailable
