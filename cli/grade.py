@@ -4,9 +4,9 @@ The command's shell over the grading service (actors/swebench/grading_service.py
 the top layer of the settings' grade section (`--timeout` is `grade.timeout`; under it the
 environment's MAGIS_GRADE_TIMEOUT, the project's magis.toml `[grade]` table, the user's, the
 defaults), the resolved section and the flags become the service's options (`grading_options`,
-the one mapping), the service grades, and this prints a per-instance table and a summary. The service records the results in the store, so the
-same command after a crash grades only what was not finished, and writes the official report
-shape as JSON."""
+the one mapping), the service grades, and this prints a per-instance table and a summary. The
+service records the results in the store, so the same command after a crash grades only what was
+not finished, and writes the official report shape as JSON."""
 from __future__ import annotations
 
 import sys

@@ -17,10 +17,10 @@ a `[models]` table that gives a role its own model, and a `[grade]` table for `m
 
 Precedence: flags, then (on resume) the run's record, then the environment, then the project, then
 the user, then the model's defaults. A key is a field's name in kebab case, in whichever section
-holds it (`timeout` is `endpoint.timeout`); the grade section's keys carry its name (`grade.timeout`,
-MAGIS_GRADE_TIMEOUT; `--timeout` on `magis-ray grade`). Every value is checked against its field's type as its
-layer is read, and a refusal is worded from that type (its bounds, its choices), never from a
-library's message. An API key is never a setting: it is read from OPENAI_API_KEY only, and never
+holds it (`timeout` is `endpoint.timeout`); the grade section's keys carry its name
+(`grade.timeout`, MAGIS_GRADE_TIMEOUT; `--timeout` on `magis-ray grade`). Every value is checked
+against its field's type as its layer is read, and a refusal is worded from that type (its bounds,
+its choices), never from a library's message. An API key is never a setting: it is read from OPENAI_API_KEY only, and never
 shown."""
 from __future__ import annotations
 
@@ -344,6 +344,7 @@ class Effective:
         return self.sources.get(key, "default")
 
     def value(self, key: str) -> Any:
+        """A setting's value, in whichever section holds it."""
         grade = key in FIELDS and FIELDS[key][0] == "grade"
         return value_of(self.grade if grade else self.settings, key)
 
