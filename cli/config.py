@@ -1,6 +1,6 @@
 """`magis-ray config`: the effective settings and where each came from; and the same resolution
-for `submit` and `resume` (flags, then the run's record, then the environment, then the project's
-file, then the user's, then the defaults)."""
+for `submit`, `resume` and `grade` (flags, then the run's record, then the environment, then the
+project's file, then the user's, then the defaults)."""
 from __future__ import annotations
 
 import os
@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from .settings import (
-    FIELDS, SCALARS, Effective, Layer, describe, describe_node, env_layer, flag_layer, project_layer, resolve, role_flags, user_file,
-    user_layer, value_of,
+    FIELDS, RUN_SECTIONS, SCALARS, Effective, Layer, describe, describe_node, env_layer, flag_layer, project_layer, resolve, role_flags, user_file,
+    user_layer,
 )
 
 
@@ -25,11 +25,13 @@ def project_root(repo: str | None, cwd: str = ".") -> Path | None:
         return None
 
 
-def given_flags(ctx: click.Context) -> Layer:
-    """The settings given on this command line (an option's default is the struct's: no layer)."""
+def given_flags(ctx: click.Context, sections: tuple[str, ...] = RUN_SECTIONS) -> Layer:
+    """The settings of `sections` given on this command line (an option's default is the struct's:
+    no layer). `--timeout` is the endpoint's on submit, the grade section's on grade."""
     from click.core import ParameterSource
 
-    names = {key: FIELDS[key][1].name for key in SCALARS}  # an option's parameter is its setting's field
+    # an option's parameter is its setting's field
+    names = {key: FIELDS[key][1].name for key in SCALARS if FIELDS[key][0] in sections}
     values = {key: ctx.params[name] for key, name in names.items()
               if name in ctx.params and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
     values.update(role_flags(ctx.params.get("role_model", ()), "--role-model"))
@@ -49,14 +51,14 @@ def effective_settings(flags: Layer, root: Path | None, record: Layer | None = N
 
 def setting_value(key: str, root: Path | None):
     """One setting's value as the environment, the project and the user give it (no flags here)."""
-    return value_of(resolve(below_flags(root)).settings, key)
+    return resolve(below_flags(root)).value(key)
 
 
 @click.command("config")
 @click.option("--repo", type=click.Path(), help="The project whose settings apply (default: the current folder's repository).")
 def config_command(repo: str | None) -> None:
-    """Print the effective settings of `submit` here by section, and where each came from: a flag,
-    the environment, the project's magis.toml (or pyproject.toml's [tool.magis-ray]), the user's
+    """Print the effective settings of `submit` and `grade` here by section, and where each came
+    from: a flag, the environment, the project's magis.toml (or pyproject.toml's [tool.magis-ray]), the user's
     ~/.config/magis-ray/config.toml, or the default; and this machine's own [node] settings, from
     its environment. Never the API key."""
     root = project_root(repo)
@@ -68,4 +70,4 @@ def config_command(repo: str | None) -> None:
         click.echo(line)
     key = "set in OPENAI_API_KEY (never shown)" if os.environ.get("OPENAI_API_KEY") else "not set (OPENAI_API_KEY)"
     click.echo(f"\napi key:  {key}")
-    click.echo("flags given to `magis-ray submit` come before all of these.")
+    click.echo("flags given to `magis-ray submit` (or `grade`, for [grade]) come before all of these.")

@@ -1,10 +1,12 @@
 """`magis-ray grade PREDS.jsonl --dataset D --repos-dir R`: SWE-bench grading without Docker.
 
-The command's shell over the grading service (actors/swebench/grading_service.py): its flags
-become the service's options (`grading_options`, the one mapping), the service grades, and this
-prints a per-instance table and a summary. The service records the results in the store, so the
-same command after a crash grades only what was not finished, and writes the official report
-shape as JSON."""
+The command's shell over the grading service (actors/swebench/grading_service.py): its flags are
+the top layer of the settings' grade section (`--timeout` is `grade.timeout`; under it the
+environment's MAGIS_GRADE_TIMEOUT, the project's magis.toml `[grade]` table, the user's, the
+defaults), the resolved section and the flags become the service's options (`grading_options`,
+the one mapping), the service grades, and this prints a per-instance table and a summary. The
+service records the results in the store, so the same command after a crash grades only what was
+not finished, and writes the official report shape as JSON."""
 from __future__ import annotations
 
 import sys
@@ -13,15 +15,21 @@ from typing import TYPE_CHECKING
 
 import click
 
+from magis_ray.events.settings import GradeSettings, node_settings, size_bytes
+
 from .errors import BadInput, missing_extra
 from .options import store_option
 
 if TYPE_CHECKING:
     from magis_ray.actors.swebench.grading_service import GradingOptions, GradingOutcome
 
-# The grading option -> the flag that gave it, for errors about its value (GradingInputError.option):
-# they are said as the user wrote them ("--memory 64G: ..."), not as the service holds them.
-FLAG_OF_OPTION = {"workers": "workers", "timeout_s": "timeout", "memory_bytes": "memory", "repos_dir": "repos_dir"}
+    from .settings import Effective
+
+# The grading option -> the setting that gave it, for errors about its value (GradingInputError.option):
+# they are said as the user gave it ("--memory 64G: ...", "MAGIS_GRADE_MEMORY='64G': ..."), not as the
+# service holds them.
+SETTING_OF_OPTION = {"workers": "grade.workers", "timeout_s": "grade.timeout", "memory_bytes": "grade.memory"}
+GRADE = GradeSettings()  # the flags' defaults, shown in --help; only a flag given on the command line is a layer
 
 
 def parse_pythons(values: tuple[str, ...]) -> dict[str, str]:
@@ -46,19 +54,9 @@ def workers_for_memory(workers: int, budget: int, what: str) -> int:
     return fit
 
 
-def parse_memory(value: str) -> int:
-    units = {"k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
-    text = value.strip().lower().rstrip("b")
-    try:
-        if text and text[-1] in units:
-            return int(float(text[:-1]) * units[text[-1]])
-        return int(text)
-    except ValueError:
-        raise BadInput(f"--memory {value}: not a size (e.g. 4G, 512M, 0 for no limit)") from None
-
-
-def grading_options(flags: dict) -> GradingOptions:
-    """The grading's options from the command's flags (click's parameter names)."""
+def grading_options(flags: dict, grade: GradeSettings) -> GradingOptions:
+    """The grading's options from the command's flags (click's parameter names) for what is
+    graded and where, and the resolved grade section (its flags included) for how."""
     from magis_ray.actors.swebench.grading_service import GradingOptions
 
     chosen = [patches for patches, given in (("predictions", flags["predictions"]), ("gold", flags["gold"]),
@@ -68,12 +66,20 @@ def grading_options(flags: dict) -> GradingOptions:
     return GradingOptions(
         dataset=str(flags["dataset"]), repos_dir=str(flags["repos_dir"]), store=str(flags["store_path"]),
         patches=chosen[0], predictions=str(flags["predictions"] or ""), instances=tuple(flags["instances"]),
-        workers=flags["workers"], name=flags["name"] or "", sandbox=flags["sandbox"], timeout_s=flags["timeout"],
-        network=flags["network"], memory_bytes=parse_memory(flags["memory"]), pythons=parse_pythons(flags["pythons"]),
-        env_cache=flags["env_cache"], env_setup=flags["env_setup"], test_cmd=flags["test_cmd"],
-        env_python=flags["env_python"], report=str(flags["report"]) if flags["report"] else None,
-        use_ray=not flags["no_ray"],
+        workers=grade.workers, name=flags["name"] or "", sandbox=grade.sandbox, timeout_s=grade.timeout,
+        network=grade.network, memory_bytes=size_bytes(grade.memory), pythons=parse_pythons(flags["pythons"]),
+        env_cache=flags["env_cache"] or node_settings().env_cache or None, env_setup=grade.env_setup or None,
+        test_cmd=grade.test_cmd or None, env_python=grade.env_python,
+        report=str(flags["report"]) if flags["report"] else None, use_ray=not flags["no_ray"],
     )
+
+
+def grade_settings(ctx: click.Context) -> Effective:
+    """The grade section as this command line, the environment, the current folder's project and
+    the user give it (BadInput, one line naming its source, for a value its setting does not take)."""
+    from .config import effective_settings, given_flags, project_root
+
+    return effective_settings(given_flags(ctx, ("grade",)), project_root(None))
 
 
 @click.command("grade")
@@ -83,41 +89,51 @@ def grading_options(flags: dict) -> GradingOptions:
 @click.option("--gold", is_flag=True, help="Grade the dataset's own patches (the grader's fidelity check).")
 @click.option("--empty", is_flag=True, help="Run the tests with no patch at all (the grader's check: nothing may resolve).")
 @click.option("--instances", multiple=True, help="Only these instance ids (repeatable).")
-@click.option("--workers", type=int, default=1, show_default=True, help="Instances graded at once (Ray tasks).")
+@click.option("--workers", type=int, default=GRADE.workers, show_default=True, help="Instances graded at once (Ray tasks).")
 @click.option("--name", help="The grading's name in the store (default: from the predictions and the dataset); "
                              "the same name resumes it.")
-@click.option("--sandbox", type=click.Choice(["bwrap", "none"]), default="bwrap", show_default=True,
+@click.option("--sandbox", type=click.Choice(["bwrap", "none"]), default=GRADE.sandbox, show_default=True,
               help="bwrap: bubblewrap (no network, read-only system); none: run directly (you trust the code).")
-@click.option("--timeout", type=float, default=1800.0, show_default=True, help="Seconds a test run may take.")
-@click.option("--network", is_flag=True, help="Give the tests the network (some need the internet); only for predictions "
-                                               "you trust.")
-@click.option("--memory", default="8G", show_default=True, help="The memory budget of each test run: all its processes and "
-                                                                "its in-memory scratch together (0: no limit).")
+@click.option("--timeout", type=float, default=GRADE.timeout, show_default=True, help="Seconds a test run may take.")
+@click.option("--network/--no-network", default=GRADE.network, help="Give the tests the network (some need the internet); "
+                                                                    "only for predictions you trust.")
+@click.option("--memory", default=GRADE.memory, show_default=True, help="The memory budget of each test run: all its processes "
+                                                                       "and its in-memory scratch together (0: no limit).")
 @click.option("--python", "pythons", multiple=True, help="An interpreter to use: PATH, or VERSION=PATH (repeatable).")
-@click.option("--env-cache", type=click.Path(), envvar="MAGIS_ENV_CACHE",
-              help="Where environments are cached (default ~/.cache/magis-ray/envs).")
-@click.option("--env-setup", help="Your repository: the environment's setup command (default: pip install -e . pytest).")
-@click.option("--test-cmd", help="Your repository: the test command (default: pytest -rA), followed by the test patch's files.")
-@click.option("--env-python", default="3.11", show_default=True, help="Your repository: the Python version of its environment.")
+@click.option("--env-cache", type=click.Path(),
+              help="Where environments are cached (default: the node's MAGIS_ENV_CACHE, else ~/.cache/magis-ray/envs).")
+@click.option("--env-setup", default=GRADE.env_setup,
+              help="Your repository: the environment's setup command (default: pip install -e . pytest).")
+@click.option("--test-cmd", default=GRADE.test_cmd,
+              help="Your repository: the test command (default: pytest -rA), followed by the test patch's files.")
+@click.option("--env-python", default=GRADE.env_python, show_default=True,
+              help="Your repository: the Python version of its environment.")
 @click.option("--report", type=click.Path(path_type=Path), help="Write the report (official shape) here "
                                                                "(default: STORE/gradings/NAME.json).")
 @click.option("--no-ray", is_flag=True, help="Grade in this process (threads) instead of Ray tasks.")
 @store_option
-def grade_command(**flags) -> None:
+@click.pass_context
+def grade_command(ctx: click.Context, **flags) -> None:
     """Grade predictions on SWE-bench without Docker: per instance resolved, FAIL_TO_PASS and
-    PASS_TO_PASS, in sandboxed environments built from SWE-bench's own specs."""
+    PASS_TO_PASS, in sandboxed environments built from SWE-bench's own specs. --sandbox, --timeout,
+    --memory, --workers, --network, --env-setup, --test-cmd and --env-python are the [grade]
+    settings: given here, else from the environment (MAGIS_GRADE_TIMEOUT, ...), magis.toml's [grade]
+    table, ~/.config/magis-ray/config.toml's, in that order (`magis-ray config` shows them)."""
     from tqdm import tqdm
 
     from magis_ray.actors.execution.sandbox import SandboxUnavailable
     from magis_ray.actors.code.swebench_harness import HarnessMissing
     from magis_ray.actors.swebench.grading_service import GradingInputError, plan_grading, run_grading_plan
 
-    options = grading_options(flags)
+    effective = grade_settings(ctx)
+    options = grading_options(flags, effective.grade)
     try:
         plan = plan_grading(options, notice=lambda line: click.echo(f"magis-ray: notice: {line}", err=True))
     except GradingInputError as exc:
-        flag = FLAG_OF_OPTION.get(exc.option)
-        raise BadInput(f"--{flag.replace('_', '-')} {flags[flag]}: {exc}" if flag else str(exc)) from None
+        if exc.option == "repos_dir":
+            raise BadInput(f"--repos-dir {flags['repos_dir']}: {exc}") from None
+        setting = SETTING_OF_OPTION.get(exc.option)
+        raise BadInput(f"{effective.given(setting)}: {exc}" if setting else str(exc)) from None
     except HarnessMissing:
         raise BadInput(missing_extra("grade", "magis-ray grade", ["swebench"])) from None
     except SandboxUnavailable as exc:

@@ -5,17 +5,22 @@ records); this module reads the layers that fill it.
 Files: `magis.toml` at the repository's root, or else the `[tool.magis-ray]` table of its
 `pyproject.toml` (the project), and `config.toml` under `~/.config/magis-ray/` (the user;
 `$XDG_CONFIG_HOME` is honoured). The same keys as the flags (`top-k = 5`, `env-setup = "..."`),
-and a `[models]` table that gives a role its own model:
+a `[models]` table that gives a role its own model, and a `[grade]` table for `magis-ray grade`:
 
     [models]
     custodian = "gpt-4o-mini"
     developer = { model = "qwen2.5-coder:32b", base-url = "http://gpu-box:8000/v1" }
 
+    [grade]
+    timeout = 600
+    memory = "4G"
+
 Precedence: flags, then (on resume) the run's record, then the environment, then the project, then
 the user, then the model's defaults. A key is a field's name in kebab case, in whichever section
-holds it (`timeout` is `endpoint.timeout`). Every value is checked against its field's type as its
-layer is read, and a refusal is worded from that type (its bounds, its choices), never from a
-library's message. An API key is never a setting: it is read from OPENAI_API_KEY only, and never
+holds it (`timeout` is `endpoint.timeout`); the grade section's keys carry its name
+(`grade.timeout`, MAGIS_GRADE_TIMEOUT; `--timeout` on `magis-ray grade`). Every value is checked
+against its field's type as its layer is read, and a refusal is worded from that type (its bounds,
+its choices), never from a library's message. An API key is never a setting: it is read from OPENAI_API_KEY only, and never
 shown."""
 from __future__ import annotations
 
@@ -26,7 +31,8 @@ from typing import Any, Callable, Mapping
 import msgspec
 
 from magis_ray.events.settings import (
-    LLM_KINDS, NODE_ENV, RECORDED_ONLY, ROLES, EndpointSettings, NodeSettings, RoleModel, RunSettings, node_refusals, node_values,
+    LLM_KINDS, LLM_PATTERN, NODE_ENV, RECORDED_ONLY, ROLES, SIZE_PATTERN, EndpointSettings, GradeSettings, NodeSettings,
+    RoleModel, RunSettings, node_refusals, node_values,
 )
 
 from .errors import BadInput
@@ -42,22 +48,27 @@ except ModuleNotFoundError:  # Python 3.10: the same parser as the `tomli` packa
 PROJECT_FILE = "magis.toml"
 PYPROJECT_TABLE = "magis-ray"  # [tool.magis-ray]
 USER_FILE = "config.toml"
-SECTIONS = {"run": RunSettings, "endpoint": EndpointSettings}  # a key's section, as `config` groups them
+SECTIONS = {"run": RunSettings, "endpoint": EndpointSettings, "grade": GradeSettings}  # as `config` groups them
+QUALIFIED = ("grade",)  # the sections whose keys carry the section's name: "grade.timeout"
+RUN_SECTIONS = ("run", "endpoint")  # what a run records (RunSettings), and submit's and resume's flags set
 
 
 def _kebab(name: str) -> str:
     return name.replace("_", "-")
 
 
-# Each key's section and field, read off the model: "top-k" -> ("run", top_k), "timeout" -> ("endpoint", timeout)
+# Each key's section and field, read off the model: "top-k" -> ("run", top_k), "timeout" -> ("endpoint", timeout),
+# "grade.timeout" -> ("grade", timeout)
 FIELDS: dict[str, tuple[str, msgspec.structs.FieldInfo]] = {
-    _kebab(f.name): (section, f) for section, struct in SECTIONS.items() for f in msgspec.structs.fields(struct)
+    (f"{section}." if section in QUALIFIED else "") + _kebab(f.name): (section, f)
+    for section, struct in SECTIONS.items() for f in msgspec.structs.fields(struct)
     if f.name not in (*RECORDED_ONLY, "endpoint", "models")
 }
 SCALARS = tuple(FIELDS)
 # the settings as `config` lists them and layers hold them: "top-k", ..., "models.qa", "models.qa.base-url"
 KEYS = (*SCALARS, *(f"models.{role}" for role in ROLES), *(f"models.{role}.base-url" for role in ROLES))
-NO_FLAG = ("test-cmd",)  # set in a file or the environment only
+RUN_KEYS = tuple(key for key in KEYS if key.startswith("models.") or FIELDS[key][0] in RUN_SECTIONS)
+NO_FLAG = ("test-cmd",)  # set in a file or the environment only (`magis-ray grade` has --test-cmd: grade.test-cmd)
 ENV_NAMES = {"base-url": "OPENAI_BASE_URL"}
 # The ablations' flags turn a setting off (--no-qa); the others are the key itself (--top-k)
 FLAG_NAMES = {"use-qa": "--no-qa", "use-hints": "--no-hints", "use-memory": "--no-memory"}
@@ -69,16 +80,20 @@ def env_name(key: str) -> str:
     if key.startswith("models."):
         role = key.split(".")[1]
         return f"MAGIS_BASE_URL_{role.upper()}" if key.endswith(".base-url") else f"MAGIS_MODEL_{role.upper()}"
-    return ENV_NAMES.get(key) or "MAGIS_" + key.upper().replace("-", "_")
+    return ENV_NAMES.get(key) or "MAGIS_" + key.upper().replace("-", "_").replace(".", "_")
 
 
 def flag_name(key: str) -> str:
+    """The flag that gives a setting: `--top-k`; a grade setting's is `magis-ray grade`'s (`--timeout`)."""
     if key.startswith("models."):
         return "--role-base-url" if key.endswith(".base-url") else "--role-model"
+    if key in FIELDS and FIELDS[key][0] in QUALIFIED:
+        return "--" + key.partition(".")[2]
     return "" if key in NO_FLAG else FLAG_NAMES.get(key, f"--{key}")
 
 
-def value_of(settings: RunSettings, key: str) -> Any:
+def value_of(settings: RunSettings | GradeSettings, key: str) -> Any:
+    """A setting's value in its section: a run's (RunSettings) or the grade section."""
     if key.startswith("models."):
         role = key.split(".")[1]
         given = next((r for r in settings.endpoint.models if r.role == role), None)
@@ -102,6 +117,8 @@ class Refused(ValueError):
 
 
 _NOUNS = {int: "an integer", float: "a number", str: "a string"}
+# What a patterned string setting takes, in the user's words, by its pattern
+PATTERN_WORDS = {LLM_PATTERN: "one of " + ", ".join(LLM_KINDS), SIZE_PATTERN: "a size (e.g. 4G, 512M, 0 for no limit)"}
 _BASES = {msgspec.inspect.IntType: int, msgspec.inspect.FloatType: float, msgspec.inspect.StrType: str}
 
 
@@ -117,7 +134,7 @@ def _why(key: str, value: Any, kind: msgspec.inspect.Type, text: bool) -> str:
     if isinstance(kind, msgspec.inspect.LiteralType):
         takes = "one of " + ", ".join(map(str, kind.values))
     elif isinstance(kind, msgspec.inspect.StrType):
-        takes = "one of " + ", ".join(LLM_KINDS)  # the one patterned setting: llm
+        takes = PATTERN_WORDS[kind.pattern]
     elif isinstance(kind, msgspec.inspect.BoolType):
         takes = "on or off"
     elif isinstance(kind, (msgspec.inspect.IntType, msgspec.inspect.FloatType)) and kind.ge is not None:
@@ -180,19 +197,28 @@ def _is_secret(key: str) -> bool:
     return key.endswith(("key", "secret", "password")) or key in ("token", "api-token", "access-token")
 
 
-def _file_values(table: Mapping, where: str) -> dict[str, Any]:
-    """A file's table by key: `top_k` read as `top-k`, as the flags name it; [models] as its keys."""
+def _file_values(table: Mapping, where: str, section: str = "") -> dict[str, Any]:
+    """A file's table by key: `top_k` read as `top-k`, as the flags name it; [models] as its keys;
+    a qualified section's table ([grade]) by its qualified keys (`grade.timeout`)."""
     values: dict[str, Any] = {}
     for raw, value in table.items():
-        key = _kebab(raw)
+        key = (f"{section}." if section else "") + _kebab(raw)
         if _is_secret(key):
             raise BadInput(f"{where}: {raw} does not belong in a settings file; set OPENAI_API_KEY in the environment")
         if key == "models":
             values.update(_role_values(value, where))
-        elif key in FIELDS:
+        elif key in QUALIFIED and not section:
+            if not isinstance(value, Mapping):
+                raise BadInput(f"{where}: [{key}] must be a table of settings ({key}.timeout = 600 or a [{key}] table)")
+            values.update(_file_values(value, f"{where} [{key}]", key))
+        elif key in FIELDS and (FIELDS[key][0] in QUALIFIED) == bool(section):
             values[key] = value
+        elif section:
+            known = ", ".join(k.partition(".")[2] for k in SCALARS if FIELDS[k][0] == section)
+            raise BadInput(f"{where}: unknown setting {raw!r} (known: {known})")
         else:
-            raise BadInput(f"{where}: unknown setting {raw!r} (known: {', '.join(SCALARS)}, and a [models] table)")
+            known = ", ".join(k for k in SCALARS if FIELDS[k][0] not in QUALIFIED)
+            raise BadInput(f"{where}: unknown setting {raw!r} (known: {known}, a [models] table, and a [grade] table)")
     return values
 
 
@@ -283,7 +309,7 @@ def flag_layer(values: Mapping[str, Any]) -> Layer:
     return Layer("flag", values=checked)
 
 
-def record_layer(recorded: RunSettings, keys: tuple[str, ...] = KEYS) -> Layer:
+def record_layer(recorded: RunSettings, keys: tuple[str, ...] = RUN_KEYS) -> Layer:
     """A run's record as a layer: the values it holds under `keys`, by the same names (a role with
     no model of its own gives none)."""
     values = {key: value_of(recorded, key) for key in keys}
@@ -308,13 +334,29 @@ def role_flags(pairs: tuple[str, ...], option: str) -> dict[str, str]:
 @dataclass(frozen=True)
 class Effective:
     """The settings a command runs with, and where each came from (by key; "default" when no layer
-    gave it)."""
+    gave it): a run's, and the grade section."""
 
     settings: RunSettings
     sources: dict[str, str]
+    grade: GradeSettings = GradeSettings()
 
     def source(self, key: str) -> str:
         return self.sources.get(key, "default")
+
+    def value(self, key: str) -> Any:
+        """A setting's value, in whichever section holds it."""
+        grade = key in FIELDS and FIELDS[key][0] == "grade"
+        return value_of(self.grade if grade else self.settings, key)
+
+    def given(self, key: str) -> str:
+        """A setting as the user gave it, for a line about its value: `--memory 64G`,
+        `MAGIS_GRADE_MEMORY='64G'`, or `grade.memory = 64G (project PATH)`."""
+        source, value = self.source(key), shown(self.value(key))
+        if source.startswith("flag "):
+            return f"{source.removeprefix('flag ')} {value}"
+        if source.startswith("env "):
+            return f"{source.removeprefix('env ')}={value!r}"
+        return f"{key} = {value} ({source})"
 
 
 def _role_models(values: Mapping[str, Any], source: Callable[[str], str]) -> tuple[RoleModel, ...]:
@@ -337,13 +379,13 @@ def resolve(layers: list[Layer]) -> Effective:
     for layer in reversed(layers):
         for key, value in layer.values.items():
             values[key], sources[key] = value, layer.source(key)
-    sections: dict[str, dict[str, Any]] = {"run": {}, "endpoint": {}}
+    sections: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
     for key, value in values.items():
         if not key.startswith("models."):
             section, info = FIELDS[key]
             sections[section][info.name] = value
     endpoint = EndpointSettings(**sections["endpoint"], models=_role_models(values, lambda k: sources.get(k, "default")))
-    return Effective(RunSettings(**sections["run"], endpoint=endpoint), sources)
+    return Effective(RunSettings(**sections["run"], endpoint=endpoint), sources, GradeSettings(**sections["grade"]))
 
 
 def describe(effective: Effective) -> list[str]:
@@ -357,7 +399,7 @@ def describe(effective: Effective) -> list[str]:
             in_section = "endpoint" if key.startswith("models.") else FIELDS[key][0]
             if in_section != section or (key.startswith("models.") and key not in effective.sources):
                 continue
-            value = shown(value_of(effective.settings, key))
+            value = shown(effective.value(key))
             lines.append(f"{key.ljust(width)}  {(value or '-').ljust(24)}  {effective.source(key)}")
     return lines
 

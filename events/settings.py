@@ -4,8 +4,13 @@
 and the model's in its `endpoint` section. The command line, the environment and the settings files
 fill it layer by layer (cli/settings.py) by the same names (`top_k` is `top-k` there, `timeout` is
 `endpoint.timeout`); resume lays the flags over the record it decodes. A field's name is unique
-across the sections, so a setting's key names its field wherever it sits. Secrets are never a
+across a run's sections, so a setting's key names its field wherever it sits. Secrets are never a
 setting.
+
+`GradeSettings` is the `grade` section: the defaults of `magis-ray grade`, filled by the same
+layers. Its keys are qualified by the section (`grade.timeout`, a settings file's `[grade]` table,
+MAGIS_GRADE_TIMEOUT), as its names are a run's names for other things (a model request's timeout,
+a run's sandbox); on `magis-ray grade`'s command line they are its flags (`--timeout`).
 
 `NodeSettings` is the one section no run records: what belongs to the machine a process runs on
 (its caches, scratch, sandbox uids), which each process resolves on its own node from that node's
@@ -23,11 +28,14 @@ import msgspec
 ROLES = ("custodian", "manager", "developer", "qa")  # the roles a model of their own can be given to
 LLM_KINDS = ("auto", "local", "openai", "scripted:FILE")
 
-LlmKind = Annotated[str, msgspec.Meta(pattern=r"^(auto|local|openai|scripted:.+)$")]
+LLM_PATTERN = r"^(auto|local|openai|scripted:.+)$"
+LlmKind = Annotated[str, msgspec.Meta(pattern=LLM_PATTERN)]
 AtLeastOne = Annotated[int, msgspec.Meta(ge=1)]
 NotNegative = Annotated[int, msgspec.Meta(ge=0)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
 Role = Literal["custodian", "manager", "developer", "qa"]
+SIZE_PATTERN = r"^\d+(\.\d+)?[kKmMgG]?[bB]?$"  # 8G, 512M, 1.5g, 4096 (bytes), 0
+Size = Annotated[str, msgspec.Meta(pattern=SIZE_PATTERN)]
 
 
 class RoleModel(msgspec.Struct, frozen=True):
@@ -90,6 +98,28 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 # The fields a run fills in itself; no layer sets them.
 RECORDED_ONLY = ("batch", "test_python", "ranking")
+
+
+class GradeSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """`magis-ray grade`'s settings (the grading service's GradingOptions takes its defaults from here)."""
+
+    sandbox: Literal["bwrap", "none"] = "bwrap"  # "none" runs the tests unconfined (you trust the predictions)
+    timeout: Seconds = 1800.0  # seconds a test run may take
+    memory: Size = "8G"  # each test run's memory budget: its processes and in-memory scratch together ("0": no limit)
+    workers: AtLeastOne = 1  # instances graded at once
+    network: bool = False  # the tests get the network (only for predictions you trust)
+    env_setup: str = ""  # a user's repository: its environment's setup command ("": pip install -e . pytest)
+    test_cmd: str = ""  # a user's repository: its test command ("": pytest -rA)
+    env_python: str = "3.11"  # a user's repository: the Python version of its environment
+
+
+def size_bytes(size: str) -> int:
+    """A Size in bytes: "8G" is 8 GiB, "512m" 512 MiB, "4096" bytes."""
+    units = {"k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
+    text = size.strip().lower().rstrip("b")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(float(text))
 
 
 # --- the node's own settings, and the one place that reads the process's environment -----------

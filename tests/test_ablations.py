@@ -93,11 +93,13 @@ def test_an_older_store_s_summaries_are_attributed_to_the_model_of_the_run_that_
     store = open_store(str(tmp_path / "store"), create=True)
     run(calc_repo, RunSettings(tests=False, top_k=3, model="tiny-135m"), store, "tiny")
     store.close()
-    db = sqlite3.connect(tmp_path / "store" / "events.sqlite3")  # back to the table of format 1 before models
+    db = sqlite3.connect(tmp_path / "store" / "events.sqlite3")  # back to a store of the format before models
     db.executescript(
         "CREATE TABLE old AS SELECT repo, path, blob_id, summary, position FROM summaries; DROP TABLE summaries;"
         "CREATE TABLE summaries (repo TEXT NOT NULL, path TEXT NOT NULL, blob_id TEXT NOT NULL, summary TEXT NOT NULL,"
         " position INTEGER NOT NULL, PRIMARY KEY (repo, path, blob_id)); INSERT INTO summaries SELECT * FROM old; DROP TABLE old;"
+        "CREATE INDEX summaries_by_file ON summaries (repo, path, position); DROP TABLE lease_holders;"
+        "PRAGMA user_version = 0;"  # a store of that time: its summaries' index, no lease holders yet, no format number
     )
     db.close()
     store = open_store(str(tmp_path / "store"))

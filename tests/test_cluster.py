@@ -138,9 +138,10 @@ def run_batch(server, store_path, repos, count, *, workers, concurrency=8, budge
     from magis_ray.actors.runtime.batch import BatchRunner, batch_settings
     from magis_ray.actors.runtime.deployment import Deployment
     from magis_ray.actors.model.gateway import GatewayConfig
+    from magis_ray.events.settings import EndpointSettings
 
     deployment = Deployment(str(store_path), GatewayConfig(
-        base_url=server.base_url, api_key="k", model="m", backoff_base_s=0.01, concurrency=concurrency,
+        base_url=server.base_url, api_key="k", model="m", backoff_base_s=0.01, endpoint=EndpointSettings(concurrency=concurrency),
     ))
     with open_store(str(store_path), create=True) as store:
         settings = batch_settings(SETTINGS, batch)

@@ -219,6 +219,56 @@ def broken_predictions(tmp_path: Path) -> Path:
     return path
 
 
+def test_the_grade_section_comes_from_flags_then_env_then_magis_toml_and_a_bad_value_names_its_source(setup, tmp_path):
+    """The grade settings reach a real grading through the one settings model: the project's
+    magis.toml [grade] table, MAGIS_GRADE_* over it, grade's own flags over both; what the grading
+    ran with is what its GradingStarted records. An empty prediction is not run: no environment."""
+    from checks import assert_one_line_error
+
+    project = tmp_path / "project"  # the current folder's repository: its magis.toml is the project's layer
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    magis_toml = project / "magis.toml"
+    magis_toml.write_text('[grade]\ntimeout = 300\nmemory = "3G"\nworkers = 2\n')
+    dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"])])
+    preds = tmp_path / "agent.jsonl"
+    preds.write_text(json.dumps({"instance_id": "calc__calc-1", "model_name_or_path": "agent", "model_patch": ""}) + "\n")
+    store = tmp_path / "store"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MAGIS_")}
+
+    def grade(name: str, *flags: str, **env: str) -> subprocess.CompletedProcess:
+        args = ["grade", str(preds), "--dataset", str(dataset), "--repos-dir", str(setup["repos"]), "--store", str(store),
+                "--env-cache", str(setup["envs"]), "--test-cmd", "pytest -rA", "--no-ray", "--name", name, *flags]
+        return subprocess.run([*MAGIS, *args], cwd=project, capture_output=True, text=True, timeout=600,
+                              env={**base, "MAGIS_LOG_LEVEL": "warning", "XDG_CONFIG_HOME": str(tmp_path / "none"), **env})
+
+    def started(name: str) -> tuple:
+        (event,) = [e for e in stream(store, name) if isinstance(e, GradingStarted)]
+        return event.timeout_s, event.memory_mb, event.workers
+
+    from_file = grade("file")
+    assert from_file.returncode == 0, from_file.stderr
+    assert started("file") == (300.0, 3072, 2)
+    from_env = grade("env", MAGIS_GRADE_TIMEOUT="240", MAGIS_GRADE_WORKERS="1")
+    assert from_env.returncode == 0, from_env.stderr
+    assert started("env") == (240.0, 3072, 1)
+    from_flags = grade("flags", "--timeout", "90", "--memory", "2G", "--workers", "1", MAGIS_GRADE_TIMEOUT="240")
+    assert from_flags.returncode == 0, from_flags.stderr
+    assert started("flags") == (90.0, 2048, 1)
+
+    assert_one_line_error(grade("bad-env", MAGIS_GRADE_TIMEOUT="soon"),
+                          "MAGIS_GRADE_TIMEOUT='soon': grade.timeout must be a number, not 'soon'")
+    assert_one_line_error(grade("bad-flag", "--memory", "lots"), "--memory: grade.memory must be a size")
+    magis_toml.write_text('[grade]\nworkers = 0\n')
+    assert_one_line_error(grade("bad-file"), f"{magis_toml}: grade.workers must be at least 1, not 0")
+    # a refusal of the service about a value says where that value came from
+    magis_toml.write_text('[grade]\nmemory = "4096G"\n')
+    assert_one_line_error(grade("too-big"), f"grade.memory = 4096G (project {magis_toml}): a memory budget of ")
+    from magis_ray.store.base import UnknownRun
+
+    with open_store(str(store)) as s, pytest.raises(UnknownRun):  # a refused grading left nothing behind
+        s.read(StreamKind.GRADING.stream_id("bad-env"))
+
+
 def test_without_bubblewrap_it_refuses_unless_sandbox_none(setup, tmp_path):
     dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"])])
     bin_dir = tmp_path / "bin"  # a PATH with git and sh but no bwrap

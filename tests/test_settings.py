@@ -49,6 +49,9 @@ def test_each_layer_gives_way_to_the_one_before_it(tmp_path):
     ({"MAGIS_SANDBOX": "docker"}, "MAGIS_SANDBOX='docker': sandbox must be one of bwrap, none"),
     ({"MAGIS_LLM": "gpt"}, "MAGIS_LLM='gpt': llm must be one of auto, local, openai, scripted:FILE, not 'gpt'"),
     ({"MAGIS_LLM": "scripted:"}, "llm must be one of auto, local, openai, scripted:FILE, not 'scripted:'"),
+    ({"MAGIS_GRADE_TIMEOUT": "soon"}, "MAGIS_GRADE_TIMEOUT='soon': grade.timeout must be a number, not 'soon'"),
+    ({"MAGIS_GRADE_MEMORY": "lots"}, "grade.memory must be a size (e.g. 4G, 512M, 0 for no limit), not 'lots'"),
+    ({"MAGIS_GRADE_NETWORK": "maybe"}, "grade.network must be on or off, not 'maybe'"),
 ])
 def test_a_bad_environment_variable_is_one_line_naming_it(environ, says):
     with pytest.raises(BadInput) as caught:
@@ -81,12 +84,31 @@ def test_magis_toml_comes_before_pyproject_and_a_script_is_found_beside_the_file
     ("[models]\ntester = 'm'", "[models] has no role 'tester'"),
     ("[models]\ndeveloper = { model = 'm', temperature = 1 }", "takes model and base-url, not 'temperature'"),
     ("top-k = ", "not valid TOML"),
+    ("[grade]\ntimeout = 0", "grade.timeout must be more than 0, not 0"),
+    ("[grade]\ntimout = 3", "[grade]: unknown setting 'timout' (known: sandbox, timeout, memory"),
+    ("grade = 3", "[grade] must be a table of settings"),
 ])
 def test_a_bad_file_is_one_line_naming_the_file(tmp_path, text, says):
     path = write(tmp_path / "magis.toml", text + "\n")
     with pytest.raises(BadInput) as caught:
         project_layer(tmp_path)
     assert str(path) in str(caught.value) and says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_grade_section_is_its_own_beside_a_run_s_and_holds_the_grading_s_defaults(tmp_path):
+    from magis_ray.actors.swebench.grading_service import GradingOptions
+    from magis_ray.events.settings import GradeSettings, size_bytes
+
+    write(tmp_path / "magis.toml", 'timeout = 30\nsandbox = "none"\n[grade]\ntimeout = 600\nmemory = "512M"\n')
+    got = resolve([flag_layer({"grade.workers": 3}), env_layer({"MAGIS_GRADE_NETWORK": "on"}), project_layer(tmp_path)])
+    assert (got.settings.endpoint.timeout, got.settings.sandbox) == (30.0, "none")  # the run's own, apart
+    assert got.grade == GradeSettings(timeout=600.0, memory="512M", workers=3, network=True)
+    assert got.given("grade.workers") == "--workers 3" and got.given("grade.network") == "MAGIS_GRADE_NETWORK='on'"
+    assert got.given("grade.sandbox") == "grade.sandbox = bwrap (default)"
+    # the service's defaults are the section's: one place for each
+    defaults, options = GradeSettings(), GradingOptions(dataset="d", repos_dir="r", store="s")
+    assert (options.sandbox, options.timeout_s, options.memory_bytes, options.workers, options.network, options.env_python) == (
+        defaults.sandbox, defaults.timeout, size_bytes(defaults.memory), defaults.workers, defaults.network, defaults.env_python)
 
 
 def test_role_models_from_flags_and_files():
@@ -110,12 +132,13 @@ def test_magis_ray_config_prints_each_setting_with_its_source_and_never_the_key(
     project = tmp_path / "proj"
     project.mkdir()
     subprocess.run(["git", "init", "-q", str(project)], check=True)
-    write(project / "magis.toml", 'model = "gpt-4o"\ntop-k = 4\n[models]\ncustodian = "gpt-4o-mini"\n')
+    write(project / "magis.toml", 'model = "gpt-4o"\ntop-k = 4\n[models]\ncustodian = "gpt-4o-mini"\n[grade]\ntimeout = 600\n')
     user = write(tmp_path / "home" / "magis-ray" / "config.toml", 'top-k = 5\nmax-files = 5\nenv-setup = "pip install -e .[test]"\n')
     (project / "sub").mkdir()
     result = config(project / "sub",  # from a subfolder: the repository's root holds the project's file
                     env={"XDG_CONFIG_HOME": str(tmp_path / "home"), "MAGIS_MAX_FILES": "2", "OPENAI_API_KEY": KEY,
-                         "MAGIS_SCRATCH_DIR": "/big/disk", "MAGIS_LEASE_S": "soon"})
+                         "MAGIS_SCRATCH_DIR": "/big/disk", "MAGIS_LEASE_S": "soon",
+                         "MAGIS_GRADE_WORKERS": "2"})
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line.split(None, 2)[1:] for line in result.stdout.splitlines() if line and not line.endswith(":")}
     assert rows["model"] == ["gpt-4o", f"project {project.resolve() / 'magis.toml'}"]
@@ -124,7 +147,10 @@ def test_magis_ray_config_prints_each_setting_with_its_source_and_never_the_key(
     assert rows["env-setup"][1].endswith(f"user {user}") and rows["env-setup"][0] == "pip"
     assert rows["max-review-rounds"] == ["3", "default"] and rows["tests"] == ["on", "default"]
     assert rows["models.custodian"] == ["gpt-4o-mini", f"project {project.resolve() / 'magis.toml'}"]
-    assert [line for line in result.stdout.splitlines() if line.startswith("[")] == ["[run]", "[endpoint]", "[node]"]
+    assert [line for line in result.stdout.splitlines() if line.startswith("[")] == ["[run]", "[endpoint]", "[grade]", "[node]"]
+    # the grade section: its own timeout beside the endpoint's, by its qualified key
+    assert rows["grade.timeout"] == ["600.0", f"project {project.resolve() / 'magis.toml'}"]
+    assert rows["grade.workers"] == ["2", "env MAGIS_GRADE_WORKERS"] and rows["grade.memory"] == ["8G", "default"]
     assert rows["timeout"] == ["120.0", "default"] and rows["use-qa"] == ["on", "default"]
     assert rows["scratch-dir"] == ["/big/disk", "env MAGIS_SCRATCH_DIR"]
     assert rows["lease-s"] == ["30.0", "default (MAGIS_LEASE_S='soon' ignored)"]

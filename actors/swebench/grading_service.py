@@ -17,6 +17,7 @@ from typing import Callable, Literal
 import msgspec
 
 from magis_ray.events.schema import GradingStarted, InstanceGraded
+from magis_ray.events.settings import GradeSettings, size_bytes
 
 from .grading import CustomSetup
 from .grading_batch import GradeJob, ThreadExecutor, WorkerOptions, instance_details, official_report, run_grading
@@ -31,6 +32,9 @@ class GradingInputError(ValueError):
         self.option = option
 
 
+_GRADE = GradeSettings()  # the settings' grade section holds the defaults of how a grading runs
+
+
 class GradingOptions(msgspec.Struct, frozen=True, kw_only=True):
     """What a grading is asked to do."""
 
@@ -42,17 +46,17 @@ class GradingOptions(msgspec.Struct, frozen=True, kw_only=True):
     patches: Literal["predictions", "gold", "empty"] = "predictions"
     predictions: str = ""  # the predictions file, for patches="predictions"
     instances: tuple[str, ...] = ()  # only these instance ids (none: every one)
-    workers: int = 1  # instances graded at once
+    workers: int = _GRADE.workers  # instances graded at once
     name: str = ""  # the grading's name in the store ("": from the predictions and the dataset)
-    sandbox: Literal["bwrap", "none"] = "bwrap"
-    timeout_s: float = 1800.0  # what a test run may take
-    network: bool = False  # the tests get the network (only for predictions one trusts)
-    memory_bytes: int = 8 * 1024 ** 3  # each test run's memory budget (0: no limit)
+    sandbox: Literal["bwrap", "none"] = _GRADE.sandbox
+    timeout_s: float = _GRADE.timeout  # what a test run may take
+    network: bool = _GRADE.network  # the tests get the network (only for predictions one trusts)
+    memory_bytes: int = size_bytes(_GRADE.memory)  # each test run's memory budget (0: no limit)
     pythons: dict[str, str] = {}  # interpreters to use: version ("" for any) -> path
     env_cache: str | None = None  # where environments are cached (None: the default cache)
     env_setup: str | None = None  # a user's repository: its environment's setup command
     test_cmd: str | None = None  # a user's repository: its test command
-    env_python: str = "3.11"  # a user's repository: the Python version of its environment
+    env_python: str = _GRADE.env_python  # a user's repository: the Python version of its environment
     report: str | None = None  # where the report goes (None: STORE/gradings/NAME.json)
     use_ray: bool = True  # Ray tasks; False: threads of this process
 
