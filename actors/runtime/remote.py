@@ -277,9 +277,9 @@ def this_node() -> tuple[str, str]:
     return ray.get_runtime_context().get_node_id(), socket.gethostname()
 
 
-def alive_nodes() -> list[str]:
-    """The live nodes that can run a task (a core of their own)."""
-    return [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU", 0) >= 1]
+def alive_nodes() -> dict[str, float]:
+    """The live nodes that can run a task, with their cores."""
+    return {n["NodeID"]: n["Resources"]["CPU"] for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU", 0) >= 1}
 
 
 def preferring(node: str | None):
@@ -372,7 +372,7 @@ class Placements:
 
         self._placement = EnvironmentPlacement()
 
-    def choose(self, key: str, alive: list[str]) -> str | None:
+    def choose(self, key: str, alive: dict[str, float]) -> str | None:
         return self._placement.choose(key, alive)
 
     def finished(self, chosen: str | None) -> None:
@@ -427,9 +427,10 @@ class BenchTasks:
         try:
             node, ran = result_of(build.options(memory=self._build_memory, scheduling_strategy=preferring(prefer))
                                   .remote(prepare_bench, self._setup, self._shipped))
-        finally:
+        except NODE_LOST:
             if self._placements:
                 self._placements.finished.remote(prefer)
+            raise
         self._node = node
         if self._placements and ran.outcome == "passed":
             self._placements.held.remote(self._key, node)
