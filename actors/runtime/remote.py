@@ -350,11 +350,6 @@ def bench_node_tasks():
     return ray.remote(**BUILD_TASK_OPTIONS)(_bench_on_node), ray.remote(**TEST_TASK_OPTIONS)(_bench_on_node)
 
 
-def node_memory(node_id: str) -> float:
-    """The memory Ray may schedule on the node (its `memory` resource), in bytes."""
-    return next((node["Resources"].get("memory", 0.0) for node in ray.nodes() if node["NodeID"] == node_id), 0.0)
-
-
 def schedulable_memory(declared: int) -> int:
     """`declared`, or less where the cluster's smallest node has less: a task declaring more than
     a node has could never run there."""
