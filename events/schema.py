@@ -12,6 +12,9 @@ Version 3: a run's settings are the one settings model (events/settings.py): the
 moved into `settings.endpoint` under the names the settings give them (`llm`, `timeout`, `rpm`,
 `models`), where version 2 wrote `settings.llm` (`kind`, `timeout_s`, `requests_per_minute`) and
 `settings.roles`; older records are upcast.
+Version 4: a node is named by its Ray node id (`TestsRan.node`, `InstanceGraded.node`), its host
+name beside it (`host`), where version 3 wrote the host name as `InstanceGraded.node`; older
+records are upcast.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import msgspec
 
 from .settings import EndpointSettings, RoleModel, RunSettings  # noqa: F401 - the settings a run records
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class Event(msgspec.Struct, frozen=True, tag_field="type", forbid_unknown_fields=False):
@@ -248,6 +251,8 @@ class TestsRan(Event, frozen=True, tag="TestsRan"):
     limits: list[str] = []  # the sandbox's limits the run ran into, in words ("process limit reached (1024)")
     memory_control: str = ""  # what held the sandbox's memory budget: "cgroup v1", "cgroup v2", "watchdog"
     peak_memory_mb: int = 0  # the most memory the run held at once (what cannot be reclaimed)
+    node: str = ""  # the Ray node id the tests ran on ("" outside Ray, and in logs written before)
+    host: str = ""  # that node's host name
 
 
 class CandidateChosen(Event, frozen=True, tag="CandidateChosen"):
@@ -345,7 +350,7 @@ class InstanceGraded(Event, frozen=True, tag="InstanceGraded"):
     timed_out: bool = False
     tests_parsed: int = 0
     output_tail: str = ""
-    node: str = ""
+    node: str = ""  # the Ray node id that graded it ("" without Ray)
     warnings: list[str] = []  # e.g. files of the base commit the repository lacks
     # Whether the harness would have written the instance's report.json (its "completed"); None in
     # logs written before this field, whose results count by the rule of their time.
@@ -362,6 +367,7 @@ class InstanceGraded(Event, frozen=True, tag="InstanceGraded"):
     testbed_built_now: bool = False
     memory_control: str = ""  # what held the test run's memory budget: "cgroup v1", "cgroup v2", "watchdog"
     peak_memory_mb: int = 0  # the most memory the test run held at once (what cannot be reclaimed)
+    host: str = ""  # the host name of the node that graded it (`node` is its Ray node id)
 
     @property
     def tests_status(self) -> dict[str, dict[str, list[str]]]:

@@ -52,12 +52,20 @@ def _v2_run_started(event: dict) -> dict:
     return event
 
 
+def _v3_instance_graded(event: dict) -> dict:
+    """Version 3 named the grading's node by its host name, in `node`: it is the host."""
+    if "node" in event and "host" not in event:
+        event["host"] = event.pop("node")
+    return event
+
+
 Upcaster = Callable[[dict], dict]
 # (version N, event type) -> the payload as version N + 1 writes it; a type not listed is unchanged
 UPCASTERS: dict[tuple[int, str], Upcaster] = {
     (1, "RunStarted"): _v1_run_started,
     (1, "LLMExchanged"): _v1_llm_exchanged,
     (2, "RunStarted"): _v2_run_started,
+    (3, "InstanceGraded"): _v3_instance_graded,
 }
 
 

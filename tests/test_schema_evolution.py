@@ -94,3 +94,24 @@ def test_a_version_2_run_that_recorded_no_endpoint_keeps_the_defaults_and_names_
     assert old.settings.endpoint == ev.EndpointSettings() and old.settings.endpoint.llm == "auto"
     once = decode_recorded(record({**STARTED, "settings": {"llm": {"kind": "openai", "timeout_s": 9.0}}}, 2))
     assert once.event.settings.endpoint.timeout == 9 and decode_recorded(encode(once)) == once  # upcast again: the same
+
+
+GRADED = {"type": "InstanceGraded", "instance_id": "o__r-1", "patch_sha": "s", "resolved": True}
+
+
+def test_a_version_3_grading_named_its_node_by_host_name_which_is_upcast_to_host():
+    """Version 4 names a node by its Ray node id (two nodes on one host differ) and its host name
+    beside it; version 3 wrote the host name as `node`."""
+    old = decode_recorded(record({**GRADED, "node": "gpu-box-7"}, 3))
+    assert (old.event.node, old.event.host) == ("", "gpu-box-7")
+    assert decode_recorded(encode(old)) == old  # upcast again: the same
+    new = decode_recorded(record({**GRADED, "node": "ab" * 28, "host": "gpu-box-7"}, 4)).event
+    assert (new.node, new.host) == ("ab" * 28, "gpu-box-7")
+    ran = decode_recorded(record({"type": "TestsRan", "purpose": "check", "command": "pytest", "outcome": "passed"}, 3)).event
+    assert (ran.node, ran.host) == ("", "")
+
+
+def test_the_committed_version_2_grading_decodes_with_no_node_named():
+    records = [decode_recorded(line) for line in (GOLDEN / "v2_grading_run.jsonl").read_bytes().splitlines()]
+    graded = [r.event for r in records if isinstance(r.event, ev.InstanceGraded)]
+    assert graded and all(g.node == "" for g in graded)

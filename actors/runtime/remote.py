@@ -2,17 +2,21 @@
 
 Placement: the store, the gateway, the supervisors and the Custodians live on the driver's node
 (the store's file and the repositories are there); Developers and QA Engineers need only their
-task's data, so they spread over the cluster. A run's builds and test runs are tasks on its
-supervisor's node (BenchTasks), as grading's are (RayExecutor). Role actors are kept between the
-agents they serve (RolePool).
+task's data, so they spread over the cluster. A run's builds and test runs are tasks spread over
+the cluster by the environment they need (BenchTasks), as grading's are (RayExecutor), and the
+repository reaches their nodes through the object store. Role actors are kept between the agents
+they serve (RolePool).
 
 This module travels: a run's BenchTasks is unpickled in its Developers' processes, which then
 import it. So it imports only what every role imports anyway (the services), and the supervisor's
 module, which imports the whole team, only where a supervisor is made."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-from functools import cache
+import os
+from dataclasses import dataclass
+from functools import cache, partial
 
 import msgspec
 import ray
@@ -236,90 +240,304 @@ def supervisor_actor(pool):
     from magis_ray.actors.runtime.supervisor import RoleActors
 
     port = PooledRoles(pool)
-    roles = RoleActors(take=port.take, give_back=port.give_back, bench=bench_tasks)
+    roles = RoleActors(take=port.take, give_back=port.give_back, bench=partial(bench_tasks, placements=placements_actor()))
     return actor_classes()["supervisor"].options(scheduling_strategy=here()).remote(roles)
 
 
 # --- environment builds and test runs as Ray tasks, for grading and for the team's bench -------
 # A build runs pip and the project's setup (a core, up to a few GiB); a test run one test process.
-# Each node keeps the environments it built in its own cache, so a test run builds on its own node
-# when the build happened elsewhere. Both kinds run in the node's pool of task workers, which Ray
-# keeps and reuses: no process is started per build or per test run.
+# Both kinds run in the node's pool of task workers, which Ray keeps and reuses: no process is
+# started per build or per test run.
+#
+# Placement, one rule for grading and for the bench: a build goes, with SOFT node affinity, to a
+# node that holds its environment (placement.EnvironmentPlacement, from the builds' results), so
+# a cluster builds about one environment per key while a busy or lost node holds nothing up (Ray
+# spills the build elsewhere); the tests then run where their testbed was built, with HARD
+# affinity to the node the build reported. A node lost under a task: Ray runs the task again
+# (max_retries counts system failures only, never an application's exception); a test pinned to
+# a lost node is built and run again elsewhere.
+#
+# Repositories: only the driver's node has them. The driver packs the commits an instance needs
+# (actors/code/commit_packs.py) into the object store once; a node that lacks them fetches the
+# pack and keeps a shallow copy by commit under its own cache root.
 GiB = 1024 ** 3
-BUILD_TASK_OPTIONS = dict(num_cpus=1, memory=4 * GiB, max_retries=0)
-TEST_TASK_OPTIONS = dict(num_cpus=1, memory=2 * GiB, max_retries=0)
+NODE_LOSS_RETRIES = 3  # Ray's retries of a task whose worker or node died
+BUILD_TASK_OPTIONS = dict(num_cpus=1, memory=4 * GiB, max_retries=NODE_LOSS_RETRIES)
+TEST_TASK_OPTIONS = dict(num_cpus=1, memory=2 * GiB, max_retries=NODE_LOSS_RETRIES)
+PLACEMENT_TRIES = 3  # how often an instance is built again elsewhere after its test's node was lost
+# What ray.get raises for a task that died with its worker or node, or that is pinned to a lost node.
+NODE_LOST = (ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError, ray.exceptions.TaskUnschedulableError,
+             ray.exceptions.ObjectLostError, ray.exceptions.LocalRayletDiedError)
 
 
-def _on_node(work, *args):
-    """`work(*args)` in a task; `work` is a module-level function (it travels by reference)."""
-    return work(*args)
+def this_node() -> tuple[str, str]:
+    """(Ray node id, host name) of this process's node: the node id names it (two nodes may share a host)."""
+    import socket
+
+    return ray.get_runtime_context().get_node_id(), socket.gethostname()
+
+
+def alive_nodes() -> dict[str, float]:
+    """The live nodes that can run a task, with their cores."""
+    return {n["NodeID"]: n["Resources"]["CPU"] for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU", 0) >= 1}
+
+
+def preferring(node: str | None):
+    """Soft affinity: `node` when it is alive and has a core free, else wherever Ray finds one."""
+    if node is None:
+        return "DEFAULT"
+    return NodeAffinitySchedulingStrategy(node_id=node, soft=True, _spill_on_unavailable=True)
+
+
+def pinned(node: str) -> NodeAffinitySchedulingStrategy:
+    return NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+
+
+@dataclass(frozen=True)
+class ShippedRepository:
+    """Commits of a repository in the object store. The pack's reference is held in a list, so Ray
+    does not fetch it for a task whose node already has the copy."""
+
+    repo: str  # owner/name
+    commits: tuple[str, ...]
+    pack: list
+
+    def repos_dir(self) -> str:
+        """On a node: the repositories folder that holds this node's copy (OWNER__NAME in it)."""
+        from magis_ray.actors.code.commit_packs import unpacked_copy
+        from magis_ray.actors.execution.environments import default_cache_root
+
+        root = default_cache_root() / "repositories"  # the node's own cache root (its node settings)
+        return str(unpacked_copy(root, self.repo, self.commits, lambda: ray.get(self.pack[0])))
+
+
+def ship_repository(repo_path: str, repo: str, commits) -> ShippedRepository | None:
+    """The driver's `repo_path` at `commits`, packed into the object store; None where the driver
+    lacks the repository or a commit (the node then looks where it is told, and says what is missing)."""
+    from magis_ray.actors.code.commit_packs import has_commits, pack_commits
+
+    commits = tuple(dict.fromkeys(c for c in commits if c))
+    if not commits or not has_commits(repo_path, commits):
+        return None
+    return ShippedRepository(repo, commits, [ray.put(pack_commits(repo_path, commits))])
+
+
+def _graded_on_node(work, job, options, shipped, *args):
+    """`work(job, options, *args)` on this node, its repositories this node's copies: (node id, result)."""
+    if shipped is not None:
+        options = dataclasses.replace(options, repos_dir=shipped.repos_dir())
+    return this_node()[0], work(job, options, *args)
+
+
+def _bench_on_node(work, setup, shipped, *args):
+    """`work(setup, *args)` on this node, the run's repository this node's copy: (node id, TestsRan
+    naming the node)."""
+    from magis_ray.actors.code.commit_packs import folder_name
+
+    if shipped is not None:
+        setup = dataclasses.replace(setup, repo_path=os.path.join(shipped.repos_dir(), folder_name(shipped.repo)))
+    node, host = this_node()
+    return node, msgspec.structs.replace(work(setup, *args), node=node, host=host)
 
 
 @cache
 def node_tasks():
-    return ray.remote(**BUILD_TASK_OPTIONS)(_on_node), ray.remote(**TEST_TASK_OPTIONS)(_on_node)
+    return ray.remote(**BUILD_TASK_OPTIONS)(_graded_on_node), ray.remote(**TEST_TASK_OPTIONS)(_graded_on_node)
 
 
-def node_memory(node_id: str) -> float:
-    """The memory Ray may schedule on the node (its `memory` resource), in bytes."""
-    return next((node["Resources"].get("memory", 0.0) for node in ray.nodes() if node["NodeID"] == node_id), 0.0)
+@cache
+def bench_node_tasks():
+    return ray.remote(**BUILD_TASK_OPTIONS)(_bench_on_node), ray.remote(**TEST_TASK_OPTIONS)(_bench_on_node)
+
+
+def schedulable_memory(declared: int) -> int:
+    """`declared`, or less where the cluster's smallest node has less: a task declaring more than
+    a node has could never run there."""
+    memories = [n["Resources"].get("memory", 0.0) for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU", 0) >= 1]
+    smallest = min((m for m in memories if m), default=declared)
+    return int(min(declared, smallest))
+
+
+class Placements:
+    """A driver's EnvironmentPlacement as an actor, shared by its runs' benches (each run's
+    supervisor is a process of its own)."""
+
+    def __init__(self):
+        from magis_ray.actors.runtime.placement import EnvironmentPlacement
+
+        self._placement = EnvironmentPlacement()
+
+    def choose(self, key: str, alive: dict[str, float]) -> str | None:
+        return self._placement.choose(key, alive)
+
+    def finished(self, chosen: str | None) -> None:
+        self._placement.finished(chosen)
+
+    def held(self, key: str, node: str) -> None:
+        self._placement.held(key, node)
+
+    def lost(self, node: str) -> None:
+        self._placement.lost(node)
+
+
+def placements_actor():
+    """This driver's placements, on its node (made once a process; it ends with the driver)."""
+    if "placements" not in _shared:
+        _shared["placements"] = ray.remote(num_cpus=0, max_concurrency=16)(Placements).options(scheduling_strategy=here()).remote()
+    return _shared["placements"]
+
+
+def bench_environment(setup) -> str:
+    """What names a run's environment before it is built: runs that share it share a node."""
+    record = setup.record
+    return "|".join([record.get("repo", ""), str(record.get("version") or ""), setup.env_setup, setup.python])
 
 
 class BenchTasks:
-    """A run's test bench (roles.testing.Bench) as Ray tasks on the node of its supervisor, where
-    its repository and that node's environments are. A build or a test run takes a core and
-    declares its memory only while it runs: a run that waits on the model holds neither, so a
-    batch runs the bench phases of more runs than the cluster has cores, its test runs queueing
-    for the cores only while they run.
+    """A run's test bench (roles.testing.Bench) as Ray tasks: the testbed built on a node that
+    holds the run's environment (soft affinity), every test run on the node of that build (hard
+    affinity). A build or a test run takes a core and declares its memory only while it runs: a
+    run that waits on the model holds neither, so a batch runs the bench phases of more runs than
+    the cluster has cores, its test runs queueing for the cores only while they run.
 
-    Made by the supervisor and handed to the run's Developers, on any node. The setup travels as
-    an object reference, resolved in the task: a Developer's process never imports the execution
-    layer."""
+    Made by the supervisor and handed to the run's Developers, on any node. The setup and the
+    repository travel as object references, resolved in the task: a Developer's process never
+    imports the execution layer, and no node but the driver's needs the repository."""
 
-    def __init__(self, setup, node_id: str):
+    def __init__(self, setup, placements=None):
         self._setup = ray.put(setup)
-        self._node = node_id
-        # A node smaller than the declaration could never run the task: declare what it has.
-        memory = node_memory(node_id)
-        self._build_memory = int(min(BUILD_TASK_OPTIONS["memory"], memory or BUILD_TASK_OPTIONS["memory"]))
-        self._test_memory = int(min(TEST_TASK_OPTIONS["memory"], memory or TEST_TASK_OPTIONS["memory"]))
-
-    def _placed(self, task, memory: int):
-        return task.options(memory=memory, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self._node, soft=False))
+        record = setup.record
+        self._shipped = ship_repository(setup.repo_path, record.get("repo", ""),
+                                        (record.get("base_commit", ""), record.get("environment_setup_commit") or ""))
+        self._key = bench_environment(setup)
+        self._placements = placements
+        self._node: str | None = None  # where the testbed was built; None until then (or once it is lost)
+        self._build_memory = schedulable_memory(BUILD_TASK_OPTIONS["memory"])
+        self._test_memory = schedulable_memory(TEST_TASK_OPTIONS["memory"])
 
     def prepare(self):
-        """The testbed built (or found in the node's cache) in a build task."""
-        build, _ = node_tasks()
-        return result_of(self._placed(build, self._build_memory).remote(prepare_bench, self._setup))
+        """The testbed built (or found in the node's cache) in a build task; its TestsRan names the node."""
+        build, _ = bench_node_tasks()
+        prefer = ray.get(self._placements.choose.remote(self._key, alive_nodes())) if self._placements else None
+        try:
+            node, ran = result_of(build.options(memory=self._build_memory, scheduling_strategy=preferring(prefer))
+                                  .remote(prepare_bench, self._setup, self._shipped))
+        except NODE_LOST:
+            if self._placements:
+                self._placements.finished.remote(prefer)
+            raise
+        self._node = node
+        if self._placements and ran.outcome == "passed":
+            self._placements.held.remote(self._key, node)
+        return ran
 
     def run(self, request):
-        """One test run, in a test task."""
-        _, test = node_tasks()
-        return result_of(self._placed(test, self._test_memory).remote(run_bench, self._setup, request))
+        """One test run, in a test task on the testbed's node; built again elsewhere if that node is lost."""
+        _, test = bench_node_tasks()
+        for attempt in range(1, PLACEMENT_TRIES + 1):
+            if self._node is None:  # a copy handed out before the build (a resumed run), or the node lost
+                self.prepare()
+            node = self._node
+            try:
+                return result_of(test.options(memory=self._test_memory, scheduling_strategy=pinned(node))
+                                 .remote(run_bench, self._setup, self._shipped, request))[1]
+            except NODE_LOST:
+                if attempt == PLACEMENT_TRIES:
+                    raise
+                if self._placements:
+                    self._placements.lost.remote(node)
+                self._node = None
 
 
-def bench_tasks(setup) -> BenchTasks:
-    """The run's bench on this process's node (the supervisor's)."""
-    return BenchTasks(setup, ray.get_runtime_context().get_node_id())
+def bench_tasks(setup, placements=None) -> BenchTasks:
+    """The run's bench, placed by the driver's `placements`."""
+    return BenchTasks(setup, placements)
+
+
+@dataclass(eq=False)
+class _Instance:
+    """A grading job in flight: its build, then its test run on the build's node."""
+
+    job: object
+    key: str
+    shipped: ShippedRepository | None
+    ref: object = None
+    testing: bool = False
+    chosen: str | None = None  # the node its build was told to prefer
+    node: str | None = None  # the node its build ran on
+    tries: int = 0
 
 
 class RayExecutor:
-    """Grading jobs as Ray tasks: `build(job, options)`, then `run(job, options, built)` which
-    Ray starts once the build's result is there. The functions come from the caller (the
-    swebench package), so the runtime knows nothing of grading."""
+    """Grading jobs as Ray tasks: `build(job, options)` (the environment and testbed ready), then
+    `run(job, options, built)` on the node of the build. The functions come from the caller (the
+    swebench package), so the runtime knows nothing of grading: `environment_of(job)` names the
+    environment a job needs, `repository_of(job)` the repository and commits ((owner/name,
+    commits)); the options name the driver's repositories as `repos_dir`, which a node's task
+    replaces by its own copy's folder."""
 
-    def __init__(self, options, build, run) -> None:
+    def __init__(self, options, build, run, environment_of, repository_of) -> None:
+        from magis_ray.actors.runtime.placement import EnvironmentPlacement
+
+        self._repos_dir = options.repos_dir
         self._options = ray.put(options)
         self._build, self._run = build, run
+        self._environment_of, self._repository_of = environment_of, repository_of
+        self.placement = EnvironmentPlacement()
+        self._shipped: dict[tuple, tuple[ShippedRepository | None, int]] = {}  # (repo, commits) -> (pack, jobs using it)
+        self._build_memory = schedulable_memory(BUILD_TASK_OPTIONS["memory"])
+        self._test_memory = schedulable_memory(TEST_TASK_OPTIONS["memory"])
 
     def start(self, job):
-        build_task, run_task = node_tasks()
-        built = build_task.remote(self._build, job, self._options)
-        return run_task.remote(self._run, job, self._options, built)
+        repo, commits = self._repository_of(job)
+        shipped, users = self._shipped.get((repo, commits), (None, 0))
+        if not users:
+            shipped = ship_repository(os.path.join(self._repos_dir, repo.replace("/", "__")), repo, commits)
+        self._shipped[(repo, commits)] = (shipped, users + 1)
+        instance = _Instance(job, str(self._environment_of(job)), shipped)
+        self._start_build(instance)
+        return instance
+
+    def _start_build(self, instance: _Instance) -> None:
+        build, _ = node_tasks()
+        instance.tries += 1
+        instance.testing, instance.node = False, None
+        instance.chosen = self.placement.choose(instance.key, alive_nodes())
+        instance.ref = build.options(memory=self._build_memory, scheduling_strategy=preferring(instance.chosen)).remote(
+            self._build, instance.job, self._options, instance.shipped)
 
     def next_done(self, handles):
-        ready, _ = ray.wait(handles, num_returns=1)
-        return ready[0], ray.get(ready[0])
+        by_ref = {instance.ref: instance for instance in handles}
+        while True:
+            [ready], _ = ray.wait(list(by_ref), num_returns=1)
+            instance = by_ref.pop(ready)
+            try:
+                node, value = ray.get(ready)
+            except NODE_LOST:
+                if instance.tries >= PLACEMENT_TRIES:
+                    raise
+                if instance.node is not None:
+                    self.placement.lost(instance.node)
+                self.placement.finished(instance.chosen)
+                self._start_build(instance)
+                by_ref[instance.ref] = instance
+                continue
+            if instance.testing:
+                self._done(instance)
+                return instance, value
+            instance.node, instance.testing = node, True
+            self.placement.held(instance.key, node)
+            _, test = node_tasks()
+            instance.ref = test.options(memory=self._test_memory, scheduling_strategy=pinned(node)).remote(
+                self._run, instance.job, self._options, instance.shipped, value)
+            by_ref[instance.ref] = instance
+
+    def _done(self, instance: _Instance) -> None:
+        self.placement.finished(instance.chosen)
+        repo, commits = self._repository_of(instance.job)
+        shipped, users = self._shipped.pop((repo, commits))
+        if users > 1:
+            self._shipped[(repo, commits)] = (shipped, users - 1)
 
     def close(self) -> None:
         """Nothing to release: Ray owns the tasks (the thread executor's close stops its pool)."""

@@ -64,10 +64,11 @@ def grade_job(job: GradeJob, options: WorkerOptions) -> InstanceGraded:
 
 
 def grade_after_build(job: GradeJob, options: WorkerOptions, built: dict | None) -> InstanceGraded:
-    """The test-run task: grade on this node; the build task that ran just before gives the build time."""
-    import socket
+    """The test-run task: grade on this node (the build's); the build task gives the build time."""
+    from magis_ray.actors.runtime.remote import this_node
 
-    result = replace(grade_job(job, options), node=socket.gethostname())
+    node, host = this_node()
+    result = replace(grade_job(job, options), node=node, host=host)
     if built is not None:
         if not result.env_built_now:
             env_build_seconds, env_built_now = built["env"]
@@ -181,6 +182,12 @@ def preparation_line(results: list[InstanceGraded]) -> str:
 def environment_of(job: GradeJob) -> tuple[str, str]:
     """The environment a job needs, as the dataset names it: (repo, version)."""
     return job.record.get("repo", ""), str(job.record.get("version", ""))
+
+
+def repository_of(job: GradeJob) -> tuple[str, tuple[str, ...]]:
+    """The repository a job needs and the commits its grading reads: (owner/name, commits)."""
+    record = job.record
+    return record["repo"], tuple(c for c in (record.get("base_commit"), record.get("environment_setup_commit")) if c)
 
 
 def next_job(todo: list[GradeJob], in_flight) -> int:

@@ -169,14 +169,14 @@ def run_grading_plan(plan: GradingPlan,
     the same patch; `on_result(result, skipped)` once a job. Writes the report and the details."""
     from magis_ray.store import open_store
 
-    from .grading_batch import grade_after_build, prepare_environment
+    from .grading_batch import environment_of, grade_after_build, prepare_environment, repository_of
 
     if plan.use_ray:
         from magis_ray.actors.runtime.deployment import ensure_ray
         from magis_ray.actors.runtime.remote import RayExecutor
 
         ensure_ray()  # RAY_ADDRESS (under `ray job submit`), else a Ray of our own
-        executor = RayExecutor(plan.worker_options, prepare_environment, grade_after_build)
+        executor = RayExecutor(plan.worker_options, prepare_environment, grade_after_build, environment_of, repository_of)
     else:
         executor = ThreadExecutor(plan.worker_options, plan.workers)
     open_store(plan.store, create=True).close()

@@ -1,0 +1,193 @@
+"""The heavy half on a Ray cluster of three nodes on this machine (`ray.cluster_utils.Cluster`),
+each node with a cache root of its own (MAGIS_ENV_CACHE in its environment, as `ray start` passes
+it): a grading whose node is lost mid-grading grades every instance exactly once with the
+verdicts of a grading on one node, and a batch with tests on runs its tests on more than one node
+while the repository is only on the driver's (the nodes get its commits through the object store
+and keep copies in their own caches).
+
+Real throughout: Ray's raylets, the calc repository, environments built from PyPI, git, the
+scripted model over HTTP; the grading runs `--sandbox none` so that its test runs can wait at a
+gate on the host (a file the test makes), which holds every test run until the node is removed."""
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import tempfile
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from execfixtures import GOLD, make_calc_repos, new_file_patch, record, write_dataset
+from processes import cmdline_of, tree_of
+from scenarios import MEAN_FIX, calc_issue
+from waiting import wait_until
+
+from magis_ray.actors.execution.sandbox import bwrap_path
+from magis_ray.events import schema
+from magis_ray.events.schema import InstanceGraded, InstanceGradingStarted
+from magis_ray.events.streams import StreamKind
+from magis_ray.store import open_store
+
+MB = 1024 ** 2
+NODES = ("head", "worker-1", "worker-2")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head (the driver's node) and two workers, each with its own cache root."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from magis_ray.actors.runtime import remote
+
+    temp_dir = tempfile.mkdtemp(prefix="mrp-", dir="/tmp")  # short: Ray's socket paths stay under 108 characters
+    caches = {name: Path(temp_dir) / "caches" / name for name in NODES}
+    common = {"num_cpus": 1, "object_store_memory": 80 * MB}
+    cluster = Cluster(initialize_head=True, head_node_args={
+        **common, "include_dashboard": False, "temp_dir": temp_dir, "env_vars": {"MAGIS_ENV_CACHE": str(caches["head"])}})
+    try:
+        for name in NODES[1:]:
+            cluster.add_node(**common, env_vars={"MAGIS_ENV_CACHE": str(caches[name])})
+        ray.init(address=cluster.address, namespace="magis", log_to_driver=False)
+        cluster.caches = {node.node_id: caches[name] for name, node in zip(NODES, [cluster.head_node, *cluster.worker_nodes])}
+        yield cluster
+    finally:
+        remote.forget_shared()
+        ray.shutdown()
+        cluster.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def copies_in(cache: Path) -> list[Path]:
+    """The repository copies a node keeps in its cache."""
+    return sorted((cache / "repositories").glob("*/calc__calc"))
+
+
+# --- a node lost mid-grading ----------------------------------------------------------------
+
+def gated(gate: Path) -> str:
+    """The fixture's test command, held until `gate` exists (its path carries a uuid, so the
+    waiting process is found by its command line, below a raylet the test started)."""
+    return f"sh -c 'until [ -e {gate} ]; do sleep 0.05; done' && pytest -rA"
+
+
+def waiting_on_a_worker(cluster, gate: Path):
+    """The worker node (its Node) one of whose processes waits at the gate, or None."""
+    for node in cluster.worker_nodes:
+        raylet = node.all_processes["raylet"][0].process.pid
+        if any(str(gate) in cmdline_of(pid) for pid in tree_of(raylet)):
+            return node
+    return None
+
+
+def grading_options(root: Path, dataset: Path, predictions: Path, gate: Path, **changes):
+    from magis_ray.actors.swebench.grading_service import GradingOptions
+
+    return GradingOptions(dataset=str(dataset), repos_dir=str(root / "repos"), store=str(root / "store"),
+                          predictions=str(predictions), env_cache=str(root / "envs"), test_cmd=gated(gate),
+                          sandbox="none", timeout_s=300, memory_bytes=2 << 30, workers=3, **changes)
+
+
+def verdicts(results: list[InstanceGraded]) -> dict[str, tuple]:
+    return {r.instance_id: (r.resolved, r.completed, r.tests_status) for r in results}
+
+
+def test_a_node_lost_mid_grading_every_instance_is_graded_once_with_the_verdicts_of_one_node(cluster, tmp_path):
+    from magis_ray.actors.swebench.grading_service import plan_grading, run_grading_plan
+
+    _, base = make_calc_repos(tmp_path / "repos")
+    dataset = write_dataset(tmp_path / "calc.jsonl", [record(base, n) for n in (1, 2, 3)])
+    patches = {1: GOLD, 2: GOLD, 3: new_file_patch("calc/unused.py", "X = 1\n")}  # two fix it, one does not
+    predictions = tmp_path / "preds.jsonl"
+    predictions.write_text("".join(json.dumps({"instance_id": f"calc__calc-{n}", "model_name_or_path": "m",
+                                               "model_patch": p}) + "\n" for n, p in patches.items()))
+    gate = Path(tempfile.gettempdir()) / f"mrp-gate-{uuid.uuid4().hex}"
+    plan = plan_grading(grading_options(tmp_path, dataset, predictions, gate, name="lost"))
+    outcome: dict = {}
+    grading = threading.Thread(target=lambda: outcome.update(done=run_grading_plan(plan)))
+    grading.start()
+    try:
+        # every test run waits at the gate: one on a worker node is what the node takes down with it
+        victim = wait_until(lambda: waiting_on_a_worker(cluster, gate), "a test run waits at the gate on a worker node",
+                            timeout_s=1800, while_running=grading)
+        lost = victim.node_id
+        cluster.remove_node(victim, allow_graceful=False)
+    finally:
+        gate.touch()
+        grading.join(timeout=1800)  # a bound for a hang, not a timing
+    assert not grading.is_alive(), "the grading did not finish"
+    done = outcome["done"]
+    alive = {cluster.head_node.node_id, *(n.node_id for n in cluster.worker_nodes)}
+    assert lost not in alive
+    # every instance once, in the stream and in the report; none graded on the lost node
+    with open_store(str(tmp_path / "store")) as store:
+        events = [r.event for r in store.read(StreamKind.GRADING.stream_id("lost"))]
+    ids = [f"calc__calc-{n}" for n in patches]
+    assert sorted(e.instance_id for e in events if isinstance(e, InstanceGraded)) == ids
+    assert sorted(e.instance_id for e in events if isinstance(e, InstanceGradingStarted)) == ids
+    report = done.report
+    assert (report["resolved_ids"], report["unresolved_ids"], report["error_ids"]) == (ids[:2], ids[2:], [])
+    assert report["completed_instances"] == report["total_instances"] == 3
+    assert all(r.node in alive and r.host == socket.gethostname() for r in done.results), [(r.node, r.host) for r in done.results]
+    # each node that graded did so from its own copy of the repository's commit
+    for node in {r.node for r in done.results}:
+        assert copies_in(cluster.caches[node]), node
+    # the same instances on one node (this process's threads, the gate open) give the same verdicts
+    single = run_grading_plan(plan_grading(grading_options(tmp_path, dataset, predictions, gate, name="one", use_ray=False)))
+    assert verdicts(done.results) == verdicts(single.results)
+
+
+# --- a batch with tests on --------------------------------------------------------------------
+
+REPRODUCES = "from calc.stats import mean\n\n\ndef test_mean_of_four():\n    assert mean([1, 2, 3, 4]) == 2.5\n"
+
+
+@pytest.mark.slow  # three nodes each build the environment from PyPI: minutes
+@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed (apt-get install bubblewrap)")
+def test_a_batch_with_tests_runs_them_on_several_nodes_from_the_repository_on_the_driver_s_node_alone(cluster, tmp_path):
+    from magis_ray.actors.model.gateway import GatewayConfig
+    from magis_ray.actors.model.scripted_server import ScriptedServer
+    from magis_ray.actors.model.scripted_team import ScriptedTeam
+    from magis_ray.actors.runtime.batch import BatchItem, BatchRunner, batch_settings
+    from magis_ray.actors.runtime.deployment import Deployment
+    from magis_ray.events.schema import RunSettings
+    from magis_ray.events.settings import EndpointSettings
+    from scenarios import make_calc_repo
+
+    repos = tmp_path / "repos"
+    _, base = make_calc_repo(repos / "calc__calc")
+    items = [BatchItem(f"calc__calc-{i}", calc_issue(repos / "calc__calc", base, instance_id=f"calc__calc-{i}"))
+             for i in (1, 2, 3)]
+    team = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, reproductions=[REPRODUCES])
+    store_path = tmp_path / "store"
+    with ScriptedServer(team) as server:
+        deployment = Deployment(str(store_path), GatewayConfig(base_url=server.base_url, api_key="k", model="m",
+                                                                endpoint=EndpointSettings(concurrency=16)))
+        try:
+            with open_store(str(store_path), create=True) as store:
+                settings = batch_settings(RunSettings(top_k=4, model="m", tests=True, env_setup="python -m pip install pytest"),
+                                          "placed")
+                results = BatchRunner(deployment, store, settings, str(repos), workers=3).run(items)
+                logs = {info.run_id: store.read(info.run_id) for info in store.list_runs()}
+        finally:
+            deployment.close()
+    assert [(r.status, r.outcome) for r in results] == [("finished", "patched")] * 3
+    runs = {run_id: [r.event for r in events if isinstance(r.event, schema.TestsRan)] for run_id, events in logs.items()}
+    alive = {cluster.head_node.node_id, *(n.node_id for n in cluster.worker_nodes)}
+    nodes = set()
+    for tested in runs.values():
+        assert [(t.purpose, t.outcome) for t in tested] == [("prepare", "passed"), ("reproduce", "failed"),
+                                                            ("baseline", "failed"), ("check", "failed")]
+        # a run's tests ran where its testbed was built, named by Ray node id, the host beside it
+        assert len({t.node for t in tested}) == 1 and tested[0].node in alive and tested[0].host == socket.gethostname()
+        nodes.add(tested[0].node)
+    assert len(nodes) >= 2, nodes
+    # every node that ran tests has the commit in its own cache, and its testbeds borrow their
+    # objects from that copy, never from the driver's repository
+    for node in nodes:
+        cache = cluster.caches[node]
+        assert copies_in(cache), node
+        borrowed = [json.loads(p.read_text())["objects"] for p in (cache / "testbeds").glob("*/ready.json")]
+        assert borrowed and all(o.startswith(str(cache / "repositories")) for o in borrowed), borrowed
