@@ -1,0 +1,178 @@
+"""Who installs an environment's packages: uv where the target Python allows it, pip where not.
+
+uv resolves and installs many times faster than pip, resolves as of a date itself
+(`--exclude-newer`), and shares one cache of unpacked wheels whose files it hard-links into each
+environment. It runs inside the build's sandbox like pip: its binary (from the `uv` wheel, a
+declared dependency) is shown read-only there, and it only ever installs into the interpreter it
+is given (`--python`), never downloads one.
+
+uv inspects an interpreter with `python -I` and a query script of its own, which Python 3.6 and
+later run: older Pythons (2.7, 3.5) keep pip. Both installers take the same steps (a venv, a
+resolution of the whole environment as of its date, installs held to that resolution), so a
+recipe builds the same distributions at the same versions with either (tests/test_installers.py);
+which one built an environment is part of its key all the same, since a resolver's choices among
+equally valid answers are its own."""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from . import era
+from .sandbox import Mount
+
+UV, PIP, AUTO = "uv", "pip", "auto"
+UV_OLDEST_PYTHON = (3, 6)  # uv's interpreter query needs `python -I` and 3.6's syntax
+# A date no upload reaches: an exact pin's files are all offered, whatever the environment's date
+# (the harness installed the pinned release itself, with whichever of its files fitted).
+ANY_TIME = "2999-01-01T00:00:00Z"
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)\s*$")
+
+
+def uv_binary() -> str:
+    """The uv executable of the installed `uv` package (its real path, to show in the sandbox)."""
+    from uv import find_uv_bin
+
+    return os.path.realpath(find_uv_bin())
+
+
+def installer_for(python_version: str, wanted: str = AUTO) -> str:
+    """The installer of an environment of CPython `python_version` ("3.9.18"): `wanted` unless it
+    is "auto", else uv where it serves that Python and pip where not. ValueError for uv on a Python
+    it cannot serve, or an unknown name."""
+    serves = tuple(int(part) for part in python_version.split(".")[:2]) >= UV_OLDEST_PYTHON
+    if wanted == AUTO:
+        return UV if serves else PIP
+    if wanted == UV and not serves:
+        raise ValueError(f"uv cannot install into Python {python_version} (it serves "
+                         f"{'.'.join(map(str, UV_OLDEST_PYTHON))} and later); use pip")
+    if wanted not in (UV, PIP):
+        raise ValueError(f"unknown installer {wanted!r} (uv, pip or auto)")
+    return wanted
+
+
+class Installer(Protocol):
+    """One environment build's installs, run as steps of its sandbox (environments.BuildSteps)."""
+
+    name: str
+
+    def variables(self) -> dict[str, str]:
+        """The build's environment variables for this installer."""
+
+    def mounts(self, folder: Path) -> list[Mount]:
+        """What the build's sandbox shows for `folder` (the environment's) and the installer's caches."""
+
+    def venv_command(self, python: str, venv: Path) -> str:
+        """Makes the virtual environment."""
+
+    def install_command(self, venv: Path, arguments: list[str], constraints: str = "", when: str = "",
+                        exact: tuple[str, ...] = ()) -> tuple[str, dict[str, str]]:
+        """(command, extra variables) installing `arguments` into `venv`, held to the `constraints`
+        file, as of `when` ("" for today) except for the names of `exact` pins."""
+
+    def resolve_command(self, venv: Path, wanted: Path, output: Path, when: str, exact: tuple[str, ...]) -> str | None:
+        """A command writing to `output` the pins of the requirements file `wanted` for the
+        environment's interpreter as of `when` (exact pins excepted); None when this installer
+        resolves otherwise (environments.EnvironmentCache._resolve_era)."""
+
+
+@dataclass(frozen=True)
+class PipInstaller:
+    """pip in the environment itself; resolutions as of a date by a pip that knows dates (era.py)."""
+
+    pip_cache: Path
+    name: str = PIP
+
+    def variables(self) -> dict[str, str]:
+        return {"PIP_CACHE_DIR": str(self.pip_cache), "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                "PIP_PROGRESS_BAR": "off", **era.index_variables()}
+
+    def mounts(self, folder: Path) -> list[Mount]:
+        return [Mount(str(folder), str(folder), writable=True), Mount(str(self.pip_cache), str(self.pip_cache), writable=True)]
+
+    def venv_command(self, python: str, venv: Path) -> str:
+        return f"{shlex.quote(python)} -m venv {shlex.quote(str(venv))}"
+
+    def install_command(self, venv: Path, arguments: list[str], constraints: str = "", when: str = "",
+                        exact: tuple[str, ...] = ()) -> tuple[str, dict[str, str]]:
+        # The constraints by the environment: they bind the builds of sdists' own environments too.
+        return "python -m pip install " + shlex.join(arguments), ({"PIP_CONSTRAINT": constraints} if constraints else {})
+
+    def resolve_command(self, venv: Path, wanted: Path, output: Path, when: str, exact: tuple[str, ...]) -> str | None:
+        return None
+
+
+@dataclass(frozen=True)
+class UvInstaller:
+    """uv, from outside the environment (`--python`), with one cache shared by the node's builds."""
+
+    root: Path  # the environments' cache folder: uv's cache lives in it
+    pip_cache: Path  # pip's, for what still runs pip in a uv build (the testbeds' resolver)
+    name: str = UV
+
+    @property
+    def cache(self) -> Path:
+        return self.root / "uv-cache"
+
+    def variables(self) -> dict[str, str]:
+        found = {"UV_CACHE_DIR": str(self.cache), "UV_LINK_MODE": "hardlink", "UV_NO_CONFIG": "1",
+                 "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_COMPILE_BYTECODE": "1",
+                 **PipInstaller(self.pip_cache).variables()}
+        index = found.get("PIP_INDEX_URL")
+        if index:
+            found["UV_DEFAULT_INDEX"] = index
+        if found.get("PIP_EXTRA_INDEX_URL"):
+            found["UV_INDEX"] = found["PIP_EXTRA_INDEX_URL"]
+        if found.get("PIP_CERT"):
+            found["SSL_CERT_FILE"] = found["PIP_CERT"]
+        return found
+
+    def mounts(self, folder: Path) -> list[Mount]:
+        """The whole cache folder writable, so that uv's hard links from its cache into the
+        environment stay on one mount (a link across two mounts fails, even of one filesystem);
+        every other environment in it read-only. The folder itself belongs to the caller, so the
+        builds' uid makes nothing new beside the environment."""
+        binary = uv_binary()
+        own = {folder.name, self.cache.name, self.pip_cache.name}
+        found = [Mount(str(self.root), str(self.root), writable=True)]
+        found += [Mount(str(entry), str(entry)) for entry in sorted(self.root.iterdir()) if entry.name not in own
+                  and not entry.is_symlink()]
+        return [*found, Mount(binary, binary)]
+
+    def uv(self, *arguments: str) -> str:
+        return shlex.join([uv_binary(), *arguments])
+
+    def venv_command(self, python: str, venv: Path) -> str:
+        # The standard library's venv, as pip's build makes it (uv's own adds a distutils hook):
+        # the environments of the two installers differ in nothing but what is installed.
+        return f"{shlex.quote(python)} -m venv --without-pip {shlex.quote(str(venv))}"
+
+    def dated(self, when: str, exact: tuple[str, ...]) -> list[str]:
+        if not when:
+            return []
+        names = sorted({era.requirement_name(pin) for pin in exact} - {""})
+        return ["--exclude-newer", when, *(f"--exclude-newer-package={name}={ANY_TIME}" for name in names)]
+
+    def install_command(self, venv: Path, arguments: list[str], constraints: str = "", when: str = "",
+                        exact: tuple[str, ...] = ()) -> tuple[str, dict[str, str]]:
+        held = ["-c", constraints] if constraints else []
+        return self.uv("pip", "install", "--python", str(venv / "bin" / "python"), *self.dated(when, exact), *held,
+                       *arguments), {}
+
+    def resolve_command(self, venv: Path, wanted: Path, output: Path, when: str, exact: tuple[str, ...]) -> str | None:
+        return self.uv("pip", "compile", "--python", str(venv / "bin" / "python"), *self.dated(when, exact),
+                       "--no-header", "--no-annotate", "--quiet", "-o", str(output), str(wanted))
+
+
+def pins_of(compiled: str) -> list[str]:
+    """`name==version` for every distribution of a `uv pip compile` output (those given by URL or
+    path have no version to pin)."""
+    found = [line.strip() for line in compiled.splitlines() if _PIN.match(line.strip())]
+    return sorted(found, key=str.lower)
+
+
+def installer_named(name: str, root: Path, pip_cache: Path) -> Installer:
+    return UvInstaller(root, pip_cache) if name == UV else PipInstaller(pip_cache)
