@@ -25,7 +25,8 @@ from magis_ray.actors.execution.installers import PIP, UV
 from magis_ray.actors.execution.sandbox import Sandbox
 from magis_ray.actors.swebench.grading import spec_for
 
-DEFAULT_DATASET = Path(__file__).resolve().parents[2] / "shared" / "swebench" / "verified-tuning.jsonl"
+DEFAULT_DATASET = next((p / "shared" / "swebench" / "verified-tuning.jsonl" for p in Path(__file__).resolve().parents
+                        if (p / "shared" / "swebench").is_dir()), Path("verified-tuning.jsonl"))
 DEFAULT_INSTANCES = ("pallets__flask-5014", "psf__requests-2931", "sympy__sympy-24661")
 LISTING = ("import importlib.metadata as m, json; "
            "print(json.dumps(sorted({(d.metadata['Name'].lower().replace('_', '-'), d.version) for d in m.distributions()})))")

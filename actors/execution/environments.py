@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import era
 from .identities import build_identity, give_to
-from .installers import AUTO, PIP, UV, Installer, UvInstaller, installer_for, installer_named, pins_of
+from .installers import AUTO, PIP, UV, Installer, UvInstaller, installer_for, installer_named
 from .interpreters import InterpreterMissing, find_python, full_version, interpreter_prefix
 from .sandbox import GiB, MiB, Limits, Mount, Sandbox
 from magis_ray.events.settings import node_settings
@@ -340,7 +340,7 @@ class EnvironmentCache:
             if installer.name == PIP:
                 made = f"python -m venv {shlex.quote(str(folder / 'resolver'))} && {tool} -m pip install --quiet --upgrade {shlex.quote(resolver)}"
             else:
-                command, _ = installer.install_command(folder / "resolver", ["--quiet", resolver])
+                command, _ = installer.install_command(folder / "resolver", ["--quiet", resolver], compiled=False)
                 made = f"{installer.venv_command('python', folder / 'resolver')} && {command}"
             steps.run("resolver", made)
             if pins:
@@ -353,13 +353,12 @@ class EnvironmentCache:
                             "--python-version", ".".join(map(str, major_minor)), "--only-binary=:all:", *pins],
                            capture_output=True, text=True, env=era.pip_environment(self.pip_cache), timeout=900)
         for what, requested in attempts:
-            ok, error = self._resolve(installer, resolver, steps, folder, version, when, requested, tuple(pins), report)
-            if ok:
+            resolved, error = self._resolve(installer, resolver, steps, folder, version, when, requested, tuple(pins), report)
+            if resolved is not None:
                 how = f"with {installer.name}" if installer.name == UV else \
                     f"with {resolver}" if resolver is not None else f"for Python {version}, from wheels"
                 notes.append(f"resolved {what} as of {when} {how}")
-                found = pins_of((folder / "era-pins.txt").read_text()) if installer.name == UV \
-                    else era.constraints_from_report(report)
+                found = resolved
                 break
             notes.append(f"resolving {what} failed: {error}")
         if not found:
@@ -370,23 +369,27 @@ class EnvironmentCache:
         return found
 
     def _resolve(self, installer: Installer, resolver: str | None, steps: BuildSteps, folder: Path, version: str,
-                 when: str, requested: list[str], pins: tuple[str, ...], report: Path) -> tuple[bool, str]:
-        """One attempt at the environment's resolution: (True, "") or (False, why)."""
-        wanted = folder / "era-wanted.txt"
-        output = folder / "era-pins.txt"
+                 when: str, requested: list[str], pins: tuple[str, ...], report: Path) -> tuple[list[str] | None, str]:
+        """One attempt at the environment's resolution: (its pins, "") or (None, why)."""
+        wanted, output = folder / "era-wanted.txt", folder / "era-pins.txt"
         wanted.write_text("\n".join(requirement_lines(requested)) + "\n")
+        output.unlink(missing_ok=True)
         command = installer.resolve_command(folder / "venv", wanted, output, when, pins)
         if command is not None:
-            output.unlink(missing_ok=True)
             outcome = steps.run("era", command, required=False)
-            return outcome.ok and output.is_file(), f"exit {outcome.exit_code}: {outcome.output[-1500:]}"
+            if outcome.ok and output.is_file():
+                return era.pins_in(output), ""
+            return None, f"exit {outcome.exit_code}: {outcome.output[-1500:]}"
         if resolver is not None:
             tool = folder / "resolver" / "bin" / "python"
             command = [str(tool), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
                        "--uploaded-prior-to", when, "--find-links", str(folder / "exact"), *requested]
             outcome = steps.run("era", shlex.join(command), required=False)
-            return outcome.ok and report.is_file(), f"exit {outcome.exit_code}: {outcome.output[-1500:]}"
-        return era.resolve_from_wheels(requested, version, when, str(folder / "exact"), report, self.pip_cache)
+            if outcome.ok and report.is_file():
+                return era.constraints_from_report(report), ""
+            return None, f"exit {outcome.exit_code}: {outcome.output[-1500:]}"
+        ok, error = era.resolve_from_wheels(requested, version, when, str(folder / "exact"), output, self.pip_cache)
+        return (era.pins_in(output), "") if ok else (None, error)
 
 
 def requirement_lines(arguments: list[str]) -> list[str]:

@@ -15,7 +15,6 @@ equally valid answers are its own."""
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +25,6 @@ from .sandbox import Mount
 
 UV, PIP, AUTO = "uv", "pip", "auto"
 UV_OLDEST_PYTHON = (3, 6)  # uv's interpreter query needs `python -I` and 3.6's syntax
-# A date no upload reaches: an exact pin's files are all offered, whatever the environment's date
-# (the harness installed the pinned release itself, with whichever of its files fitted).
-ANY_TIME = "2999-01-01T00:00:00Z"
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)\s*$")
 
 
 def uv_binary() -> str:
@@ -69,9 +64,10 @@ class Installer(Protocol):
         """Makes the virtual environment."""
 
     def install_command(self, venv: Path, arguments: list[str], constraints: str = "", when: str = "",
-                        exact: tuple[str, ...] = ()) -> tuple[str, dict[str, str]]:
+                        exact: tuple[str, ...] = (), compiled: bool = True) -> tuple[str, dict[str, str]]:
         """(command, extra variables) installing `arguments` into `venv`, held to the `constraints`
-        file, as of `when` ("" for today) except for the names of `exact` pins."""
+        file, as of `when` ("" for today) except for the names of `exact` pins; `compiled`: with
+        the modules' bytecode."""
 
     def resolve_command(self, venv: Path, wanted: Path, output: Path, when: str, exact: tuple[str, ...]) -> str | None:
         """A command writing to `output` the pins of the requirements file `wanted` for the
@@ -97,7 +93,7 @@ class PipInstaller:
         return f"{shlex.quote(python)} -m venv {shlex.quote(str(venv))}"
 
     def install_command(self, venv: Path, arguments: list[str], constraints: str = "", when: str = "",
-                        exact: tuple[str, ...] = ()) -> tuple[str, dict[str, str]]:
+                        exact: tuple[str, ...] = (), compiled: bool = True) -> tuple[str, dict[str, str]]:
         # The constraints by the environment: they bind the builds of sdists' own environments too.
         return "python -m pip install " + shlex.join(arguments), ({"PIP_CONSTRAINT": constraints} if constraints else {})
 
@@ -118,17 +114,8 @@ class UvInstaller:
         return self.root / "uv-cache"
 
     def variables(self) -> dict[str, str]:
-        found = {"UV_CACHE_DIR": str(self.cache), "UV_LINK_MODE": "hardlink", "UV_NO_CONFIG": "1",
-                 "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_COMPILE_BYTECODE": "1",
-                 **PipInstaller(self.pip_cache).variables()}
-        index = found.get("PIP_INDEX_URL")
-        if index:
-            found["UV_DEFAULT_INDEX"] = index
-        if found.get("PIP_EXTRA_INDEX_URL"):
-            found["UV_INDEX"] = found["PIP_EXTRA_INDEX_URL"]
-        if found.get("PIP_CERT"):
-            found["SSL_CERT_FILE"] = found["PIP_CERT"]
-        return found
+        # pip's too: the testbeds' resolver is a pip, made by uv
+        return {**PipInstaller(self.pip_cache).variables(), **era.uv_variables(self.cache), "UV_LINK_MODE": "hardlink"}
 
     def mounts(self, folder: Path) -> list[Mount]:
         """The whole cache folder writable, so that uv's hard links from its cache into the
@@ -151,27 +138,20 @@ class UvInstaller:
         return f"{shlex.quote(python)} -m venv --without-pip {shlex.quote(str(venv))}"
 
     def dated(self, when: str, exact: tuple[str, ...]) -> list[str]:
-        if not when:
-            return []
-        names = sorted({era.requirement_name(pin) for pin in exact} - {""})
-        return ["--exclude-newer", when, *(f"--exclude-newer-package={name}={ANY_TIME}" for name in names)]
+        return era.dated_arguments(when, {era.requirement_name(pin) for pin in exact})
 
     def install_command(self, venv: Path, arguments: list[str], constraints: str = "", when: str = "",
-                        exact: tuple[str, ...] = ()) -> tuple[str, dict[str, str]]:
+                        exact: tuple[str, ...] = (), compiled: bool = True) -> tuple[str, dict[str, str]]:
         held = ["-c", constraints] if constraints else []
-        return self.uv("pip", "install", "--python", str(venv / "bin" / "python"), *self.dated(when, exact), *held,
-                       *arguments), {}
+        # Compiled as pip compiles them: test runs see the environment read-only, and would
+        # otherwise compile every module they import at every run.
+        compile_ = ["--compile-bytecode"] if compiled else []
+        return self.uv("pip", "install", "--python", str(venv / "bin" / "python"), *compile_, *self.dated(when, exact),
+                       *held, *arguments), {}
 
     def resolve_command(self, venv: Path, wanted: Path, output: Path, when: str, exact: tuple[str, ...]) -> str | None:
         return self.uv("pip", "compile", "--python", str(venv / "bin" / "python"), *self.dated(when, exact),
                        "--no-header", "--no-annotate", "--quiet", "-o", str(output), str(wanted))
-
-
-def pins_of(compiled: str) -> list[str]:
-    """`name==version` for every distribution of a `uv pip compile` output (those given by URL or
-    path have no version to pin)."""
-    found = [line.strip() for line in compiled.splitlines() if _PIN.match(line.strip())]
-    return sorted(found, key=str.lower)
 
 
 def installer_named(name: str, root: Path, pip_cache: Path) -> Installer:
