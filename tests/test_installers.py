@@ -10,6 +10,7 @@ import pytest
 
 from magis_ray.actors.execution.environments import EnvironmentCache, EnvironmentUnsupported, Recipe
 from magis_ray.actors.execution.installers import PIP, UV, installer_for
+from magis_ray.actors.execution.interpreters import InterpreterMissing, find_python
 from magis_ray.actors.execution.sandbox import bwrap_path
 
 PY = "3.11"
@@ -52,3 +53,19 @@ def test_uv_and_pip_build_the_same_distributions_from_one_recipe(tmp_path):
     attrs = next(Path(with_uv.venv).glob("lib/python*/site-packages/attr/__init__.py"))
     assert attrs.stat().st_nlink > 1
     assert list(attrs.parent.glob("__pycache__/__init__.*.pyc"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
+def test_uv_serves_python_3_6_whose_bytecode_the_environment_compiles_itself(tmp_path):
+    """uv's own bytecode compiler needs Python 3.7 (py_compile.PycInvalidationMode): on 3.6 the
+    environment's interpreter compiles what uv installed (Django 3.0's specs run 3.6)."""
+    try:
+        find_python("3.6")
+    except InterpreterMissing:
+        pytest.skip("no Python 3.6 on this machine")
+    env = EnvironmentCache(tmp_path / "envs").get(Recipe(python="3.6", pip_packages=("six",), uploaded_before="2024-01-01T00:00:00Z"))
+    assert env.installer == UV
+    site = Path(env.venv) / "lib" / "python3.6" / "site-packages"  # no importlib.metadata before 3.8
+    assert {"six-1.16.0.dist-info", "pip-21.3.1.dist-info", "setuptools-59.6.0.dist-info"} <= {p.name for p in site.iterdir()}
+    assert (site / "__pycache__" / "six.cpython-36.pyc").is_file()

@@ -260,12 +260,12 @@ class EnvironmentCache:
             if identity.drop and path.stat().st_uid != identity.uid:
                 give_to(path, identity)
 
-    def installer(self, name: str) -> Installer:
-        return installer_named(name, self.root, self.pip_cache)
+    def installer(self, name: str, python_version: str = "") -> Installer:
+        return installer_named(name, self.root, self.pip_cache, python_version)
 
     def _build(self, recipe: Recipe, python: str, version: str, folder: Path) -> dict:
         prefix = interpreter_prefix(python)
-        installer = self.installer(recipe.installer_name(version))
+        installer = self.installer(recipe.installer_name(version), version)
         self.prepare_writable(folder, installer)
         venv = folder / "venv"
         (folder / "tmp").mkdir()
@@ -303,6 +303,9 @@ class EnvironmentCache:
             install("packages", 1, list(recipe.packages))
         if recipe.pip_packages:
             install("pip_packages", 2, list(recipe.pip_packages))
+        finish = installer.finish_command(venv)
+        if finish:
+            steps.run("finish", finish, network=False)
         if pins:
             # What later installs (the testbed's) keep to: the environment as it now is.
             (folder / "era-constraints.txt").write_text("\n".join(pins) + "\n")

@@ -69,6 +69,9 @@ class Installer(Protocol):
         file, as of `when` ("" for today) except for the names of `exact` pins; `compiled`: with
         the modules' bytecode."""
 
+    def finish_command(self, venv: Path) -> str | None:
+        """What completes the environment after its installs (None: nothing)."""
+
     def resolve_command(self, venv: Path, wanted: Path, output: Path, when: str, exact: tuple[str, ...]) -> str | None:
         """A command writing to `output` the pins of the requirements file `wanted` for the
         environment's interpreter as of `when` (exact pins excepted); None when this installer
@@ -97,6 +100,9 @@ class PipInstaller:
         # The constraints by the environment: they bind the builds of sdists' own environments too.
         return "python -m pip install " + shlex.join(arguments), ({"PIP_CONSTRAINT": constraints} if constraints else {})
 
+    def finish_command(self, venv: Path) -> str | None:
+        return None
+
     def resolve_command(self, venv: Path, wanted: Path, output: Path, when: str, exact: tuple[str, ...]) -> str | None:
         return None
 
@@ -107,7 +113,13 @@ class UvInstaller:
 
     root: Path  # the environments' cache folder: uv's cache lives in it
     pip_cache: Path  # pip's, for what still runs pip in a uv build (the testbeds' resolver)
+    python_version: str = ""  # the environment's ("3.6.15")
     name: str = UV
+
+    @property
+    def compiles_bytecode(self) -> bool:
+        """uv compiles what it installs with the target's py_compile.PycInvalidationMode, new in 3.7."""
+        return not self.python_version or tuple(int(p) for p in self.python_version.split(".")[:2]) >= (3, 7)
 
     @property
     def cache(self) -> Path:
@@ -145,14 +157,20 @@ class UvInstaller:
         held = ["-c", constraints] if constraints else []
         # Compiled as pip compiles them: test runs see the environment read-only, and would
         # otherwise compile every module they import at every run.
-        compile_ = ["--compile-bytecode"] if compiled else []
+        compile_ = ["--compile-bytecode"] if compiled and self.compiles_bytecode else []
         return self.uv("pip", "install", "--python", str(venv / "bin" / "python"), *compile_, *self.dated(when, exact),
                        *held, *arguments), {}
+
+    def finish_command(self, venv: Path) -> str | None:
+        """On Python 3.6 the bytecode is compiled by the environment's own interpreter."""
+        if self.compiles_bytecode:
+            return None
+        return f"{shlex.quote(str(venv / 'bin' / 'python'))} -m compileall -q -j 0 {shlex.quote(str(venv / 'lib'))} > /dev/null"
 
     def resolve_command(self, venv: Path, wanted: Path, output: Path, when: str, exact: tuple[str, ...]) -> str | None:
         return self.uv("pip", "compile", "--python", str(venv / "bin" / "python"), *self.dated(when, exact),
                        "--no-header", "--no-annotate", "--quiet", "-o", str(output), str(wanted))
 
 
-def installer_named(name: str, root: Path, pip_cache: Path) -> Installer:
-    return UvInstaller(root, pip_cache) if name == UV else PipInstaller(pip_cache)
+def installer_named(name: str, root: Path, pip_cache: Path, python_version: str = "") -> Installer:
+    return UvInstaller(root, pip_cache, python_version) if name == UV else PipInstaller(pip_cache)
