@@ -1,11 +1,12 @@
 """Environments: the heavy, shared part of a test environment, as the official harness's
 environment image is: a virtual environment of the spec's Python with the spec's requirements and
 packages, built once and cached under a key made of everything that defines it (the exact
-interpreter, the requirements, the packages and the date they resolve at). What depends on the
-repository's commit (its own install) is a testbed (testbeds.py), built on top of it.
+interpreter, the requirements, the packages, the date they resolve at, the installer). What
+depends on the repository's commit (its own install) is a testbed (testbeds.py), built on top of it.
 
-A build runs in the sandbox with the network on (pip needs PyPI) and every other limit, as the
-builds' uid (identities.py), which owns the cache. The cache folder is ~/.cache/magis-ray/envs
+Its packages are installed by uv where the interpreter allows it, else by pip (installers.py). A
+build runs in the sandbox with the network on (for the package index) and every other limit, as
+the builds' uid (identities.py), which owns the cache. The cache folder is ~/.cache/magis-ray/envs
 unless MAGIS_ENV_CACHE or `--env-cache` say otherwise; builds of the same key on one node wait for
 each other (a file lock), so each node builds each environment once."""
 from __future__ import annotations

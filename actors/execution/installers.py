@@ -7,7 +7,8 @@ declared dependency) is shown read-only there, and it only ever installs into th
 is given (`--python`), never downloads one.
 
 uv inspects an interpreter with `python -I` and a query script of its own, which Python 3.6 and
-later run: older Pythons (2.7, 3.5) keep pip. Both installers take the same steps (a venv, a
+later run: older Pythons (2.7, 3.5) keep pip. Its bytecode compiler needs 3.7, so on 3.6 the
+environment's own interpreter compiles what uv installed. Both installers take the same steps (a venv, a
 resolution of the whole environment as of its date, installs held to that resolution), so a
 recipe builds the same distributions at the same versions with either (tests/test_installers.py);
 which one built an environment is part of its key all the same, since a resolver's choices among
