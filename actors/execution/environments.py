@@ -334,7 +334,6 @@ class EnvironmentCache:
         log = folder / "logs" / "era.log"
         when, notes = era.effective_date(recipe.uploaded_before, pins)
         resolver = era.resolver_pip(major_minor)
-        date = ["--uploaded-prior-to", when, "--find-links", str(exact)]
         attempts = [("everything", [*era.TOOLS, *wanted]), ("the tools and the exact pins", [*era.TOOLS, *pins])]
         found: list[str] = []
         if resolver is not None:

@@ -117,6 +117,13 @@ def pip_environment(pip_cache: str | os.PathLike) -> dict[str, str]:
             "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CACHE_DIR": str(pip_cache)}
 
 
+def uv_binary() -> str:
+    """The uv executable of the installed `uv` package (its real path, to show in a sandbox)."""
+    from uv import find_uv_bin
+
+    return os.path.realpath(find_uv_bin())
+
+
 def uv_variables(cache: str | os.PathLike, environ: dict[str, str] | None = None) -> dict[str, str]:
     """uv's variables for a resolution or a build: the user's index, certificates and proxies as
     pip's (index_variables), no configuration file, no interpreter downloads, the cache given."""
@@ -149,8 +156,6 @@ def resolve_from_wheels(requested: list[str], python_version: str, when: str, ex
     (True, "") or (False, uv's error's end)."""
     import subprocess
     import sys
-
-    from .installers import uv_binary
 
     offered = {name for name in (distribution_of(path) for path in os.listdir(exact)) if name} if os.path.isdir(exact) else set()
     wanted = os.path.join(os.path.dirname(os.path.abspath(output)), os.path.basename(output) + ".in")

@@ -15,24 +15,17 @@ which one built an environment is part of its key all the same, since a resolver
 equally valid answers are its own."""
 from __future__ import annotations
 
-import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from . import era
+from .era import uv_binary
 from .sandbox import Mount
 
 UV, PIP, AUTO = "uv", "pip", "auto"
 UV_OLDEST_PYTHON = (3, 6)  # uv's interpreter query needs `python -I` and 3.6's syntax
-
-
-def uv_binary() -> str:
-    """The uv executable of the installed `uv` package (its real path, to show in the sandbox)."""
-    from uv import find_uv_bin
-
-    return os.path.realpath(find_uv_bin())
 
 
 def installer_for(python_version: str, wanted: str = AUTO) -> str:
