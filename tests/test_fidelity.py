@@ -107,12 +107,12 @@ def test_h_an_install_on_a_python_too_old_for_a_resolver_keeps_to_the_date(cache
 def test_a_resolution_for_an_older_python_decides_its_markers_for_that_python(tmp_path):
     """pikepdf 8.11.1 asks for `lxml<5; python_version < "3.10"`: resolved for Python 3.8 from this
     3.11 process, the marker holds (lxml 5.0.0 of 2023-12-29 would conflict at the install)."""
-    from magis_ray.actors.execution.era import resolve_from_wheels
+    from magis_ray.actors.execution.era import pins_in, resolve_from_wheels
 
-    report = tmp_path / "report.json"
-    ok, error = resolve_from_wheels(["pikepdf==8.11.1"], "3.8.18", "2024-01-01T00:00:00Z", str(tmp_path), report, tmp_path / "cache")
+    pins = tmp_path / "pins.txt"
+    ok, error = resolve_from_wheels(["pikepdf==8.11.1"], "3.8.18", "2024-01-01T00:00:00Z", str(tmp_path), pins, tmp_path / "cache")
     assert ok, error
-    versions = {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in json.loads(report.read_text())["install"]}
+    versions = dict(pin.split("==") for pin in pins_in(pins))
     assert versions["lxml"].startswith("4."), versions
 
 

@@ -1,11 +1,12 @@
 """Environments: the heavy, shared part of a test environment, as the official harness's
 environment image is: a virtual environment of the spec's Python with the spec's requirements and
 packages, built once and cached under a key made of everything that defines it (the exact
-interpreter, the requirements, the packages and the date they resolve at). What depends on the
-repository's commit (its own install) is a testbed (testbeds.py), built on top of it.
+interpreter, the requirements, the packages, the date they resolve at, the installer). What
+depends on the repository's commit (its own install) is a testbed (testbeds.py), built on top of it.
 
-A build runs in the sandbox with the network on (pip needs PyPI) and every other limit, as the
-builds' uid (identities.py), which owns the cache. The cache folder is ~/.cache/magis-ray/envs
+Its packages are installed by uv where the interpreter allows it, else by pip (installers.py). A
+build runs in the sandbox with the network on (for the package index) and every other limit, as
+the builds' uid (identities.py), which owns the cache. The cache folder is ~/.cache/magis-ray/envs
 unless MAGIS_ENV_CACHE or `--env-cache` say otherwise; builds of the same key on one node wait for
 each other (a file lock), so each node builds each environment once."""
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from . import era
 from .identities import build_identity, give_to
+from .installers import AUTO, PIP, UV, Installer, UvInstaller, installer_for, installer_named
 from .interpreters import InterpreterMissing, find_python, full_version, interpreter_prefix
 from .sandbox import GiB, MiB, Limits, Mount, Sandbox
 from magis_ray.events.settings import node_settings
@@ -65,10 +67,21 @@ class Recipe:
     unsupported: str = ""  # when set, why this recipe cannot be built
     label: str = ""  # for people: "sqlfluff/sqlfluff 0.6"
     uploaded_before: str = ""  # ISO 8601: packages as of this time (era.py); "" for today's
+    installer: str = AUTO  # uv, pip, or auto: uv where it serves the Python (installers.py)
+
+    def installer_name(self, interpreter: str) -> str:
+        """Who installs this recipe on Python `interpreter` ("3.9.18"); EnvironmentUnsupported
+        when the recipe asks for an installer that cannot serve it."""
+        try:
+            return installer_for(interpreter, self.installer)
+        except ValueError as exc:
+            raise EnvironmentUnsupported(str(exc)) from None
 
     def identity(self, interpreter: str) -> dict:
         fields = asdict(self)
         fields.pop("label")
+        # The installer that builds it, never "auto": a pip-built environment is not a uv one.
+        fields["installer"] = self.installer_name(interpreter)
         return {"interpreter": interpreter, "tools": list(BASE_TOOLS), "layout": 3, **fields}
 
     def key(self, interpreter: str) -> str:
@@ -92,6 +105,14 @@ class Environment:
     @property
     def venv(self) -> str:
         return str(Path(self.path) / "venv")
+
+    @property
+    def installer(self) -> str:
+        """Who installed its packages (uv or pip), from its record."""
+        try:
+            return json.loads((Path(self.path) / "recipe.json").read_text()).get("installer", PIP)
+        except (OSError, ValueError):
+            return ""
 
     @property
     def resolver(self) -> str:
@@ -228,66 +249,78 @@ class EnvironmentCache:
         except (OSError, ValueError, KeyError):
             return 0.0
 
-    def prepare_writable(self, folder: Path) -> None:
+    @property
+    def uv_cache(self) -> Path:
+        return UvInstaller(self.root, self.pip_cache).cache
+
+    def prepare_writable(self, folder: Path, installer: Installer | None = None) -> None:
         """Folders a build writes belong to the builds' uid."""
         identity = build_identity()
-        for path in (folder, self.pip_cache):
+        for path in (folder, self.pip_cache, *((self.uv_cache,) if installer is not None and installer.name == UV else ())):
             path.mkdir(parents=True, exist_ok=True)
             if identity.drop and path.stat().st_uid != identity.uid:
                 give_to(path, identity)
 
+    def installer(self, name: str, python_version: str = "") -> Installer:
+        return installer_named(name, self.root, self.pip_cache, python_version)
+
     def _build(self, recipe: Recipe, python: str, version: str, folder: Path) -> dict:
         prefix = interpreter_prefix(python)
-        self.prepare_writable(folder)
+        installer = self.installer(recipe.installer_name(version), version)
+        self.prepare_writable(folder, installer)
         venv = folder / "venv"
         (folder / "tmp").mkdir()
         variables = {"PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": str(venv), "TMPDIR": str(folder / "tmp"),
-                     "PIP_CACHE_DIR": str(self.pip_cache), "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-                     "PIP_PROGRESS_BAR": "off", **era.index_variables()}
-        mounts = [Mount(str(folder), str(folder), writable=True), Mount(str(self.pip_cache), str(self.pip_cache), writable=True)]
+                     **installer.variables()}
+        mounts = installer.mounts(folder)
         if not prefix.startswith(SYSTEM_PREFIXES):
             mounts.append(Mount(prefix, prefix))
         give_to(folder / "tmp", build_identity())
         steps = BuildSteps(self.sandbox, folder, mounts, variables, cwd=str(folder))
-        steps.run("venv", f"{shlex.quote(python)} -m venv {shlex.quote(str(venv))}", network=False)
+        steps.run("venv", installer.venv_command(python, venv), network=False)
         stages = era.Stages(recipe.requirements, recipe.packages, recipe.pip_packages)
         if recipe.requirements.strip():
             (folder / "requirements.txt").write_text(recipe.requirements)
         pins: list[str] = []
         if recipe.uploaded_before:
-            pins = self._resolve_era(recipe, stages, steps, folder, version)
+            pins = self._resolve_era(recipe, stages, steps, folder, version, installer)
+        when = (folder / "era-date.txt").read_text().strip() if pins else ""
+        exact = tuple(stages.pins())
 
-        def pinned(stage: int, name: str) -> dict[str, str]:
-            """The date's pins for one step, less the names the step pins itself."""
-            if not pins:
-                return {}
-            path = folder / f"constraints-{name}.txt"
-            path.write_text("\n".join(era.constraints_without(pins, stages.own_pins(stage) if stage >= 0 else set())) + "\n")
-            return {"PIP_CONSTRAINT": str(path)}
+        def install(step: str, stage: int, arguments: list[str]) -> None:
+            """One install step, held to the date's pins less the names the step pins itself."""
+            constraints = ""
+            if pins:
+                path = folder / f"constraints-{step}.txt"
+                path.write_text("\n".join(era.constraints_without(pins, stages.own_pins(stage) if stage >= 0 else set())) + "\n")
+                constraints = str(path)
+            command, extra = installer.install_command(venv, arguments, constraints, when, exact)
+            steps.run(step, command, extra=extra)
 
-        tools = "python -m pip install --upgrade pip setuptools wheel" if pins else \
-            "python -m pip install --upgrade " + " ".join(shlex.quote(t) for t in BASE_TOOLS)
-        steps.run("tools", tools, extra=pinned(-1, "tools"))
+        install("tools", -1, ["--upgrade", *era.TOOLS] if pins else ["--upgrade", *BASE_TOOLS])
         if recipe.requirements.strip():
-            steps.run("requirements", f"python -m pip install -r {shlex.quote(str(folder / 'requirements.txt'))}",
-                      extra=pinned(0, "requirements"))
+            install("requirements", 0, ["-r", str(folder / "requirements.txt")])
         if recipe.packages:
-            steps.run("packages", "python -m pip install " + " ".join(shlex.quote(p) for p in recipe.packages),
-                      extra=pinned(1, "packages"))
+            install("packages", 1, list(recipe.packages))
         if recipe.pip_packages:
-            steps.run("pip_packages", "python -m pip install " + " ".join(shlex.quote(p) for p in recipe.pip_packages),
-                      extra=pinned(2, "pip_packages"))
+            install("pip_packages", 2, list(recipe.pip_packages))
+        finish = installer.finish_command(venv)
+        if finish:
+            steps.run("finish", finish, network=False)
         if pins:
             # What later installs (the testbed's) keep to: the environment as it now is.
             (folder / "era-constraints.txt").write_text("\n".join(pins) + "\n")
         shutil.rmtree(folder / "tmp", ignore_errors=True)
         (folder / "recipe.json").write_text(json.dumps(recipe.identity(version), indent=1, sort_keys=True))
-        return {"label": recipe.label, "interpreter_prefix": prefix, "interpreter": python}
+        return {"label": recipe.label, "interpreter_prefix": prefix, "interpreter": python, "installer": installer.name}
 
-    def _resolve_era(self, recipe: Recipe, stages, steps: BuildSteps, folder: Path, version: str) -> list[str]:
+    def _resolve_era(self, recipe: Recipe, stages, steps: BuildSteps, folder: Path, version: str,
+                     installer: Installer) -> list[str]:
         """The pins of `recipe.uploaded_before` for the whole environment (pip, setuptools and wheel
         included), or [] when no resolution works (the build then goes on as of today, and
-        logs/era.log says so)."""
+        logs/era.log says so). uv resolves for the environment's own interpreter; pip by a pip that
+        knows dates, in a venv of its own (3.9 and later) or, for an older Python, from wheels.
+        Either way the testbeds' installs get that resolver and the spec's exact pins as files."""
         major_minor = tuple(int(p) for p in version.split(".")[:2])
         requirements, packages, pip_packages = stages.final()
         pins = stages.pins()
@@ -301,45 +334,76 @@ class EnvironmentCache:
         log = folder / "logs" / "era.log"
         when, notes = era.effective_date(recipe.uploaded_before, pins)
         resolver = era.resolver_pip(major_minor)
-        date = ["--uploaded-prior-to", when, "--find-links", str(exact)]
         attempts = [("everything", [*era.TOOLS, *wanted]), ("the tools and the exact pins", [*era.TOOLS, *pins])]
+        found: list[str] = []
         if resolver is not None:
             # A venv of its own beside the environment, kept for the testbeds' installs; it runs in
             # the sandbox, for it may build an sdist's metadata, which runs the sdist's code.
             tool = folder / "resolver" / "bin" / "python"
-            steps.run("resolver", f"python -m venv {shlex.quote(str(folder / 'resolver'))} && "
-                      f"{tool} -m pip install --quiet --upgrade {shlex.quote(resolver)}")
+            if installer.name == PIP:
+                made = f"python -m venv {shlex.quote(str(folder / 'resolver'))} && {tool} -m pip install --quiet --upgrade {shlex.quote(resolver)}"
+            else:
+                command, _ = installer.install_command(folder / "resolver", ["--quiet", resolver], compiled=False)
+                made = f"{installer.venv_command('python', folder / 'resolver')} && {command}"
+            steps.run("resolver", made)
             if pins:
                 steps.run("exact-pins", f"{tool} -m pip download --no-deps --quiet -d " + shlex.quote(str(exact)) + " "
                           + " ".join(shlex.quote(p) for p in pins), required=False)
-            for what, requested in attempts:
-                command = [str(tool), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
-                           *date, *requested]
-                outcome = steps.run("era", shlex.join(command), required=False)
-                if outcome.ok and report.is_file():
-                    notes.append(f"resolved {what} as of {when} with {resolver}")
-                    break
-                notes.append(f"resolving {what} failed (exit {outcome.exit_code}): {outcome.output[-1500:]}")
-        else:
-            # Too old for a resolver of its own: this process's pip resolves for its version, from
-            # wheels only, so no package code runs here.
-            if pins:
-                subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(exact),
-                                "--python-version", ".".join(map(str, major_minor)), "--only-binary=:all:", *pins],
-                               capture_output=True, text=True, env=era.pip_environment(self.pip_cache), timeout=900)
-            for what, requested in attempts:
-                ok, error = era.resolve_from_wheels(requested, version, when, str(exact), report, self.pip_cache)
-                if ok:
-                    notes.append(f"resolved {what} as of {when} for Python {version}, from wheels")
-                    break
-                notes.append(f"resolving {what} failed: {error}")
-        if not report.is_file():
+        elif pins:
+            # Too old for a resolver of its own: this process's pip fetches the pins for its
+            # version, from wheels only, so no package code runs here.
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(exact),
+                            "--python-version", ".".join(map(str, major_minor)), "--only-binary=:all:", *pins],
+                           capture_output=True, text=True, env=era.pip_environment(self.pip_cache), timeout=900)
+        for what, requested in attempts:
+            resolved, error = self._resolve(installer, resolver, steps, folder, version, when, requested, tuple(pins), report)
+            if resolved is not None:
+                how = f"with {installer.name}" if installer.name == UV else \
+                    f"with {resolver}" if resolver is not None else f"for Python {version}, from wheels"
+                notes.append(f"resolved {what} as of {when} {how}")
+                found = resolved
+                break
+            notes.append(f"resolving {what} failed: {error}")
+        if not found:
             log.write_text("\n".join(notes) + "\nbuilding without the date limit\n")
             return []
-        found = era.constraints_from_report(report)
         log.write_text("\n".join(notes) + "\n" + "\n".join(found) + "\n")
         (folder / "era-date.txt").write_text(when + "\n")
         return found
+
+    def _resolve(self, installer: Installer, resolver: str | None, steps: BuildSteps, folder: Path, version: str,
+                 when: str, requested: list[str], pins: tuple[str, ...], report: Path) -> tuple[list[str] | None, str]:
+        """One attempt at the environment's resolution: (its pins, "") or (None, why)."""
+        wanted, output = folder / "era-wanted.txt", folder / "era-pins.txt"
+        wanted.write_text("\n".join(requirement_lines(requested)) + "\n")
+        output.unlink(missing_ok=True)
+        command = installer.resolve_command(folder / "venv", wanted, output, when, pins)
+        if command is not None:
+            outcome = steps.run("era", command, required=False)
+            if outcome.ok and output.is_file():
+                return era.pins_in(output), ""
+            return None, f"exit {outcome.exit_code}: {outcome.output[-1500:]}"
+        if resolver is not None:
+            tool = folder / "resolver" / "bin" / "python"
+            command = [str(tool), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
+                       "--uploaded-prior-to", when, "--find-links", str(folder / "exact"), *requested]
+            outcome = steps.run("era", shlex.join(command), required=False)
+            if outcome.ok and report.is_file():
+                return era.constraints_from_report(report), ""
+            return None, f"exit {outcome.exit_code}: {outcome.output[-1500:]}"
+        ok, error = era.resolve_from_wheels(requested, version, when, str(folder / "exact"), output, self.pip_cache)
+        return (era.pins_in(output), "") if ok else (None, error)
+
+
+def requirement_lines(arguments: list[str]) -> list[str]:
+    """pip install arguments as the lines of a requirements file (`-r FILE` stays one line)."""
+    lines: list[str] = []
+    for argument in arguments:
+        if lines and lines[-1] == "-r":
+            lines[-1] = f"-r {argument}"
+        else:
+            lines.append(argument)
+    return lines
 
 
 __all__ = ["Recipe", "Environment", "EnvironmentCache", "EnvironmentUnsupported", "EnvironmentBuildError",

@@ -15,14 +15,18 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from magis_ray.events.settings import process_environment
 
-# The resolver: pip 26.0.1 is the last pip that knows --uploaded-prior-to and runs on Python 3.9;
-# newer Pythons take the newest pip. Older Pythons are resolved by this process's pip for their
-# version, from wheels only (pip cannot build another Python's metadata).
+# The testbeds' resolver: pip 26.0.1 is the last pip that knows --uploaded-prior-to and runs on
+# Python 3.9; newer Pythons take the newest pip. Older Pythons are resolved by uv from this process
+# for their version, from wheels only (resolve_from_wheels).
 RESOLVER_FOR_39 = "pip==26.0.1"
 TOOLS = ("pip", "setuptools", "wheel")
+# A date no upload reaches (dated_arguments).
+ANY_TIME = "2999-01-01T00:00:00Z"
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)\s*$")
 _EXACT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*([A-Za-z0-9._+!-]+)\s*(;.*)?$")
 
 
@@ -113,21 +117,75 @@ def pip_environment(pip_cache: str | os.PathLike) -> dict[str, str]:
             "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CACHE_DIR": str(pip_cache)}
 
 
-def resolve_from_wheels(requested: list[str], python_version: str, when: str, exact: str, report: str | os.PathLike,
-                        pip_cache: str | os.PathLike, constraints: str = "", timeout: float = 900.0) -> tuple[bool, str]:
-    """Resolve `requested` as of `when` for a Python too old for a resolver of its own: this
-    process's pip, for that Python's version and markers (pip_for_python.py), from wheels only (so
-    no package's code runs here), writing a `pip install --report` to `report`. (True, "") or
-    (False, pip's error's end)."""
+def uv_binary() -> str:
+    """The uv executable of the installed `uv` package (its real path, to show in a sandbox)."""
+    from uv import find_uv_bin
+
+    return os.path.realpath(find_uv_bin())
+
+
+def uv_variables(cache: str | os.PathLike, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """uv's variables for a resolution or a build: the user's index, certificates and proxies as
+    pip's (index_variables), no configuration file, no interpreter downloads, the cache given."""
+    found = index_variables(environ)
+    found.pop("PIP_CONFIG_FILE", None)
+    uv = {"UV_CACHE_DIR": str(cache), "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"}
+    for pip_name, uv_name in (("PIP_INDEX_URL", "UV_DEFAULT_INDEX"), ("PIP_EXTRA_INDEX_URL", "UV_INDEX"),
+                              ("PIP_CERT", "SSL_CERT_FILE"), ("PIP_CLIENT_CERT", "SSL_CLIENT_CERT")):
+        if found.get(pip_name):
+            uv[uv_name] = found[pip_name]
+    return {name: value for name, value in found.items() if not name.startswith("PIP_")} | uv
+
+
+def dated_arguments(when: str, exact_names: set[str] | list[str]) -> list[str]:
+    """uv's arguments for packages as of `when`, except the exact pins' names: all of their files
+    are offered, whatever the date (the harness installed the pinned release with whichever of its
+    files fitted)."""
+    if not when:
+        return []
+    names = sorted({normalized(name) for name in exact_names} - {""})
+    return ["--exclude-newer", when, *(f"--exclude-newer-package={name}={ANY_TIME}" for name in names)]
+
+
+def resolve_from_wheels(requested: list[str], python_version: str, when: str, exact: str, output: str | os.PathLike,
+                        cache: str | os.PathLike, constraints: str = "", timeout: float = 900.0) -> tuple[bool, str]:
+    """Resolve `requested` as of `when` for a Python that no resolution can run in (too old for a
+    pip that knows dates, or built by pip): uv from this process, for that Python's version and
+    markers, from wheels only (so no package's code runs here), the exact pins of the folder
+    `exact` offered whatever their date. Writes the pins to `output` (pins_in reads them).
+    (True, "") or (False, uv's error's end)."""
     import subprocess
     import sys
 
-    major_minor = ".".join(python_version.split(".")[:2])
-    command = [sys.executable, "-m", "magis_ray.actors.execution.pip_for_python", python_version, "install", "--dry-run",
-               "--ignore-installed", "--quiet", "--report", str(report), "--python-version", major_minor, "--only-binary=:all:", "--uploaded-prior-to", when, "--find-links", exact,
-               *(["-c", constraints] if constraints else []), *requested]
-    done = subprocess.run(command, capture_output=True, text=True, env=pip_environment(pip_cache), timeout=timeout)
-    return done.returncode == 0 and os.path.isfile(report), done.stderr[-1500:]
+    offered = {name for name in (distribution_of(path) for path in os.listdir(exact)) if name} if os.path.isdir(exact) else set()
+    wanted = os.path.join(os.path.dirname(os.path.abspath(output)), os.path.basename(output) + ".in")
+    with open(wanted, "w") as handle:
+        handle.write("\n".join(requested) + "\n")
+    command = [uv_binary(), "pip", "compile", "--python", sys.executable, "--python-version", python_version,
+               "--only-binary", ":all:", *dated_arguments(when, offered), *(["--find-links", exact] if offered else []),
+               *(["-c", str(constraints)] if constraints else []), "--no-header", "--no-annotate", "--quiet",
+               "-o", str(output), wanted]
+    environ = {k: v for k, v in process_environment().items() if not k.startswith(("PIP_", "UV_"))}
+    done = subprocess.run(command, capture_output=True, text=True, env={**environ, **uv_variables(Path(cache) / "uv")},
+                          timeout=timeout)
+    return done.returncode == 0 and os.path.isfile(output), done.stderr[-1500:]
+
+
+def pins_in(path: str | os.PathLike) -> list[str]:
+    """`name==version` for every distribution of a `uv pip compile` output (those given by URL or
+    path have no version to pin)."""
+    with open(path) as handle:
+        found = [line.strip() for line in handle if _PIN.match(line.strip())]
+    return sorted(found, key=str.lower)
+
+
+def distribution_of(filename: str) -> str:
+    """The distribution a wheel's or an sdist's file name names ("" for another file)."""
+    for ext in (".whl", ".tar.gz", ".zip", ".tar.bz2", ".egg"):
+        if filename.endswith(ext):
+            stem = filename[: -len(ext)]
+            return normalized(stem.split("-")[0] if ext in (".whl", ".egg") else stem.rpartition("-")[0])
+    return ""
 
 
 def project_requirements_for(report_path: str | os.PathLike, python_version: str) -> list[str]:

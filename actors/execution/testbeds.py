@@ -51,7 +51,7 @@ from .testbed_reuse import (INPUTS_FILE, Donors, InstallRecord, copy_installed, 
                             drop_untouched, requirements_may_differ, to_copy,
                             installed_files, link_folder, mentions_of, project_requirements,
                             requested_extras)
-from .era import constraints_from_report, project_requirements_for, requirement_name, resolve_from_wheels
+from .era import constraints_from_report, pins_in, project_requirements_for, requirement_name, resolve_from_wheels
 from .sandbox import Mount
 from .workspaces import WorkspaceError, borrow_objects, checkout, git_env, objects_of
 
@@ -431,7 +431,7 @@ class TestbedCache:
         requirements = project_requirements_for(report, env.python_version)
         if not requirements:
             return {}
-        dated = folder / f"install-{number}-report.json"
+        dated = folder / f"install-{number}-dated.txt"
         ok, error = resolve_from_wheels(requirements, env.python_version, when, env.exact_pins, dated, self.envs.pip_cache,
                                         constraints=env.constraints)
         if not ok:
@@ -440,7 +440,7 @@ class TestbedCache:
             return {}
         pins = Path(env.constraints).read_text().splitlines()
         held = {requirement_name(pin) for pin in pins}
-        pins += [pin for pin in constraints_from_report(dated) if requirement_name(pin) not in held]
+        pins += [pin for pin in pins_in(dated) if requirement_name(pin) not in held]
         path = folder / f"install-{number}-constraints.txt"
         path.write_text("\n".join(pins) + "\n")
         notes.append(f"install step {number}: resolved as of {when} for Python {env.python_version}, from wheels "

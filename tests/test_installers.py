@@ -1,0 +1,71 @@
+"""Environments made with uv and with pip: the same recipe gives the same distributions at the
+same versions, on a Python both serve. Real builds from PyPI in the bubblewrap sandbox."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from magis_ray.actors.execution.environments import EnvironmentCache, EnvironmentUnsupported, Recipe
+from magis_ray.actors.execution.installers import PIP, UV, installer_for
+from magis_ray.actors.execution.interpreters import InterpreterMissing, find_python
+from magis_ray.actors.execution.sandbox import bwrap_path
+
+PY = "3.11"
+LISTING = ("import importlib.metadata as m, json; "
+           "print(json.dumps(sorted({(d.metadata['Name'].lower().replace('_', '-'), d.version) for d in m.distributions()})))")
+
+
+def distributions(venv: str) -> list[tuple[str, str]]:
+    done = subprocess.run([str(Path(venv) / "bin" / "python"), "-c", LISTING], capture_output=True, text=True, check=True)
+    return [tuple(item) for item in json.loads(done.stdout)]
+
+
+def test_uv_serves_python_3_6_and_later_and_pip_the_older():
+    assert installer_for("3.6.15") == UV and installer_for("3.13.0") == UV
+    assert installer_for("3.5.10") == PIP and installer_for("2.7.18") == PIP
+    assert installer_for("3.11.7", PIP) == PIP
+    with pytest.raises(ValueError, match="uv cannot install into Python 2.7.18"):
+        installer_for("2.7.18", UV)
+    with pytest.raises(EnvironmentUnsupported, match="uv cannot install"):
+        Recipe(python="2.7", installer=UV).key("2.7.18")
+
+
+@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
+def test_uv_and_pip_build_the_same_distributions_from_one_recipe(tmp_path):
+    """A requirements file, packages and pip packages as of a date, with an exact pin released
+    after it (six 1.17.0 of 2024-12-04 moves the date there) and one of the requirements file
+    overridden by a later step's pin (iniconfig)."""
+    cache = EnvironmentCache(tmp_path / "envs")
+    recipe = dict(python=PY, requirements="iniconfig\npluggy<2\n", packages=("attrs",),
+                  pip_packages=("six==1.17.0", "iniconfig==1.1.1"), uploaded_before="2023-01-01T00:00:00Z")
+    with_pip = cache.get(Recipe(**recipe, installer=PIP, label="pip"))
+    with_uv = cache.get(Recipe(**recipe, label="auto"))
+    assert (with_pip.installer, with_uv.installer) == (PIP, UV)
+    assert with_pip.key != with_uv.key  # the installer is part of what the key names
+    found = distributions(with_uv.venv)
+    assert found == distributions(with_pip.venv)
+    assert {("six", "1.17.0"), ("iniconfig", "1.1.1"), ("attrs", "24.2.0"), ("pip", "24.3.1")} <= set(found), found
+    assert "resolved everything as of 2024-12-04" in (Path(with_uv.path) / "logs" / "era.log").read_text()
+    # uv's files come from its cache by hard links, and the modules are compiled as pip's are.
+    attrs = next(Path(with_uv.venv).glob("lib/python*/site-packages/attr/__init__.py"))
+    assert attrs.stat().st_nlink > 1
+    assert list(attrs.parent.glob("__pycache__/__init__.*.pyc"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
+def test_uv_serves_python_3_6_whose_bytecode_the_environment_compiles_itself(tmp_path):
+    """uv's own bytecode compiler needs Python 3.7 (py_compile.PycInvalidationMode): on 3.6 the
+    environment's interpreter compiles what uv installed (Django 3.0's specs run 3.6)."""
+    try:
+        find_python("3.6")
+    except InterpreterMissing:
+        pytest.skip("no Python 3.6 on this machine")
+    env = EnvironmentCache(tmp_path / "envs").get(Recipe(python="3.6", pip_packages=("six",), uploaded_before="2024-01-01T00:00:00Z"))
+    assert env.installer == UV
+    site = Path(env.venv) / "lib" / "python3.6" / "site-packages"  # no importlib.metadata before 3.8
+    assert {"six-1.16.0.dist-info", "pip-21.3.1.dist-info", "setuptools-59.6.0.dist-info"} <= {p.name for p in site.iterdir()}
+    assert (site / "__pycache__" / "six.cpython-36.pyc").is_file()
