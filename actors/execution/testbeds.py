@@ -43,6 +43,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .compiler_cache import CompilerCache, compiler_cache
 from .environments import (SYSTEM_PREFIXES, BuildSteps, Environment, EnvironmentBuildError, EnvironmentCache,
                            EnvironmentUnsupported, Recipe, folder_lock, locked_build, write_ready)
 from .identities import build_identity, give_to
@@ -235,13 +236,25 @@ class TestbedCache:
 
     def _steps(self, env: Environment, folder: Path, repo_path: Path) -> BuildSteps:
         prefix, tree = folder / "python", folder / "tree"
-        variables = {"PATH": f"{prefix}/bin:{env.venv}/bin:/usr/local/bin:/usr/bin:/bin",
-                     "PIP_CACHE_DIR": str(self.envs.pip_cache), "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-                     "PIP_PROGRESS_BAR": "off", **_index_variables()}
+        path = f"{prefix}/bin:{env.venv}/bin:/usr/local/bin:/usr/bin:/bin"
+        variables = {"PATH": path, "PIP_CACHE_DIR": str(self.envs.pip_cache), "PIP_NO_INPUT": "1",
+                     "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_PROGRESS_BAR": "off", **_index_variables()}
         mounts = [*env.mounts(), Mount(str(folder), str(folder), writable=True), Mount(str(tree), TESTBED, writable=True),
                   Mount(objects_of(repo_path), objects_of(repo_path)),
                   Mount(str(self.envs.pip_cache), str(self.envs.pip_cache), writable=True)]
+        compilers = self.compiler_cache()
+        if compilers is not None:
+            variables.update(compilers.variables(tree, path))
+            mounts += compilers.mounts()
         return BuildSteps(self.envs.sandbox, folder, mounts, variables, cwd=TESTBED)
+
+    def compiler_cache(self) -> CompilerCache | None:
+        """The node's compiler cache (compiler_cache.py), writable by the builds' uid; None without ccache."""
+        compilers = compiler_cache(self.envs.root)
+        identity = build_identity()
+        if compilers is not None and identity.drop and compilers.folder.stat().st_uid != identity.uid:
+            give_to(compilers.folder, identity)
+        return compilers
 
     def _install(self, recipe: TestbedRecipe, env: Environment, steps: BuildSteps, before: TreeState, folder: Path,
                  notes: list[str]) -> dict:
