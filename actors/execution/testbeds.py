@@ -51,7 +51,7 @@ from .install_inputs import DIFFERENT, INCREMENTAL, SAME, InstallInputs, Trace, 
 from .testbed_reuse import (INPUTS_FILE, Donors, InstallRecord, copy_installed, copy_prefix, date_unchanged, distributions,
                             drop_untouched, requirements_may_differ, to_copy,
                             installed_files, link_folder, mentions_of, project_requirements,
-                            requested_extras)
+                            installs_in_place, requested_extras)
 from .era import constraints_from_report, project_requirements_for, requirement_name, resolve_from_wheels
 from .sandbox import Mount
 from .workspaces import WorkspaceError, borrow_objects, checkout, git_env, objects_of
@@ -324,7 +324,8 @@ class TestbedCache:
                 requires: tuple[str, ...], notes: list[str]) -> InstallRecord:
         """What the install read and left behind (the testbed is a donor from now on), its log."""
         tree, prefix = folder / "tree", folder / "python"
-        inputs = InstallInputs.from_trace(Trace.read(folder / TRACE), before, (TESTBED, str(tree)), str(prefix))
+        inputs = InstallInputs.from_trace(Trace.read(folder / TRACE), before, (TESTBED, str(tree)), str(prefix),
+                                          editable=installs_in_place(recipe.install))
         if inputs.refusal:
             notes.append(f"other commits install again: {inputs.refusal}")
         made, removed = installed_files(tree, before)
