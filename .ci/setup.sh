@@ -8,6 +8,10 @@ cd "$(dirname "$0")/.."
 if ! command -v bwrap >/dev/null && command -v apt-get >/dev/null; then
     (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) || echo "bubblewrap not installed; sandboxed tests will be skipped"
 fi
+# The compiler cache of testbed installs (optional): Debian's ccache.
+if ! command -v ccache >/dev/null && command -v apt-get >/dev/null; then
+    (apt-get update -qq && apt-get install -y -qq ccache >/dev/null) || echo "ccache not installed; testbed installs will compile in full"
+fi
 # A line every 30 s while a long step runs, so a quiet pip is seen to be working.
 with_heartbeat() {
     local what=$1 start beat rc=0

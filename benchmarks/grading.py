@@ -7,6 +7,11 @@
   (the builds this grading ran for it), how its testbed was made (its own install, another's
   reused, or the install again on a copy of another's), its test time, and over all instances
   (preparation + tests) / tests, the cost of grading against the tests' own time;
+- per repository: its environments' builds, its testbeds' builds and its tests, in seconds; how
+  each testbed was made (built: its own install; reinstalled: the install again on a copy of
+  another's; reused: another's install, no install run; from cache: made before this grading);
+  and the two ratios, (testbeds + tests) / tests with the environments warm and
+  (environments + testbeds + tests) / tests from nothing;
 - the sandbox ratio, on instances whose testbeds are cached: an instance's whole run (the
   prediction applied and the harness's eval script) in bubblewrap over the same steps directly on
   the host (`--sandbox none`, which has no install step again), the median of alternating repeats
@@ -74,7 +79,64 @@ def grading_figures(store_path: str, name: str, cache_root: Path) -> None:
               f"{statistics.median(testbeds) if testbeds else 0:.0f} | {len(events)} | "
               f"{statistics.median(tests) if tests else 0:.1f} | {max(tests) if tests else 0:.1f} |")
     print("\n\\* built before this grading, cached (its build time as the cache recorded it)")
+    repository_figures([r.event for r in graded], cache_root)
     preparation_figures([r.event for r in graded], cache_root)
+
+
+def repository_of(instance_id: str) -> str:
+    """owner/name of a SWE-bench instance id (owner__name-NUMBER)."""
+    return instance_id.rsplit("-", 1)[0].replace("__", "/")
+
+
+def repository_figures(events: list[InstanceGraded], cache_root: Path) -> None:
+    """Per repository: its environments' builds, its testbeds' builds, its tests; how each testbed
+    was made; and the two ratios: (testbeds + tests) / tests, this grading with its environments
+    warm, and (environments + testbeds + tests) / tests, a grading from nothing (an environment
+    this grading found cached counts with the build time its cache recorded)."""
+    print("\n### per repository\n")
+    print("| repository | instances | environments s | testbeds s | tests s | testbeds made | "
+          "(testbeds + tests) / tests | (environments + testbeds + tests) / tests |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|")
+    by_repo: dict[str, list[InstanceGraded]] = defaultdict(list)
+    for event in events:
+        if event.ran:
+            by_repo[repository_of(event.instance_id)].append(event)
+    totals = {"environments": 0.0, "testbeds": 0.0, "earlier testbeds": 0.0, "tests": 0.0}
+    all_made: dict[str, int] = defaultdict(int)
+    for repo in sorted(by_repo):
+        group = by_repo[repo]
+        environments: dict[str, float] = {}
+        for event in group:
+            seconds = event.env_build_seconds if event.env_built_now else earlier_build_seconds(cache_root, event.env_key)
+            environments[event.env_key] = max(environments.get(event.env_key, 0.0), seconds or 0.0)
+        testbeds = sum(e.testbed_build_seconds for e in group if e.testbed_built_now)
+        earlier_testbeds = sum(earlier_build_seconds(cache_root / "testbeds", e.testbed_key) or 0.0
+                               for e in group if not e.testbed_built_now and e.testbed_key)
+        tests = sum(e.test_seconds for e in group)
+        made: dict[str, int] = defaultdict(int)
+        for event in group:
+            how = testbed_made(cache_root, event.testbed_key).split(" ")[0] if event.testbed_built_now else "from cache"
+            made[how] += 1
+            all_made[how] += 1
+        figures = {"environments": sum(environments.values()), "testbeds": testbeds, "earlier testbeds": earlier_testbeds,
+                   "tests": tests}
+        for name, value in figures.items():
+            totals[name] += value
+        print(f"| {repo} | {len(group)} | {figures['environments']:.0f} | {testbeds:.0f} | {tests:.0f} | "
+              f"{made_text(made)} | {ratio(testbeds + tests, tests)} | {ratio(sum(figures.values()), tests)} |")
+    print(f"| **all** | {sum(map(len, by_repo.values()))} | {totals['environments']:.0f} | {totals['testbeds']:.0f} | "
+          f"{totals['tests']:.0f} | {made_text(all_made)} | **{ratio(totals['testbeds'] + totals['tests'], totals['tests'])}** | "
+          f"**{ratio(sum(totals.values()), totals['tests'])}** |")
+    print("\nenvironments s: each environment's build, this grading's or, cached, the one its cache recorded; the last "
+          "ratio adds the recorded builds of testbeds taken from the cache too (a grading from nothing builds them)")
+
+
+def made_text(made: dict[str, int]) -> str:
+    return ", ".join(f"{how} {count}" for how, count in sorted(made.items()))
+
+
+def ratio(part: float, tests: float) -> str:
+    return f"{part / tests:.2f}" if tests else "-"
 
 
 def preparation_figures(events: list[InstanceGraded], cache_root: Path) -> None:

@@ -16,6 +16,7 @@ from magis_ray.actors.execution.environments import EnvironmentCache, Recipe
 from magis_ray.actors.execution.install_inputs import DIFFERENT, INCREMENTAL, SAME, InstallInputs, Trace, TreeState
 from magis_ray.actors.execution.runner import TestRunner
 from magis_ray.actors.execution.sandbox import Limits, Sandbox, bwrap_path
+from magis_ray.actors.execution.testbed_reuse import installs_in_place
 from magis_ray.actors.execution.testbeds import BUILT, REINSTALLED, REUSED, TestbedCache, TestbedRecipe
 from magis_ray.actors.swebench.grading_batch import GradeJob, next_job
 
@@ -171,6 +172,22 @@ def test_the_trace_gives_what_the_install_reads_and_judges_other_trees(tmp_path)
                          ({"scripts/tool2": "t"}, "the files in scripts differ"),  # setup.py globbed there
                          ({"top.py": "x"}, "the files in the top folder differ")]:
         assert inputs.compare(state({**BASE, **changed})) == (DIFFERENT, why)
+
+
+def test_an_install_in_place_counts_only_the_top_folders_the_tools_listed(tmp_path):
+    # setuptools' manifest walks the whole tree; in place, only the top folders' structure counts.
+    files = {**BASE, "tests/roots/a/conf.py": "a"}
+    write_trace(tmp_path, 12, ["start\t3.9.18", "read\tsetup.py", "list\t.", "list\tpkg", "list\ttests", "list\ttests/roots"])
+    in_place = InstallInputs.from_trace(Trace.read(tmp_path), state(files), ("/testbed",), "/p", editable=True)
+    copied = InstallInputs.from_trace(Trace.read(tmp_path), state(files), ("/testbed",), "/p")
+    new_root = state({**files, "tests/roots/b/conf.py": "b"})
+    assert in_place.compare(new_root)[0] == SAME
+    assert copied.compare(new_root) == (DIFFERENT, "the folders in tests/roots differ")
+    for inputs in (in_place, copied):
+        assert inputs.compare(state({**files, "pkg/other/__init__.py": "o"})) == (DIFFERENT, "the folders in pkg differ")
+        assert inputs.compare(state({**files, "tests/unit/x.py": "x"})) == (DIFFERENT, "the folders in tests differ")
+    assert installs_in_place(("python -m pip install -e .[test]",)) and installs_in_place(("python setup.py develop",))
+    assert not installs_in_place(("python -m pip install .",)) and not installs_in_place(("python setup.py install",))
 
 
 def test_the_version_from_git_or_a_compiler_installs_again_and_untraced_programs_are_never_the_same(tmp_path):

@@ -10,6 +10,7 @@ opened, which folders they listed, which programs they ran. Its inputs are then:
   folder the project's own code listed (setup.py's glob of scripts/);
 - the structure of every folder the tools listed (setuptools finding packages): its subfolders and
   whether it has an __init__.py. The file names there only reach SOURCES.txt, a list no test reads;
+  for an install in place, only the folders at the top (EDITABLE_DEPTH);
 - the compiled sources (.c, .h, .pyx, ... and build files) of the whole tree when a compiler ran,
   since the compiler's own reads are not traced.
 
@@ -50,6 +51,12 @@ PYTHON = re.compile(r"^python[0-9.]*$")
 PYC = re.compile(r"^(?:(.*)/)?__pycache__/([^/.]+)\.[^/]+\.pyc$")
 
 SAME, INCREMENTAL, DIFFERENT = "same", "incremental", "different"
+# An install in place (pip install -e, setup.py develop) links the tree: its packages are imported
+# from /testbed, where every commit has its own, and what finding them decides beyond the top-level
+# ones (the top folder's names, and the structure of the folders in it: pkg/, src/) is the
+# egg-info's file list, which no test reads. So the tools' listing of deeper folders (setuptools'
+# manifest walking the whole tree: sphinx's tests/roots, which most commits add to) does not count.
+EDITABLE_DEPTH = 1
 
 
 def _git(tree: Path, *args: str) -> bytes:
@@ -205,7 +212,11 @@ class InstallInputs:
     refusal: str = ""  # why the install cannot be reused ("" when it can)
 
     @classmethod
-    def from_trace(cls, trace: Trace, before: TreeState, roots: tuple[str, ...], prefix: str) -> InstallInputs:
+    def from_trace(cls, trace: Trace, before: TreeState, roots: tuple[str, ...], prefix: str,
+                   editable: bool = False) -> InstallInputs:
+        """`editable`: every install step installs the project in place (its packages are imported
+        from the tree), so of the folders the tools listed only the top ones count (see
+        EDITABLE_DEPTH)."""
         inputs = cls(conversions=before.conversions)
         inputs.refusal = _refusal(trace, prefix)
         for path in sorted(trace.reads | set(ALWAYS_READ)):
@@ -214,7 +225,8 @@ class InstallInputs:
             elif not path.endswith((".pyc", ".pyo")):  # a cached module: its source counts instead
                 inputs.files[path] = before.blob(path)
         for folder in sorted(trace.tool_listed - trace.project_listed):
-            inputs.folders[folder] = before.structure(folder)
+            if not editable or folder in (".", "") or folder.count("/") < EDITABLE_DEPTH:
+                inputs.folders[folder] = before.structure(folder)
         for folder in sorted(trace.project_listed | {"."}):
             inputs.listings[folder] = before.names(folder)
         for executable, argv, _ in trace.runs:

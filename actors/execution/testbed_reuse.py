@@ -306,6 +306,13 @@ def requirements_may_differ(record: InstallRecord, state: TreeState) -> bool:
     return any(REQUIREMENT_FILES.search(path) and state.blob(path) != blob for path, blob in record.inputs.files.items())
 
 
+def installs_in_place(commands: tuple[str, ...]) -> bool:
+    """Whether every install step installs the project in place, linked to the tree (`pip install
+    -e .`, `setup.py develop`)."""
+    return bool(commands) and all(re.search(r"\bpip install\b.*(?:\s-e\s|\s--editable[\s=])|\bsetup\.py\b.*\bdevelop\b",
+                                            f" {command} ") for command in commands)
+
+
 def requested_extras(commands: tuple[str, ...]) -> set[str] | None:
     """The extras the install steps ask for (`pip install -e .[test]`); None when a step is not a
     pip install of the project, whose requirements then all count."""

@@ -43,6 +43,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .compiler_cache import CompilerCache, compiler_cache
 from .environments import (SYSTEM_PREFIXES, BuildSteps, Environment, EnvironmentBuildError, EnvironmentCache,
                            EnvironmentUnsupported, Recipe, folder_lock, locked_build, write_ready)
 from .identities import build_identity, give_to
@@ -50,7 +51,7 @@ from .install_inputs import DIFFERENT, INCREMENTAL, SAME, InstallInputs, Trace, 
 from .testbed_reuse import (INPUTS_FILE, Donors, InstallRecord, copy_installed, copy_prefix, date_unchanged, distributions,
                             drop_untouched, requirements_may_differ, to_copy,
                             installed_files, link_folder, mentions_of, project_requirements,
-                            requested_extras)
+                            installs_in_place, requested_extras)
 from .era import constraints_from_report, pins_in, project_requirements_for, requirement_name, resolve_from_wheels
 from .sandbox import Mount
 from .workspaces import WorkspaceError, borrow_objects, checkout, git_env, objects_of
@@ -235,13 +236,25 @@ class TestbedCache:
 
     def _steps(self, env: Environment, folder: Path, repo_path: Path) -> BuildSteps:
         prefix, tree = folder / "python", folder / "tree"
-        variables = {"PATH": f"{prefix}/bin:{env.venv}/bin:/usr/local/bin:/usr/bin:/bin",
-                     "PIP_CACHE_DIR": str(self.envs.pip_cache), "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-                     "PIP_PROGRESS_BAR": "off", **_index_variables()}
+        path = f"{prefix}/bin:{env.venv}/bin:/usr/local/bin:/usr/bin:/bin"
+        variables = {"PATH": path, "PIP_CACHE_DIR": str(self.envs.pip_cache), "PIP_NO_INPUT": "1",
+                     "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_PROGRESS_BAR": "off", **_index_variables()}
         mounts = [*env.mounts(), Mount(str(folder), str(folder), writable=True), Mount(str(tree), TESTBED, writable=True),
                   Mount(objects_of(repo_path), objects_of(repo_path)),
                   Mount(str(self.envs.pip_cache), str(self.envs.pip_cache), writable=True)]
+        compilers = self.compiler_cache()
+        if compilers is not None:
+            variables.update(compilers.variables(tree, path))
+            mounts += compilers.mounts()
         return BuildSteps(self.envs.sandbox, folder, mounts, variables, cwd=TESTBED)
+
+    def compiler_cache(self) -> CompilerCache | None:
+        """The node's compiler cache (compiler_cache.py), writable by the builds' uid; None without ccache."""
+        compilers = compiler_cache(self.envs.root)
+        identity = build_identity()
+        if compilers is not None and identity.drop and compilers.folder.stat().st_uid != identity.uid:
+            give_to(compilers.folder, identity)
+        return compilers
 
     def _install(self, recipe: TestbedRecipe, env: Environment, steps: BuildSteps, before: TreeState, folder: Path,
                  notes: list[str]) -> dict:
@@ -311,7 +324,8 @@ class TestbedCache:
                 requires: tuple[str, ...], notes: list[str]) -> InstallRecord:
         """What the install read and left behind (the testbed is a donor from now on), its log."""
         tree, prefix = folder / "tree", folder / "python"
-        inputs = InstallInputs.from_trace(Trace.read(folder / TRACE), before, (TESTBED, str(tree)), str(prefix))
+        inputs = InstallInputs.from_trace(Trace.read(folder / TRACE), before, (TESTBED, str(tree)), str(prefix),
+                                          editable=installs_in_place(recipe.install))
         if inputs.refusal:
             notes.append(f"other commits install again: {inputs.refusal}")
         made, removed = installed_files(tree, before)

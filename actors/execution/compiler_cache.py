@@ -1,0 +1,85 @@
+"""The compiler cache of testbed installs: Debian's ccache, optional like bubblewrap is required.
+
+Every testbed install runs with ccache's compiler links (/usr/lib/ccache: gcc, cc, g++, c++ and
+their x86_64-linux-gnu- names) first on its PATH, so whatever compiles through the PATH (distutils,
+numpy.distutils, a Makefile, CMake) goes through the cache without a change of its flags: the
+object files are those the compiler makes without it. One cache for the node, under its cache
+root, shared by the testbeds of every repository, written by the builds' uid.
+
+Cache entries of two testbeds must match although each installs from a folder of its own
+(TESTBEDS/KEY, whose python/include the compiler is given with -I): the install's shell is given
+PWD = TESTBEDS/KEY/tree, the same directory as its working directory /testbed (a bind mount of
+it), which ccache takes as the directory to make paths relative to; and base_dir is the node's
+cache root, so every path of a testbed, its environment or the tree becomes a path relative to the
+tree, the same for every testbed (../python/include/python3.9). The working directory itself is
+not hashed (hash_dir off: only debug information names it) and the compiler is known by its
+content, not its time stamp (a reinstalled gcc package hits the same entries when it is the same).
+
+A commit whose compiled sources did not change then compiles nothing: each compile is a hit.
+Without ccache the installs compile as before, and one line says so."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from .sandbox import Mount
+
+COMPILER_LINKS = Path("/usr/lib/ccache")  # Debian's ccache package: links named after the compilers
+CACHE_FOLDER = "ccache"  # under the node's cache root
+MAX_SIZE = "20G"  # scikit-learn and astropy at a few versions each fit many times over
+ABSENT = "ccache is not installed (apt-get install ccache): testbed installs compile their C in full"
+
+log = structlog.get_logger()
+_told = False
+
+
+@dataclass(frozen=True)
+class CompilerCache:
+    """ccache for the installs of the testbeds under one cache root."""
+
+    folder: Path  # CCACHE_DIR
+    base: Path  # CCACHE_BASEDIR: the node's cache root, which holds every testbed and environment
+
+    def variables(self, tree: Path, path: str) -> dict[str, str]:
+        """An install's variables, for the testbed whose tree is `tree` (mounted at /testbed) and
+        whose PATH is `path`."""
+        return {"PATH": f"{COMPILER_LINKS}:{path}", "PWD": str(tree), "CCACHE_DIR": str(self.folder),
+                "CCACHE_BASEDIR": str(self.base), "CCACHE_NOHASHDIR": "1", "CCACHE_COMPILERCHECK": "content",
+                "CCACHE_MAXSIZE": MAX_SIZE, "CCACHE_TEMPDIR": str(self.folder / "tmp")}
+
+    def mounts(self) -> list[Mount]:
+        return [Mount(str(self.folder), str(self.folder), writable=True)]
+
+    def statistics(self) -> dict[str, int]:
+        """ccache's counters for this cache (--print-stats): direct_cache_hit,
+        preprocessed_cache_hit, cache_miss, ..."""
+        done = subprocess.run(["ccache", "--print-stats"], env={**os.environ, "CCACHE_DIR": str(self.folder)},
+                              capture_output=True, text=True, check=True)
+        found = {}
+        for line in done.stdout.splitlines():
+            name, _, value = line.partition("\t")
+            if value.strip().isdigit():
+                found[name] = int(value)
+        return found
+
+
+def compiler_cache(root: Path) -> CompilerCache | None:
+    """The node's compiler cache under `root`, or None (with a one-line notice, once) when ccache
+    is not installed."""
+    global _told
+    if shutil.which("ccache") is None or not (COMPILER_LINKS / "gcc").exists():
+        if not _told:
+            _told = True
+            log.warning(ABSENT)
+        return None
+    folder = Path(root) / CACHE_FOLDER
+    (folder / "tmp").mkdir(parents=True, exist_ok=True)
+    return CompilerCache(folder, Path(root))
+
+
+__all__ = ["CompilerCache", "compiler_cache", "ABSENT", "COMPILER_LINKS"]

@@ -1,0 +1,97 @@
+"""Compiled code built once: a testbed install compiles through the node's ccache, so another
+commit's testbed, in a folder of its own, recompiles only the C source that changed. On a real C
+extension project (two .c files) in a real git repository, real environments, the real sandbox;
+the counts are ccache's own."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gitfixtures import commit_files, make_repo
+from magis_ray.actors.execution import compiler_cache as compiler_cache_module
+from magis_ray.actors.execution.compiler_cache import COMPILER_LINKS, compiler_cache
+from magis_ray.actors.execution.environments import EnvironmentCache, Recipe
+from magis_ray.actors.execution.runner import TestRunner
+from magis_ray.actors.execution.sandbox import Limits, Sandbox, bwrap_path
+from magis_ray.actors.execution.testbeds import BUILT, REINSTALLED, TestbedCache, TestbedRecipe
+
+SETUP = """from setuptools import Extension, setup
+
+setup(name="duo", version="1.0", packages=["duo"],
+      ext_modules=[Extension("duo._fast", ["duo/one.c", "duo/two.c"])])
+"""
+PYPROJECT = """[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+"""
+ONE = """#include <Python.h>
+long two_value(void);
+static PyObject *value(PyObject *self, PyObject *args) { return PyLong_FromLong(two_value()); }
+static PyMethodDef methods[] = {{"value", value, METH_NOARGS, ""}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fast", NULL, -1, methods};
+PyMODINIT_FUNC PyInit__fast(void) { return PyModule_Create(&module); }
+"""
+TWO = """#include <Python.h>
+long two_value(void) { return %d; }
+"""
+TEST = """from duo._fast import value
+
+
+def test_value():
+    assert value() == %d
+
+
+if __name__ == "__main__":
+    test_value()
+    print("test_value passed")
+"""
+COMPILES = ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")
+
+
+def counts(cache) -> dict[str, int]:
+    found = cache.statistics()
+    return {"hits": found.get("direct_cache_hit", 0) + found.get("preprocessed_cache_hit", 0),
+            "misses": found.get("cache_miss", 0)}
+
+
+@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
+@pytest.mark.skipif(shutil.which("ccache") is None or not (COMPILER_LINKS / "gcc").exists(),
+                    reason="ccache is not installed (apt-get install ccache)")
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler (gcc)")
+def test_a_changed_c_source_recompiles_only_that_file_and_the_verdict_holds(tmp_path):
+    repo, base = make_repo(tmp_path / "repos" / "duo__duo", {
+        "setup.py": SETUP, "pyproject.toml": PYPROJECT, "duo/__init__.py": "",
+        "duo/one.c": ONE, "duo/two.c": TWO % 1, "tests/test_duo.py": TEST % 1,
+    })
+    changed = commit_files(repo, {"duo/two.c": TWO % 2, "tests/test_duo.py": TEST % 2}, "two.c gives 2")
+    testbeds = TestbedCache(EnvironmentCache(tmp_path / "envs"))
+    env = Recipe(python="3.11", label="duo")
+    recipes = [TestbedRecipe(env=env, repo="duo/duo", commit=commit, install=("python -m pip install -e .",), label="duo")
+               for commit in (base, changed)]
+    cache = testbeds.compiler_cache()
+    runner = TestRunner(Sandbox(), Limits(wall_seconds=300))
+
+    first = testbeds.get(recipes[0], repo.workdir)
+    assert first.made == BUILT
+    assert counts(cache) == {"hits": 0, "misses": 2}  # one.c and two.c, compiled for the first time
+    second = testbeds.get(recipes[1], repo.workdir)
+    assert second.made == REINSTALLED and Path(second.path) != Path(first.path)
+    # The install ran again in another folder: one.c came from the cache, two.c was compiled.
+    assert counts(cache) == {"hits": 1, "misses": 3}
+
+    # The verdict holds: each commit's own test passes on its testbed, the changed C included.
+    for testbed, expected in ((first, 1), (second, 2)):
+        run = runner.run(testbed, "python tests/test_duo.py", None)
+        assert run.exit_code == 0 and "test_value passed" in run.output, (expected, run.output[-2000:])
+
+
+def test_without_ccache_installs_compile_as_before_with_one_notice(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no ccache on it
+    monkeypatch.setattr(compiler_cache_module, "_told", False)
+    assert compiler_cache(tmp_path / "envs") is None
+    assert compiler_cache(tmp_path / "envs") is None
+    told = capsys.readouterr()
+    assert (told.out + told.err).count(compiler_cache_module.ABSENT) == 1
+    assert not (tmp_path / "envs").exists()
