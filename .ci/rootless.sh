@@ -17,6 +17,7 @@ user=${MAGIS_CI_USER:-magis-ci}
 skip() { echo "rootless: skipped ($1)"; exit 0; }
 [ "$(id -u)" = 0 ] || skip "it runs as root, to make the ordinary user it runs as"
 command -v bwrap >/dev/null || skip "bubblewrap is not installed"
+command -v runuser >/dev/null || skip "runuser (util-linux) is missing"
 if ! id "$user" >/dev/null 2>&1; then
     useradd --create-home --shell /bin/bash "$user" || skip "useradd could not make the user $user"
 fi
