@@ -166,3 +166,33 @@ def test_without_a_testbed_the_hosts_interpreter_and_path_stay_visible(calc, tmp
         own = runner.run(None, f"{sys.executable} -c 'print(42)'", tree=workspace.path)
     assert activated.exit_code == 0 and str(venv) in activated.output, activated.output
     assert own.exit_code == 0 and own.output.strip() == "42", own.output
+
+
+def _distribution_python() -> str | None:
+    """The distribution's own python3 (its prefix /usr), what an ordinary user without pyenv has."""
+    if not Path("/usr/bin/python3").is_file():
+        return None
+    found = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(sys.base_prefix, *sys.version_info[:2])"],
+                           capture_output=True, text=True)
+    prefix, major, minor = found.stdout.split()
+    return f"{major}.{minor}" if prefix == "/usr" and (int(major), int(minor)) >= (3, 8) else None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_distribution_python() is None, reason="no distribution python3 under /usr")
+def test_a_testbed_on_the_distributions_interpreter_is_a_venv_of_its_own(tmp_path):
+    """An interpreter whose prefix is /usr itself is the sandbox's system: its testbed is a venv of
+    its own (never a copy of /usr), and the calc tests run in it."""
+    version = _distribution_python()
+    repo, base = make_calc_repos(tmp_path / "repos")
+    envs = EnvironmentCache(tmp_path / "envs", pythons={version: "/usr/bin/python3"})
+    recipe = TestbedRecipe(env=Recipe(python=version, label="calc"), repo="calc/calc", commit=base,
+                           install=("python -m pip install -e . pytest",), label="calc")
+    testbed = TestbedCache(envs).get(recipe, repo)
+    assert testbed.env.interpreter_prefix == "/usr"
+    prefix = Path(testbed.prefix)
+    assert (prefix / "pyvenv.cfg").is_file() and not (prefix / "bin" / "ls").exists()
+    run = TestRunner(Sandbox(), Limits(wall_seconds=120)).run(testbed, "python -m pytest -rA tests/test_calc.py", parse_pytest_log)
+    # the base commit's two bugs fail test_mean and test_shout
+    assert run.results == {"tests/test_calc.py::test_mean": "FAILED", "tests/test_calc.py::test_median": "PASSED",
+                           "tests/test_calc.py::test_shout": "FAILED", "tests/test_calc.py::test_whisper": "PASSED"}, run.output[-2000:]

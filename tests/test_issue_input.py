@@ -142,3 +142,24 @@ def test_a_repository_without_commits_and_an_unknown_base_are_one_line_errors(tm
         open_working_copy(clone_of(tmp_path)).commit("nope")
     with pytest.raises(RepoError, match="not in a git repository"):
         open_working_copy(tmp_path)
+
+
+def test_a_repository_another_user_owns_is_a_one_line_error_and_gives_no_project_settings(tmp_path):
+    """As git does, libgit2 refuses a repository that neither this user nor root owns: a shared
+    checkout on an HPC login node, say. Opening it says so in one line; a command run inside it
+    (`magis-ray grade`) goes on without the project's settings instead of failing."""
+    import os
+
+    from magis_ray.cli.config import project_root
+
+    if os.geteuid() != 0:
+        pytest.skip("making a repository another user owns needs root")
+    path = clone_of(tmp_path)
+    for folder, folders, files in os.walk(path):
+        for name in (folder, *(os.path.join(folder, f) for f in folders + files)):
+            os.lchown(name, 54321, 54321)
+    inside = path / "calc"
+    with pytest.raises(RepoError, match=r"cannot open the repository holding .*owned") as raised:
+        open_working_copy(inside)
+    assert "\n" not in str(raised.value)
+    assert project_root(None, str(inside)) is None

@@ -222,3 +222,22 @@ def test_runs_shows_a_run_without_a_driver_as_cut_off(tmp_path):
     rows = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
     assert rows["live00000001"].split()[2] == "running", listed.stdout
     assert rows["gone00000002"].split()[2:4] == ["cut", "off"] and "magis-ray resume" in rows["gone00000002"], listed.stdout
+
+
+def test_a_ray_another_user_recorded_is_not_joined(tmp_path, monkeypatch):
+    """/tmp/ray is everyone's on a shared machine: a Ray head another user started and recorded there
+    is not this user's to run work in, so the driver starts its own; its own recorded head it joins."""
+    from magis_ray.actors.runtime.deployment import warm_local_ray
+    from magis_ray.events.settings import NodeSettings
+
+    if os.geteuid() != 0:
+        pytest.skip("recording an address as another user needs root")
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    with socket.create_server(("127.0.0.1", 0)) as gcs:
+        address = f"127.0.0.1:{gcs.getsockname()[1]}"
+        recorded = tmp_path / "ray" / "ray_current_cluster"
+        recorded.parent.mkdir()
+        recorded.write_text(address)
+        assert warm_local_ray(NodeSettings()) == address
+        os.chown(recorded, 54321, 54321)
+        assert warm_local_ray(NodeSettings()) is None

@@ -72,5 +72,9 @@ def open_working_copy(path: str | Path, search: bool = True) -> WorkingCopy:
     found = pygit2.discover_repository(str(path))
     if found is None:
         raise RepoError(f"not in a git repository: {Path(path).resolve()} (run in your repository, or give --repo PATH)")
-    repo = pygit2.Repository(found)
+    try:
+        repo = pygit2.Repository(found)
+    except pygit2.GitError as exc:
+        # libgit2 refuses a repository another user owns, as git does ("dubious ownership")
+        raise RepoError(f"cannot open the repository holding {Path(path).resolve()}: {exc}") from None
     return WorkingCopy(Path(repo.workdir or repo.path).resolve(), repo)

@@ -39,6 +39,12 @@ BASE_TOOLS = ("pip", "setuptools<81", "wheel")
 SYSTEM_PREFIXES = ("/usr/", "/bin/", "/lib/", "/lib64/")
 
 
+def held_by_system(prefix: str) -> bool:
+    """Whether the sandbox's system folders already show this interpreter prefix: /usr itself (a
+    distribution's python, what an ordinary user without pyenv has) as well as any folder in them."""
+    return (prefix.rstrip("/") + "/").startswith(SYSTEM_PREFIXES)
+
+
 def default_cache_root() -> Path:
     return Path(node_settings().env_cache or Path.home() / ".cache" / "magis-ray" / "envs")
 
@@ -143,7 +149,7 @@ class Environment:
     def mounts(self) -> list[Mount]:
         """Read-only: the environment and, unless the system holds it, its interpreter."""
         found = [Mount(self.path, self.path)]
-        if self.interpreter_prefix and not self.interpreter_prefix.startswith(SYSTEM_PREFIXES):
+        if self.interpreter_prefix and not held_by_system(self.interpreter_prefix):
             found.append(Mount(self.interpreter_prefix, self.interpreter_prefix))
         return found
 
@@ -273,7 +279,7 @@ class EnvironmentCache:
         variables = {"PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": str(venv), "TMPDIR": str(folder / "tmp"),
                      **installer.variables()}
         mounts = installer.mounts(folder)
-        if not prefix.startswith(SYSTEM_PREFIXES):
+        if not held_by_system(prefix):
             mounts.append(Mount(prefix, prefix))
         give_to(folder / "tmp", build_identity())
         steps = BuildSteps(self.sandbox, folder, mounts, variables, cwd=str(folder))

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from .compiler_cache import CompilerCache, compiler_cache
 from .environments import (SYSTEM_PREFIXES, BuildSteps, Environment, EnvironmentBuildError, EnvironmentCache,
-                           EnvironmentUnsupported, Recipe, folder_lock, locked_build, write_ready)
+                           EnvironmentUnsupported, Recipe, folder_lock, held_by_system, locked_build, write_ready)
 from .identities import build_identity, give_to
 from .install_inputs import DIFFERENT, INCREMENTAL, SAME, InstallInputs, Trace, TreeState
 from .testbed_reuse import (INPUTS_FILE, Donors, InstallRecord, copy_installed, copy_prefix, date_unchanged, distributions,
@@ -262,7 +262,7 @@ class TestbedCache:
         identity = build_identity()
         tree, prefix = folder / "tree", folder / "python"
         constraints = {"PIP_CONSTRAINT": env.constraints} if env.constraints else {}
-        if env.interpreter_prefix.startswith(SYSTEM_PREFIXES):
+        if held_by_system(env.interpreter_prefix):
             # --copies: its python is a file of its own, so a link to it is still this venv's.
             steps.run("venv", f"{shlex.quote(env.interpreter)} -m venv --copies --without-pip {shlex.quote(str(prefix))}",
                       network=False)

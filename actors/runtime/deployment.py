@@ -71,15 +71,20 @@ class RayStartFailed(Exception):
 def warm_local_ray(node: NodeSettings) -> str | None:
     """The address of a Ray that `ray start --head` left running on this machine, if its GCS
     answers: Ray records the last one it started in its temp dir (RAY_TMPDIR, else /tmp/ray).
-    None when MAGIS_RAY=own, when none was started, or when the recorded one is gone."""
+    None when MAGIS_RAY=own, when none was started, when the recorded one is gone, or when another
+    user recorded it: on a machine people share (a login node, a CI runner) /tmp/ray is everyone's,
+    and another user's Ray is not this user's to run work in."""
     import socket
 
-    from ray._private.utils import read_ray_address
+    from ray._private.utils import get_ray_address_file
 
     if node.ray == "own":
         return None
     try:
-        address = read_ray_address()
+        with open(get_ray_address_file(None)) as recorded:
+            if os.fstat(recorded.fileno()).st_uid != os.getuid():
+                return None
+            address = recorded.read().strip()
     except OSError:
         return None
     if not address or ":" not in address:
