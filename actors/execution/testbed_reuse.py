@@ -236,21 +236,44 @@ def copy_prefix(donor: Path, folder: Path, mentions: list[str], copy_own: bool) 
     done = subprocess.run(["cp", "-a", "--link", str(source_prefix), str(target_prefix)], capture_output=True, text=True)
     if done.returncode != 0:
         raise OSError(f"cannot link {source_prefix} to {target_prefix}: {done.stderr.strip()[:300]}")
-    for root, folders, files in os.walk(target_prefix):
-        for name in folders + files:
-            path = Path(root) / name
-            if path.is_symlink() and str(donor) in os.readlink(path):
-                target, owner = os.readlink(path).replace(str(donor), str(folder)), _owner(path)
-                path.unlink()
-                path.symlink_to(target)
-                os.chown(path, *owner, follow_symlinks=False)
-    for relative in mentions:
-        _replace(target_prefix / relative, (source_prefix / relative).read_bytes().replace(old, new), source_prefix / relative)
+    retarget_links(target_prefix, [(str(donor), str(folder))])
+    rewrite_files(target_prefix, mentions, [(old, new)], like=source_prefix)
     if copy_own:
         rewritten = set(mentions)
         for path in list(own_files(target_prefix)):
             if str(path.relative_to(target_prefix)) not in rewritten and path.stat().st_nlink > 1:
                 _replace(path, path.read_bytes(), path)
+
+
+def retarget_links(root: Path, pairs: list[tuple[str, str]]) -> None:
+    """Every symbolic link under `root` whose target names an old path of `pairs` points at the new
+    one instead (owner kept)."""
+    for base, folders, files in os.walk(root):
+        for name in folders + files:
+            path = Path(base) / name
+            if not path.is_symlink():
+                continue
+            target = os.readlink(path)
+            moved = target
+            for old, new in pairs:
+                moved = moved.replace(old, new)
+            if moved != target:
+                owner = _owner(path)
+                path.unlink()
+                path.symlink_to(moved)
+                os.chown(path, *owner, follow_symlinks=False)
+
+
+def rewrite_files(root: Path, relatives: list[str], pairs: list[tuple[bytes, bytes]], like: Path | None = None) -> None:
+    """The files `relatives` under `root` written anew with each old path of `pairs` replaced by
+    its new one, from their own contents or from the same files under `like` (whose owner, mode and
+    times they take)."""
+    for relative in relatives:
+        source = (like or root) / relative
+        data = source.read_bytes()
+        for old, new in pairs:
+            data = data.replace(old, new)
+        _replace(root / relative, data, source)
 
 
 def _replace(path: Path, data: bytes, like: Path) -> None:
