@@ -17,19 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from execfixtures import make_calc_repos, record, write_dataset
+from execfixtures import GOLD, TEST_PATCH, make_calc_repos, record, write_dataset
 from magis_ray.actors.code.pytest_log import parse_pytest_log
 from magis_ray.actors.execution import cache_bound
-from magis_ray.actors.execution.artifacts import (BUILT, CACHED, ENVIRONMENTS, FETCHED, TESTBEDS, ArtifactStore,
-                                                  ArtifactStoreUnusable, file_digest)
+from magis_ray.actors.execution.artifacts import (BUILT, CACHED, ENVIRONMENTS, FETCHED, RELOCATION_FILE, TESTBEDS,
+                                                  ArtifactStore, ArtifactStoreUnusable, file_digest)
 from magis_ray.actors.execution.environments import EnvironmentCache, Recipe
-from magis_ray.actors.execution.runner import TestRunner
+from magis_ray.actors.execution.runner import INPUTS, TestRunner
 from magis_ray.actors.execution.sandbox import Limits, Sandbox, bwrap_path
 from magis_ray.actors.execution.testbeds import TestbedCache, TestbedRecipe
 
 needs_bwrap = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
 MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
-TEST = "python -m pytest -rA tests"
 
 
 def calc_recipe(base: str) -> TestbedRecipe:
@@ -85,20 +84,23 @@ def test_a_published_testbed_runs_its_tests_under_another_node_s_cache_root(publ
     assert (fetched.env.obtained, fetched.obtained) == (FETCHED, FETCHED)
     assert not fetched.built_now and not fetched.env.built_now
     assert Path(fetched.path).parent.parent == elsewhere
-    assert texts_naming(elsewhere, builder_root) == []
+    assert [path for path in texts_naming(elsewhere, builder_root + "/") if not path.endswith(RELOCATION_FILE)] == []
     python = Path(fetched.env.venv) / "bin" / "python"
     prefix = subprocess.run([str(python), "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True, check=True)
     assert prefix.stdout.strip() == fetched.env.venv
 
-    outcome = TestRunner(Sandbox(), Limits(wall_seconds=120)).run(fetched, TEST, parse_pytest_log)
-    statuses = set(outcome.tests.values())
-    assert outcome.tests and statuses == {"PASSED"}, outcome.output[-2000:]
+    script = f"git apply {INPUTS}/gold.diff && git apply {INPUTS}/test.diff && python -m pytest -rA tests/test_more.py"
+    outcome = TestRunner(Sandbox(), Limits(wall_seconds=120)).run(fetched, script, parse_pytest_log,
+                                                                   inputs={"gold.diff": GOLD, "test.diff": TEST_PATCH})
+    assert outcome.results == {"tests/test_more.py::test_mean_of_two": "PASSED",
+                               "tests/test_more.py::test_median_of_one": "PASSED"}, outcome.output[-2000:]
 
     again = cache_at(elsewhere, store).get(calc_recipe(published["base"]), published["repo"])
     assert (again.env.obtained, again.obtained) == (CACHED, CACHED)
 
 
 @needs_bwrap
+@pytest.mark.slow  # three gradings, two of them building (minutes); the round trip above is the default case
 def test_a_corrupt_or_half_written_archive_is_detected_and_rebuilt_and_the_verdict_stands(published, tmp_path):
     """A grading with the calc instance's gold patch on a node whose store holds a corrupt
     environment archive (bytes flipped) and a half-written testbed archive (cut short): both are
@@ -139,6 +141,7 @@ def test_a_corrupt_or_half_written_archive_is_detected_and_rebuilt_and_the_verdi
 
 
 @needs_bwrap
+@pytest.mark.slow  # a real environment build with a pip install
 def test_two_nodes_asking_for_one_environment_at_once_build_it_once(tmp_path):
     """Two builders (threads, each with its own cache root) share one store: one claims the key and
     builds, the other waits for its archive and fetches it."""
