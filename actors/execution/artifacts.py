@@ -20,8 +20,8 @@ build, which costs time and never correctness (both publish the same key).
 
 Archives unpack under any node's cache root: the files that name the builder's cache root or its
 interpreter (a venv's pyvenv.cfg, script shebangs, .pth files, a testbed's chained prefix) are listed
-in the archive at publish time and rewritten on unpack (testbed_reuse.py's machinery, which moves a
-donor's prefix)."""
+in the archive at publish time and rewritten on unpack (relocation.py, which also moves a testbed
+made from a donor's prefix)."""
 from __future__ import annotations
 
 import contextlib
@@ -38,6 +38,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .relocation import retarget_links, rewrite_files
 
 log = logging.getLogger(__name__)
 
@@ -423,8 +425,6 @@ def write_relocation(folder: Path, root: Path, interpreter_prefix: str) -> None:
 def relocate(unpacked: Path, root: Path, interpreter_prefix: str) -> None:
     """Make an unpacked artifact name this node's cache root `root` and its interpreter's prefix:
     its recorded files rewritten, its links retargeted."""
-    from .testbed_reuse import retarget_links, rewrite_files
-
     record = json.loads((unpacked / RELOCATION_FILE).read_text())
     recorded_prefix = record.get("interpreter_prefix", "")
     old = _needles(Path(record["root"]), recorded_prefix)

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .environments import folder_lock
+from .relocation import rewrite_files, retarget_links, write_like
 from .install_inputs import DIFFERENT, SAME, InstallInputs, TreeState
 
 INPUTS_FILE = "inputs.json"  # a donor's inputs, beside its ready.json
@@ -242,53 +243,7 @@ def copy_prefix(donor: Path, folder: Path, mentions: list[str], copy_own: bool) 
         rewritten = set(mentions)
         for path in list(own_files(target_prefix)):
             if str(path.relative_to(target_prefix)) not in rewritten and path.stat().st_nlink > 1:
-                _replace(path, path.read_bytes(), path)
-
-
-def retarget_links(root: Path, pairs: list[tuple[str, str]]) -> None:
-    """Every symbolic link under `root` whose target names an old path of `pairs` points at the new
-    one instead (owner kept)."""
-    for base, folders, files in os.walk(root):
-        for name in folders + files:
-            path = Path(base) / name
-            if not path.is_symlink():
-                continue
-            target = os.readlink(path)
-            moved = target
-            for old, new in pairs:
-                moved = moved.replace(old, new)
-            if moved != target:
-                owner = _owner(path)
-                path.unlink()
-                path.symlink_to(moved)
-                os.chown(path, *owner, follow_symlinks=False)
-
-
-def rewrite_files(root: Path, relatives: list[str], pairs: list[tuple[bytes, bytes]], like: Path | None = None) -> None:
-    """The files `relatives` under `root` written anew with each old path of `pairs` replaced by
-    its new one, from their own contents or from the same files under `like` (whose owner, mode and
-    times they take)."""
-    for relative in relatives:
-        source = (like or root) / relative
-        data = source.read_bytes()
-        for old, new in pairs:
-            data = data.replace(old, new)
-        _replace(root / relative, data, source)
-
-
-def _replace(path: Path, data: bytes, like: Path) -> None:
-    """`path` as a file of its own holding `data`, with the owner, mode and times of `like`."""
-    fresh = path.with_name(f".{path.name}.magis-new")
-    fresh.write_bytes(data)
-    shutil.copystat(like, fresh)
-    info = like.stat()
-    os.chown(fresh, info.st_uid, info.st_gid)
-    os.replace(fresh, path)
-
-
-def _owner(path: Path) -> tuple[int, int]:
-    info = path.lstat()
-    return info.st_uid, info.st_gid
+                write_like(path, path.read_bytes(), path)
 
 
 def link_folder(source: Path, target: Path) -> None:
