@@ -260,3 +260,21 @@ def test_a_store_url_nothing_can_open_is_one_line_and_exit_2(tmp_path):
     assert len(lines) == 1 and "--artifact-store" in lines[0] and "bogus://" in lines[0], done.stderr
     with pytest.raises(ArtifactStoreUnusable, match="no filesystem for bogus://"):
         ArtifactStore("bogus://x")
+
+
+def test_a_result_logged_before_it_said_how_its_environment_was_had_reads_from_built_now():
+    """InstanceGraded's env_obtained/testbed_obtained are new: an older result decodes without them,
+    and how it had each is read from built_now, for the preparation's seconds as for the details."""
+    import msgspec
+
+    from magis_ray.actors.swebench.grading_batch import instance_details, obtained, preparation_seconds
+    from magis_ray.events.schema import InstanceGraded
+
+    old = msgspec.json.decode(b'{"instance_id": "a__b-1", "patch_sha": "x", "resolved": true, "env_key": "k",'
+                              b' "env_build_seconds": 30.0, "env_built_now": true, "testbed_build_seconds": 5.0}',
+                              type=InstanceGraded)
+    assert (obtained(old, "env"), obtained(old, "testbed"), preparation_seconds(old)) == (BUILT, CACHED, 30.0)
+    fetched = msgspec.structs.replace(old, env_built_now=False, env_obtained=FETCHED, testbed_obtained=CACHED)
+    assert preparation_seconds(fetched) == 30.0  # a fetch is preparation too
+    details = instance_details([fetched])["a__b-1"]["environment"]
+    assert (details["obtained"], details["testbed_obtained"]) == (FETCHED, CACHED)
