@@ -7,7 +7,9 @@ repository's commit (its own install) is a testbed (testbeds.py), built on top o
 A build runs in the sandbox with the network on (pip needs PyPI) and every other limit, as the
 builds' uid (identities.py), which owns the cache. The cache folder is ~/.cache/magis-ray/envs
 unless MAGIS_ENV_CACHE or `--env-cache` say otherwise; builds of the same key on one node wait for
-each other (a file lock), so each node builds each environment once."""
+each other (a file lock), so each node builds each environment once. With the cluster's artifact
+store (artifacts.py), a node fetches what another node built rather than build it again, and its own
+cache is bounded (cache_bound.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from . import era
 from .artifacts import BUILT, CACHED, ENVIRONMENTS, FETCHED, ArtifactStore
-from .cache_bound import GiB, evict_least_recent, mark_used, record_size
+from .cache_bound import evict_least_recent, mark_used, record_size
 from .identities import build_identity, give_to
 from .interpreters import InterpreterMissing, find_python, full_version, interpreter_prefix
 from .sandbox import GiB, MiB, Limits, Mount, Sandbox
