@@ -260,6 +260,16 @@ def test_a_store_url_nothing_can_open_is_one_line_and_exit_2(tmp_path):
     assert len(lines) == 1 and "--artifact-store" in lines[0] and "bogus://" in lines[0], done.stderr
     with pytest.raises(ArtifactStoreUnusable, match="no filesystem for bogus://"):
         ArtifactStore("bogus://x")
+    # submit takes it from the environment as well, and refuses it before anything runs
+    repo, base = make_calc_repos(tmp_path / "calc-repos")
+    (tmp_path / "issue.json").write_text(json.dumps({"instance_id": "calc-1", "repo": "calc/calc", "base_commit": base,
+                                                     "problem_statement": "mean is wrong"}))
+    done = subprocess.run([*MAGIS, "submit", "issue.json", "--repo", str(repo)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300,
+                          env={**os.environ, "MAGIS_LOG_LEVEL": "warning", "MAGIS_ARTIFACT_STORE": "bogus://bucket/x"})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == ["magis-ray: error: MAGIS_ARTIFACT_STORE='bogus://bucket/x': no filesystem "
+                                                "for bogus:// (a folder, or a URL such as s3://bucket/path or gs://bucket/path)"]
 
 
 def test_a_result_logged_before_it_said_how_its_environment_was_had_reads_from_built_now():
