@@ -25,13 +25,14 @@ def project_root(repo: str | None, cwd: str = ".") -> Path | None:
         return None
 
 
-def given_flags(ctx: click.Context, sections: tuple[str, ...] = RUN_SECTIONS) -> Layer:
-    """The settings of `sections` given on this command line (an option's default is the struct's:
-    no layer). `--timeout` is the endpoint's on submit, the grade section's on grade."""
+def given_flags(ctx: click.Context, sections: tuple[str, ...] = RUN_SECTIONS, keys: tuple[str, ...] = ()) -> Layer:
+    """The settings of `sections` (and the single settings `keys`) given on this command line (an
+    option's default is the struct's: no layer). `--timeout` is the endpoint's on submit, the grade
+    section's on grade."""
     from click.core import ParameterSource
 
     # an option's parameter is its setting's field
-    names = {key: FIELDS[key][1].name for key in SCALARS if FIELDS[key][0] in sections}
+    names = {key: FIELDS[key][1].name for key in SCALARS if FIELDS[key][0] in sections or key in keys}
     values = {key: ctx.params[name] for key, name in names.items()
               if name in ctx.params and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
     values.update(role_flags(ctx.params.get("role_model", ()), "--role-model"))

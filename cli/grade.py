@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from magis_ray.events.settings import GradeSettings, node_settings, size_bytes
+from magis_ray.events.settings import GradeSettings, size_bytes
 
 from .errors import BadInput, missing_extra
 from .options import store_option
@@ -28,7 +28,10 @@ if TYPE_CHECKING:
 # The grading option -> the setting that gave it, for errors about its value (GradingInputError.option):
 # they are said as the user gave it ("--memory 64G: ...", "MAGIS_GRADE_MEMORY='64G': ..."), not as the
 # service holds them.
-SETTING_OF_OPTION = {"workers": "grade.workers", "timeout_s": "grade.timeout", "memory_bytes": "grade.memory"}
+SETTING_OF_OPTION = {"workers": "grade.workers", "timeout_s": "grade.timeout", "memory_bytes": "grade.memory",
+                     "artifact_store": "artifact-store"}
+# The run's settings a grading shares: where the cluster's nodes share built environments
+SHARED_KEYS = ("artifact-store",)
 GRADE = GradeSettings()  # the flags' defaults, shown in --help; only a flag given on the command line is a layer
 
 
@@ -54,7 +57,7 @@ def workers_for_memory(workers: int, budget: int, what: str) -> int:
     return fit
 
 
-def grading_options(flags: dict, grade: GradeSettings) -> GradingOptions:
+def grading_options(flags: dict, grade: GradeSettings, artifact_store: str = "") -> GradingOptions:
     """The grading's options from the command's flags (click's parameter names) for what is
     graded and where, and the resolved grade section (its flags included) for how."""
     from magis_ray.actors.swebench.grading_service import GradingOptions
@@ -68,7 +71,7 @@ def grading_options(flags: dict, grade: GradeSettings) -> GradingOptions:
         patches=chosen[0], predictions=str(flags["predictions"] or ""), instances=tuple(flags["instances"]),
         workers=grade.workers, name=flags["name"] or "", sandbox=grade.sandbox, timeout_s=grade.timeout,
         network=grade.network, memory_bytes=size_bytes(grade.memory), pythons=parse_pythons(flags["pythons"]),
-        env_cache=flags["env_cache"] or node_settings().env_cache or None, env_setup=grade.env_setup or None,
+        env_cache=flags["env_cache"] or None, artifact_store=artifact_store, env_setup=grade.env_setup or None,
         test_cmd=grade.test_cmd or None, env_python=grade.env_python,
         report=str(flags["report"]) if flags["report"] else None, use_ray=not flags["no_ray"],
     )
@@ -79,7 +82,7 @@ def grade_settings(ctx: click.Context) -> Effective:
     the user give it (BadInput, one line naming its source, for a value its setting does not take)."""
     from .config import effective_settings, given_flags, project_root
 
-    return effective_settings(given_flags(ctx, ("grade",)), project_root(None))
+    return effective_settings(given_flags(ctx, ("grade",), SHARED_KEYS), project_root(None))
 
 
 @click.command("grade")
@@ -101,7 +104,11 @@ def grade_settings(ctx: click.Context) -> Effective:
                                                                        "and its in-memory scratch together (0: no limit).")
 @click.option("--python", "pythons", multiple=True, help="An interpreter to use: PATH, or VERSION=PATH (repeatable).")
 @click.option("--env-cache", type=click.Path(),
-              help="Where environments are cached (default: the node's MAGIS_ENV_CACHE, else ~/.cache/magis-ray/envs).")
+              help="This machine's environment cache, for the workers this command runs (default: MAGIS_ENV_CACHE, "
+                   "else ~/.cache/magis-ray/envs); a cluster's nodes each use their own MAGIS_ENV_CACHE.")
+@click.option("--artifact-store", help="Where the cluster's nodes share built environments and testbeds: a folder on a "
+                                       "shared filesystem, or an s3:// or gs:// URL (default: MAGIS_ARTIFACT_STORE; none: "
+                                       "each node builds its own).")
 @click.option("--env-setup", default=GRADE.env_setup,
               help="Your repository: the environment's setup command (default: pip install -e . pytest).")
 @click.option("--test-cmd", default=GRADE.test_cmd,
@@ -126,7 +133,7 @@ def grade_command(ctx: click.Context, **flags) -> None:
     from magis_ray.actors.swebench.grading_service import GradingInputError, plan_grading, run_grading_plan
 
     effective = grade_settings(ctx)
-    options = grading_options(flags, effective.grade)
+    options = grading_options(flags, effective.grade, effective.settings.artifact_store)
     try:
         plan = plan_grading(options, notice=lambda line: click.echo(f"magis-ray: notice: {line}", err=True))
     except GradingInputError as exc:

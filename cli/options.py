@@ -65,6 +65,9 @@ def settings_options(f):
                                                      "(default: SWE-bench's spec, or `pip install -e . pytest`)."),
         click.option("--sandbox", type=click.Choice(["bwrap", "none"]), default=RUN.sandbox, show_default=True,
                      help="Tests: bubblewrap (no network, read-only system), or none (unconfined; only for code you trust)."),
+        click.option("--artifact-store", default=RUN.artifact_store,
+                     help="Tests on a cluster: where the nodes share built environments and testbeds, a folder on a "
+                          "shared filesystem or an s3:// or gs:// URL (none: each node builds its own)."),
     ]):
         f = option(f)
     return f

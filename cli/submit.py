@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from .endpoint import check_endpoint, default_model, gateway_config, model_endpoint, resolve_llm
-from .errors import UserError
+from .errors import BadInput, UserError
 from .options import DEFAULT_STORE, RUN, model_options, settings_options, store_option
 from .signals import interrupted_exit_code, stopped_by_signals
 
@@ -49,6 +49,7 @@ def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instanc
     prepared = None if batch else prepare_issue(issue, repo, repos_dir, base)
     effective = effective_settings(flags, Path(prepared.issue.repo_path) if prepared else project_root(repo))
     run_config = run_settings(effective.settings)
+    check_artifact_store(effective)
     if batch:
         return submit_batch(Path(issue), repos_dir, out, workers, instances, batch_name or out.stem, store_path, local_port,
                             run_config)
@@ -75,6 +76,16 @@ def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instanc
                     run_id=run_id, liveness=liveness, fence=fence,
                 )
     conclude(store_path, run_id, end)
+
+
+def check_artifact_store(effective) -> None:
+    """The artifact store the settings name can be used here, or BadInput saying why (one line)."""
+    from magis_ray.actors.execution.artifacts import ArtifactStoreUnusable, open_artifact_store
+
+    try:
+        open_artifact_store(effective.settings.artifact_store)
+    except ArtifactStoreUnusable as exc:
+        raise BadInput(f"{effective.given('artifact-store')}: {exc.reason}") from None
 
 
 def run_settings(settings):

@@ -365,6 +365,10 @@ class InstanceGraded(Event, frozen=True, tag="InstanceGraded"):
     testbed_key: str = ""
     testbed_build_seconds: float = 0.0
     testbed_built_now: bool = False
+    # How the grading's node had each: "built", "fetched" (from the cluster's artifact store) or
+    # "cached" (its own cache); "" in logs written before, where built_now alone says it.
+    env_obtained: str = ""
+    testbed_obtained: str = ""
     memory_control: str = ""  # what held the test run's memory budget: "cgroup v1", "cgroup v2", "watchdog"
     peak_memory_mb: int = 0  # the most memory the test run held at once (what cannot be reclaimed)
     host: str = ""  # the host name of the node that graded it (`node` is its Ray node id)

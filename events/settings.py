@@ -89,6 +89,10 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
     # The Custodian's file ranking (actors.code.ranking.RANKINGS): "symbols" weighs BM25 with
     # symbol and path evidence; "previous" is plain BM25 over paths and contents.
     ranking: str = "symbols"
+    # Where the cluster's nodes share built environments and testbeds: a folder on a shared
+    # filesystem, or a URL (s3://, gs://) through fsspec ("": each node builds its own). One for
+    # the whole cluster, so it travels with the work from the driver, unlike a node's own cache.
+    artifact_store: str = ""
     endpoint: EndpointSettings = EndpointSettings()
 
     def model_of(self, role: str) -> str:
@@ -130,6 +134,8 @@ class NodeSettings(msgspec.Struct, frozen=True, kw_only=True):
     from that node's environment (node_settings()), never recorded in a run nor sent from the driver."""
 
     env_cache: str = ""  # MAGIS_ENV_CACHE: the node's cache of built environments ("": ~/.cache/magis-ray/envs)
+    # MAGIS_ENV_CACHE_GB: the most that cache holds; past it, the least recently used entries go (0: no bound)
+    env_cache_gb: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     scratch_dir: str = "/var/tmp"  # MAGIS_SCRATCH_DIR: where the sandboxes' bounded scratch disks are made
     sandbox_uids: str = ""  # MAGIS_SANDBOX_UIDS: FIRST-LAST, the uids sandboxes run as ("": the default pool)
     sandbox_cgroup: str = ""  # MAGIS_SANDBOX_CGROUP: the cgroup sandboxes' memory budgets are made under ("": found)
@@ -147,7 +153,7 @@ class NodeSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 # What each node resolves for itself and no driver sends: its own folders and sandbox resources
-NODE_OWN = ("env_cache", "scratch_dir", "sandbox_uids", "sandbox_cgroup", "pyenv_root")
+NODE_OWN = ("env_cache", "env_cache_gb", "scratch_dir", "sandbox_uids", "sandbox_cgroup", "pyenv_root")
 # Each node setting's variable: MAGIS_ and its name, but for the variables other tools own
 NODE_ENV = {name: {"pyenv_root": "PYENV_ROOT", "ray_address": "RAY_ADDRESS"}.get(name, "MAGIS_" + name.upper())
             for name in NodeSettings.__struct_fields__}
@@ -176,6 +182,12 @@ def node_refusals(environ: Mapping[str, str]) -> list[str]:
 def node_settings(environ: Mapping[str, str] | None = None) -> NodeSettings:
     """This node's settings, from its own environment (or `environ`)."""
     return NodeSettings(**node_values(os.environ if environ is None else environ))
+
+
+def set_node_setting(name: str, value: str) -> None:
+    """Give this process's node setting `name` (and every process it starts, a Ray of its own
+    included) the value `value`, through its variable."""
+    os.environ[NODE_ENV[name]] = value
 
 
 def process_environment(**overrides: str) -> dict[str, str]:

@@ -8,13 +8,16 @@ Its packages are installed by uv where the interpreter allows it, else by pip (i
 build runs in the sandbox with the network on (for the package index) and every other limit, as
 the builds' uid (identities.py), which owns the cache. The cache folder is ~/.cache/magis-ray/envs
 unless MAGIS_ENV_CACHE or `--env-cache` say otherwise; builds of the same key on one node wait for
-each other (a file lock), so each node builds each environment once."""
+each other (a file lock), so each node builds each environment once. With the cluster's artifact
+store (artifacts.py), a node fetches what another node built rather than build it again, and its own
+cache is bounded (cache_bound.py)."""
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import shlex
 import shutil
 import subprocess
@@ -24,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import era
+from .artifacts import BUILT, CACHED, ENVIRONMENTS, FETCHED, ArtifactStore
+from .cache_bound import evict_least_recent, mark_used, record_size
 from .identities import build_identity, give_to
 from .installers import AUTO, PIP, UV, Installer, UvInstaller, installer_for, installer_named
 from .interpreters import InterpreterMissing, find_python, full_version, interpreter_prefix
@@ -102,11 +107,12 @@ class Environment:
     key: str
     path: str
     python_version: str
-    build_seconds: float  # how long its build took (0 when it came from the cache)
+    build_seconds: float  # how long its build (or its fetch from the artifact store) took; 0 from the cache
     built_now: bool
     label: str = ""
     interpreter_prefix: str = ""  # the venv's base interpreter's prefix, which the sandbox must show
     interpreter: str = ""  # that interpreter
+    obtained: str = CACHED  # how this node has it: BUILT now, FETCHED from the artifact store, or CACHED
 
     @property
     def venv(self) -> str:
@@ -163,30 +169,82 @@ def folder_lock(folder: Path):
         yield
 
 
-def locked_build(folder: Path, build, done: str = "ready.json"):
+@dataclass(frozen=True)
+class Shared:
+    """One key of the cluster's artifact store, as this node sees it: where a build is fetched
+    from instead, and published to after (artifacts.py)."""
+
+    store: ArtifactStore
+    kind: str  # artifacts.ENVIRONMENTS or artifacts.TESTBEDS
+    key: str
+    root: Path  # this node's cache root
+    interpreter_prefix: str  # this node's prefix of the interpreter the folder is built on
+
+
+def locked_build(folder: Path, build, done: str = "ready.json", shared: Shared | None = None):
     """Run `build()` for `folder` unless it is ready; builds of one folder on one node wait for each
-    other, and a failed one is not retried within FAILURE_TTL_S. Returns (info, seconds, built_now)."""
+    other, and a failed one is not retried within FAILURE_TTL_S. With `shared`, the artifact store
+    is asked first: a published archive is fetched rather than built, another node's build is
+    waited for, and what is built here is published. Returns (info, seconds, built_now); the info
+    says how the folder was obtained under "obtained" (BUILT, FETCHED, CACHED)."""
     with folder_lock(folder):
         ready = folder / done
         if ready.is_file():
-            return json.loads(ready.read_text()), 0.0, False
+            return dict(json.loads(ready.read_text()), obtained=CACHED), 0.0, False
         failed = folder / "failed.json"
         if failed.is_file():
             info = json.loads(failed.read_text())
             if time.time() - info["time"] < FAILURE_TTL_S:
                 raise EnvironmentBuildError(info["step"], info["message"] + f" (an earlier build; remove {folder} to retry now)")
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
         start = time.monotonic()
+        claim = None
+        if shared is not None:
+            fetched, claim = _fetch_or_claim(folder, shared)
+            if fetched:
+                return dict(json.loads(ready.read_text()), obtained=FETCHED), time.monotonic() - start, False
         try:
-            info = build()
-        except EnvironmentBuildError as exc:
-            failed.write_text(json.dumps({"time": time.time(), "step": exc.step, "message": str(exc).split(": ", 1)[1]}))
-            raise
-        seconds = time.monotonic() - start
-        info = dict(info, build_seconds=seconds, time=time.time())
-        write_ready(folder, info, done)  # the last step: a half-built folder is never taken for a ready one
-        return info, seconds, True
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            try:
+                info = build()
+            except EnvironmentBuildError as exc:
+                failed.write_text(json.dumps({"time": time.time(), "step": exc.step, "message": str(exc).split(": ", 1)[1]}))
+                raise
+            seconds = time.monotonic() - start
+            info = dict(info, build_seconds=seconds, time=time.time())
+            write_ready(folder, info, done)  # the last step: a half-built folder is never taken for a ready one
+            if shared is not None:
+                _publish(folder, shared)
+        finally:
+            if claim is not None:
+                claim.release()
+        return dict(info, obtained=BUILT), seconds, True
+
+
+def _fetch_or_claim(folder: Path, shared: Shared):
+    """(True, None) once the store's archive is at `folder`; else (False, the claim to build it).
+    A store that fails (unreachable, unwritable) is said in the log and the node builds."""
+    try:
+        while True:
+            if shared.store.fetch(shared.kind, shared.key, folder, shared.root, shared.interpreter_prefix):
+                return True, None
+            claim = shared.store.claim_or_wait(shared.kind, shared.key)
+            if claim is not None:
+                # Published between our look and our claim: fetch it after all.
+                if claim.held and shared.store.has(shared.kind, shared.key):
+                    claim.release()
+                    continue
+                return False, claim
+    except OSError as exc:
+        logging.getLogger(__name__).warning("artifact store %s: %s; building %s here", shared.store.location, exc, shared.key)
+        return False, None
+
+
+def _publish(folder: Path, shared: Shared) -> None:
+    try:
+        shared.store.publish(shared.kind, shared.key, folder, shared.root, shared.interpreter_prefix)
+    except OSError as exc:  # the build stands; the other nodes build it too
+        logging.getLogger(__name__).warning("artifact store %s: publishing %s failed: %s", shared.store.location, shared.key, exc)
 
 
 def write_ready(folder: Path, info: dict, done: str = "ready.json") -> None:
@@ -224,9 +282,24 @@ class EnvironmentCache:
     root: Path = field(default_factory=default_cache_root)
     sandbox: Sandbox = field(default_factory=Sandbox)
     pythons: dict[str, str] = field(default_factory=dict)  # version -> path (--python)
+    artifacts: ArtifactStore | None = None  # the cluster's store of built environments and testbeds (None: no sharing)
+    limit_bytes: int = field(default_factory=lambda: int(node_settings().env_cache_gb * GiB))  # 0: unbounded
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
+
+    def shared(self, kind: str, key: str, python: str) -> Shared | None:
+        """The key in the artifact store, for a folder built on the interpreter `python` (None: no sharing)."""
+        if self.artifacts is None:
+            return None
+        return Shared(self.artifacts, kind, key, self.root, interpreter_prefix(python))
+
+    def arrived(self, folder: Path, obtained: str) -> None:
+        """An entry was used; one that just landed is measured, and the cache kept within its bound."""
+        mark_used(folder)
+        if obtained != CACHED:
+            record_size(folder)
+            evict_least_recent(self.root, self.limit_bytes, keep=folder)
 
     def interpreter(self, python_version: str) -> tuple[str, str]:
         python = find_python(python_version, self.pythons)
@@ -244,9 +317,15 @@ class EnvironmentCache:
         python, version = self.interpreter(recipe.python)
         key = recipe.key(version)
         folder = self.root / key
-        info, seconds, built_now = locked_build(folder, lambda: self._build(recipe, python, version, folder))
+        info, seconds, built_now = locked_build(folder, lambda: self._build(recipe, python, version, folder),
+                                                shared=self.shared(ENVIRONMENTS, key, python))
+        if info["obtained"] == FETCHED:
+            # Built on another node, whose interpreter of this version may live elsewhere: this node's.
+            info = dict(info, interpreter_prefix=interpreter_prefix(python), interpreter=python)
+            write_ready(folder, {name: value for name, value in info.items() if name != "obtained"})
+        self.arrived(folder, info["obtained"])
         return Environment(key, str(folder), version, seconds, built_now, recipe.label, info.get("interpreter_prefix", ""),
-                           info.get("interpreter", python))
+                           info.get("interpreter", python), info["obtained"])
 
     def build_seconds(self, env: Environment) -> float:
         """How long the environment took to build when it was built (from its record)."""
@@ -413,4 +492,4 @@ def requirement_lines(arguments: list[str]) -> list[str]:
 
 
 __all__ = ["Recipe", "Environment", "EnvironmentCache", "EnvironmentUnsupported", "EnvironmentBuildError",
-           "InterpreterMissing", "default_cache_root", "locked_build", "BuildSteps", "BUILD_LIMITS"]
+           "InterpreterMissing", "default_cache_root", "locked_build", "BuildSteps", "BUILD_LIMITS", "Shared"]

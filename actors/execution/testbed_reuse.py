@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .environments import folder_lock
+from .relocation import rewrite_files, retarget_links, write_like
 from .install_inputs import DIFFERENT, SAME, InstallInputs, TreeState
 
 INPUTS_FILE = "inputs.json"  # a donor's inputs, beside its ready.json
@@ -236,36 +237,13 @@ def copy_prefix(donor: Path, folder: Path, mentions: list[str], copy_own: bool) 
     done = subprocess.run(["cp", "-a", "--link", str(source_prefix), str(target_prefix)], capture_output=True, text=True)
     if done.returncode != 0:
         raise OSError(f"cannot link {source_prefix} to {target_prefix}: {done.stderr.strip()[:300]}")
-    for root, folders, files in os.walk(target_prefix):
-        for name in folders + files:
-            path = Path(root) / name
-            if path.is_symlink() and str(donor) in os.readlink(path):
-                target, owner = os.readlink(path).replace(str(donor), str(folder)), _owner(path)
-                path.unlink()
-                path.symlink_to(target)
-                os.chown(path, *owner, follow_symlinks=False)
-    for relative in mentions:
-        _replace(target_prefix / relative, (source_prefix / relative).read_bytes().replace(old, new), source_prefix / relative)
+    retarget_links(target_prefix, [(str(donor), str(folder))])
+    rewrite_files(target_prefix, mentions, [(old, new)], like=source_prefix)
     if copy_own:
         rewritten = set(mentions)
         for path in list(own_files(target_prefix)):
             if str(path.relative_to(target_prefix)) not in rewritten and path.stat().st_nlink > 1:
-                _replace(path, path.read_bytes(), path)
-
-
-def _replace(path: Path, data: bytes, like: Path) -> None:
-    """`path` as a file of its own holding `data`, with the owner, mode and times of `like`."""
-    fresh = path.with_name(f".{path.name}.magis-new")
-    fresh.write_bytes(data)
-    shutil.copystat(like, fresh)
-    info = like.stat()
-    os.chown(fresh, info.st_uid, info.st_gid)
-    os.replace(fresh, path)
-
-
-def _owner(path: Path) -> tuple[int, int]:
-    info = path.lstat()
-    return info.st_uid, info.st_gid
+                write_like(path, path.read_bytes(), path)
 
 
 def link_folder(source: Path, target: Path) -> None:

@@ -43,6 +43,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .artifacts import CACHED, TESTBEDS
 from .compiler_cache import CompilerCache, compiler_cache
 from .environments import (SYSTEM_PREFIXES, BuildSteps, Environment, EnvironmentBuildError, EnvironmentCache,
                            EnvironmentUnsupported, Recipe, folder_lock, held_by_system, locked_build, write_ready)
@@ -107,6 +108,7 @@ class Testbed:
     label: str = ""
     made: str = BUILT  # how: BUILT (its install ran), REUSED (another's install, no install run), REINSTALLED
     made_from: str = ""  # the testbed it was made from (REUSED, REINSTALLED)
+    obtained: str = CACHED  # how this node has it: BUILT now, FETCHED from the artifact store, or CACHED
 
     @property
     def tree(self) -> str:
@@ -160,14 +162,16 @@ class TestbedCache:
             # The group's builds one at a time: a commit waits for another's install, then reuses it.
             with donors.lock():
                 info, seconds, built_now = locked_build(folder, lambda: self._build(recipe, env, folder, repo_path, mirrors,
-                                                                                   donors if self.reuse else None))
-                if built_now and info.get("made") in (BUILT, REINSTALLED) and (folder / INPUTS_FILE).is_file():
+                                                                                   donors if self.reuse else None),
+                                                        shared=self.envs.shared(TESTBEDS, key, env.interpreter))
+                if info["obtained"] != CACHED and info.get("made") in (BUILT, REINSTALLED) and (folder / INPUTS_FILE).is_file():
                     donors.add(key)
+        self.envs.arrived(folder, info["obtained"])
         objects = info["objects"]
         if not Path(objects).is_dir():
             objects = self._borrow_anew(folder, repo_path, recipe.commit)
         return Testbed(env, key, str(folder), objects, seconds, built_now, recipe.label or env.label,
-                       info.get("made", BUILT), info.get("made_from", ""))
+                       info.get("made", BUILT), info.get("made_from", ""), info["obtained"])
 
     def _borrow_anew(self, folder: Path, repo_path: Path, commit: str) -> str:
         """The testbed outlived the repository it was built from (a temporary clone, a moved

@@ -24,6 +24,7 @@ from magis_ray.events.schema import RunSettings, TestsRan
 
 from magis_ray.actors.code.repository import UnsafePath, safe_repo_path
 from magis_ray.actors.code.suites import PYTEST_COMMAND, TestSuite, suite_for
+from magis_ray.actors.execution.artifacts import BUILT, FETCHED, open_artifact_store
 from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, EnvironmentUnsupported
 from magis_ray.actors.execution.interpreters import InterpreterMissing
 from magis_ray.actors.execution.runner import INPUTS, TestRunner
@@ -55,6 +56,7 @@ class BenchSetup:
     python: str = "3.11"  # for a user's repository
     sandbox: str = "bwrap"  # "bwrap" or "none"
     test_cmd: str = ""  # the user's own test command ("": the spec's runner, or pytest)
+    artifact_store: str = ""  # the cluster's store of built environments and testbeds ("": none)
 
     def __hash__(self) -> int:  # `record` is a dict; a worker's benches are cached by setup (services._bench_for)
         return hash(repr(self))
@@ -64,7 +66,7 @@ class BenchSetup:
         record = dict(repo=issue.repo, instance_id=issue.instance_id, base_commit=issue.base_commit,
                       version=issue.version, environment_setup_commit=issue.environment_setup_commit)
         return cls(record=record, repo_path=repo_path, env_setup=settings.env_setup, python=settings.test_python or "3.11",
-                   sandbox=settings.sandbox, test_cmd=settings.test_cmd)
+                   sandbox=settings.sandbox, test_cmd=settings.test_cmd, artifact_store=settings.artifact_store)
 
 
 PACKAGING_FILES = ("pyproject.toml", "setup.py")  # what `pip install -e .` needs (setup.cfg alone is not enough)
@@ -115,7 +117,8 @@ class ExecutionBench:
         self._testbed: Testbed | None = None
         sandbox = Sandbox(mode=setup.sandbox)
         self._runner = TestRunner(sandbox, TEST_LIMITS)
-        envs = EnvironmentCache(sandbox=sandbox)  # in this node's own cache (its node settings)
+        # in this node's own cache (its node settings), shared through the run's artifact store
+        envs = EnvironmentCache(sandbox=sandbox, artifacts=open_artifact_store(setup.artifact_store))
         self.cache = TestbedCache(envs)
 
     def testbed(self) -> Testbed:
@@ -153,7 +156,9 @@ class ExecutionBench:
         except BenchUnavailable as exc:
             return TestsRan(purpose="prepare", command="", outcome="error", output=str(exc))
         seconds = testbed.env.build_seconds + testbed.build_seconds
-        how = f"built in {seconds:.0f} s" if testbed.built_now or testbed.env.built_now else "from this node's cache"
+        how = ("built" if BUILT in (testbed.obtained, testbed.env.obtained) else
+               "fetched from the artifact store" if FETCHED in (testbed.obtained, testbed.env.obtained) else "")
+        how = f"{how} in {seconds:.0f} s" if how else "from this node's cache"
         return TestsRan(purpose="prepare", command=self._suite.command, outcome="passed",
                         output=f"environment {testbed.label or testbed.key}: {how}", duration_s=round(seconds, 3))
 

@@ -103,7 +103,7 @@ def grade(record: dict, patch: str | None, repos_dir: str | Path, testbeds: Test
     env = testbed.env
     result = replace(result, warnings=warnings, env_key=env.key, env_label=env.label, env_build_seconds=env.build_seconds,
                      env_built_now=env.built_now, testbed_key=testbed.key, testbed_build_seconds=testbed.build_seconds,
-                     testbed_built_now=testbed.built_now)
+                     testbed_built_now=testbed.built_now, env_obtained=env.obtained, testbed_obtained=testbed.obtained)
     if logs_dir is None:
         with tempfile.TemporaryDirectory(prefix="magis-grade-") as scratch:
             return _run(result, record, patch, spec, testbed, runner, Path(scratch) / record["instance_id"], constants,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Protocol
 
 from msgspec.structs import replace
@@ -16,6 +17,7 @@ from magis_ray.events.codec import new_event
 from magis_ray.events.schema import GradingStarted, InstanceGraded, InstanceGradingStarted
 from magis_ray.events.streams import StreamKind
 
+from magis_ray.actors.execution.artifacts import BUILT, CACHED, open_artifact_store
 from magis_ray.actors.execution.environments import EnvironmentCache
 from magis_ray.actors.execution.runner import TestRunner
 from magis_ray.actors.execution.sandbox import Sandbox
@@ -41,7 +43,6 @@ class WorkerOptions:
     """Everything a worker needs besides the job; plain data, so it travels to any Ray node."""
 
     repos_dir: str
-    cache_root: str
     sandbox: str = "bwrap"
     wall_seconds: float = 1800.0
     memory_bytes: int = 8 * 1024 ** 3
@@ -50,17 +51,26 @@ class WorkerOptions:
     custom: CustomSetup | None = None  # the user's --env-setup / --test-cmd instead of SWE-bench's specs
     network: bool = False  # the tests get the network (--network: the user trusts the predictions)
     run_empty: bool = False  # --empty: run the tests without a patch (the grader's own check)
+    # The cluster's artifact store ("": none), the same on every node; a node's own cache root is
+    # not here: each node resolves its own (node_settings().env_cache)
+    artifact_store: str = ""
 
 
-def testbed_cache(options: WorkerOptions) -> TestbedCache:
-    return TestbedCache(EnvironmentCache(options.cache_root, Sandbox(options.sandbox), dict(options.pythons)))
+def testbed_cache(options: WorkerOptions, cache_root: str | None = None) -> TestbedCache:
+    """This node's testbeds, in its own cache (`cache_root`, else the node's setting), sharing
+    through the job's artifact store."""
+    envs = EnvironmentCache(sandbox=Sandbox(options.sandbox), pythons=dict(options.pythons),
+                            artifacts=open_artifact_store(options.artifact_store))
+    if cache_root:
+        envs.root = Path(cache_root)
+    return TestbedCache(envs)
 
 
-def grade_job(job: GradeJob, options: WorkerOptions) -> InstanceGraded:
+def grade_job(job: GradeJob, options: WorkerOptions, cache_root: str | None = None) -> InstanceGraded:
     """One instance, start to end, on whichever node runs it (its environment cache is that node's)."""
     runner = TestRunner(Sandbox(options.sandbox), grading_limits(options.wall_seconds, options.memory_bytes), network=options.network)
-    return grade(job.record, job.patch, options.repos_dir, testbed_cache(options), runner, job.model, options.logs_dir,
-                 options.custom, run_empty=options.run_empty)
+    return grade(job.record, job.patch, options.repos_dir, testbed_cache(options, cache_root), runner, job.model,
+                 options.logs_dir, options.custom, run_empty=options.run_empty)
 
 
 def grade_after_build(job: GradeJob, options: WorkerOptions, built: dict | None) -> InstanceGraded:
@@ -70,12 +80,13 @@ def grade_after_build(job: GradeJob, options: WorkerOptions, built: dict | None)
     node, host = this_node()
     result = replace(grade_job(job, options), node=node, host=host)
     if built is not None:
-        if not result.env_built_now:
-            env_build_seconds, env_built_now = built["env"]
-            result = replace(result, env_build_seconds=env_build_seconds, env_built_now=env_built_now)
-        if not result.testbed_built_now:
-            testbed_build_seconds, testbed_built_now = built["testbed"]
-            result = replace(result, testbed_build_seconds=testbed_build_seconds, testbed_built_now=testbed_built_now)
+        if result.env_obtained == CACHED:
+            env_build_seconds, env_built_now, env_obtained = built["env"]
+            result = replace(result, env_build_seconds=env_build_seconds, env_built_now=env_built_now, env_obtained=env_obtained)
+        if result.testbed_obtained == CACHED:
+            testbed_build_seconds, testbed_built_now, testbed_obtained = built["testbed"]
+            result = replace(result, testbed_build_seconds=testbed_build_seconds, testbed_built_now=testbed_built_now,
+                             testbed_obtained=testbed_obtained)
     return result
 
 
@@ -88,12 +99,13 @@ class Executor(Protocol):
 class ThreadExecutor:
     """In-process workers (threads: the work is in subprocesses); for tests and `--workers` without Ray."""
 
-    def __init__(self, options: WorkerOptions, workers: int) -> None:
+    def __init__(self, options: WorkerOptions, workers: int, cache_root: str | None = None) -> None:
         self._options = options
+        self._cache_root = cache_root  # this process's node's cache (None: its node setting)
         self._pool = ThreadPoolExecutor(max_workers=workers)
 
     def start(self, job: GradeJob):
-        return self._pool.submit(grade_job, job, self._options)
+        return self._pool.submit(grade_job, job, self._options, self._cache_root)
 
     def next_done(self, handles: list):
         done, _ = wait(handles, return_when=FIRST_COMPLETED)
@@ -164,10 +176,17 @@ def run_grading(store, name: str, jobs: list[GradeJob], executor: Executor, work
     return [log.graded[job.instance_id] for job in jobs]
 
 
+def obtained(event: InstanceGraded, part: str) -> str:
+    """How the grading's node had the instance's environment (part "env") or testbed ("testbed"):
+    BUILT, FETCHED or CACHED; from built_now in logs written before the grading said it."""
+    said = getattr(event, f"{part}_obtained")
+    return said or (BUILT if getattr(event, f"{part}_built_now") else CACHED)
+
+
 def preparation_seconds(event: InstanceGraded) -> float:
-    """What preparing the instance cost this grading: the builds it ran (its environment's, if it
-    built it, and its testbed's); 0 when both came from the cache."""
-    return event.env_build_seconds * event.env_built_now + event.testbed_build_seconds * event.testbed_built_now
+    """What preparing the instance cost this grading: the builds and fetches it ran (its
+    environment's and its testbed's); 0 when both came from the node's cache."""
+    return sum(getattr(event, f"{part}_build_seconds") for part in ("env", "testbed") if obtained(event, part) != CACHED)
 
 
 def preparation_line(results: list[InstanceGraded]) -> str:
@@ -262,9 +281,10 @@ def instance_details(results: list[InstanceGraded]) -> dict:
             if getattr(r, name):
                 entry[name] = list(getattr(r, name))
         entry["environment"] = {"label": r.env_label, "key": r.env_key, "built_now": r.env_built_now,
-                                "build_seconds": round(r.env_build_seconds, 1), "testbed": r.testbed_key,
-                                "testbed_built_now": r.testbed_built_now,
-                                "testbed_build_seconds": round(r.testbed_build_seconds, 1)}
+                                "build_seconds": round(r.env_build_seconds, 1), "obtained": obtained(r, "env"),
+                                "testbed": r.testbed_key, "testbed_built_now": r.testbed_built_now,
+                                "testbed_build_seconds": round(r.testbed_build_seconds, 1),
+                                "testbed_obtained": obtained(r, "testbed")}
         entry["test_seconds"] = round(r.test_seconds, 1)
         if r.memory_control:
             entry["memory"] = {"control": r.memory_control, "peak_mb": r.peak_memory_mb}
@@ -275,8 +295,6 @@ def instance_details(results: list[InstanceGraded]) -> dict:
 def prepare_environment(job: GradeJob, options: WorkerOptions) -> dict | None:
     """Build the job's environment and testbed on this node unless they are cached: for each,
     (build seconds, built now); None when they cannot be built (the test run then says why)."""
-    from pathlib import Path
-
     from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentUnsupported
     from magis_ray.actors.execution.interpreters import InterpreterMissing
     from magis_ray.actors.execution.specs import NoSpec
@@ -290,4 +308,5 @@ def prepare_environment(job: GradeJob, options: WorkerOptions) -> dict | None:
                                              mirrors=options.repos_dir)
     except (HarnessMissing, NoSpec, KeyError, EnvironmentUnsupported, InterpreterMissing, EnvironmentBuildError):
         return None
-    return {"env": (testbed.env.build_seconds, testbed.env.built_now), "testbed": (testbed.build_seconds, testbed.built_now)}
+    return {"env": (testbed.env.build_seconds, testbed.env.built_now, testbed.env.obtained),
+            "testbed": (testbed.build_seconds, testbed.built_now, testbed.obtained)}

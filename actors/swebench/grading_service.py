@@ -17,7 +17,7 @@ from typing import Callable, Literal
 import msgspec
 
 from magis_ray.events.schema import GradingStarted, InstanceGraded
-from magis_ray.events.settings import GradeSettings, size_bytes
+from magis_ray.events.settings import GradeSettings, set_node_setting, size_bytes
 
 from .grading import CustomSetup
 from .grading_batch import GradeJob, ThreadExecutor, WorkerOptions, instance_details, official_report, run_grading
@@ -53,7 +53,10 @@ class GradingOptions(msgspec.Struct, frozen=True, kw_only=True):
     network: bool = _GRADE.network  # the tests get the network (only for predictions one trusts)
     memory_bytes: int = size_bytes(_GRADE.memory)  # each test run's memory budget (0: no limit)
     pythons: dict[str, str] = {}  # interpreters to use: version ("" for any) -> path
-    env_cache: str | None = None  # where environments are cached (None: the default cache)
+    # this machine's environment cache, for the workers this process runs (threads, or a Ray it
+    # starts of its own); a cluster's nodes each use their own (MAGIS_ENV_CACHE). None: the node's.
+    env_cache: str | None = None
+    artifact_store: str = ""  # the cluster's shared store of built environments and testbeds ("": none)
     env_setup: str | None = None  # a user's repository: its environment's setup command
     test_cmd: str | None = None  # a user's repository: its test command
     env_python: str = _GRADE.env_python  # a user's repository: the Python version of its environment
@@ -76,6 +79,7 @@ class GradingPlan:
     report_path: Path
     store: str
     use_ray: bool
+    cache_root: str | None = None  # this machine's environment cache (None: its node setting)
 
 
 class GradingOutcome(msgspec.Struct, frozen=True):
@@ -98,7 +102,7 @@ def plan_grading(options: GradingOptions, notice: Callable[[str], None] = ignore
     use, HarnessMissing when SWE-bench's specs are needed and the swebench package is absent,
     SandboxUnavailable when the sandbox cannot run here. `notice` hears what was decided for the
     caller (fewer workers than asked, dataset lines passed over)."""
-    from magis_ray.actors.execution.environments import default_cache_root
+    from magis_ray.actors.execution.artifacts import ArtifactStoreUnusable, open_artifact_store
     from magis_ray.actors.execution.memory_budget import workers_within_memory
     from magis_ray.actors.execution.sandbox import check_available
     from magis_ray.actors.code.swebench_harness import harness
@@ -117,6 +121,10 @@ def plan_grading(options: GradingOptions, notice: Callable[[str], None] = ignore
     repos = Path(options.repos_dir)
     if not repos.is_dir():
         raise GradingInputError("not a folder", "repos_dir")
+    try:
+        open_artifact_store(options.artifact_store)
+    except ArtifactStoreUnusable as exc:
+        raise GradingInputError(exc.reason, "artifact_store") from None
     custom = (CustomSetup(options.env_python, options.env_setup, options.test_cmd)
               if (options.env_setup or options.test_cmd) else None)
     if custom is None:
@@ -148,8 +156,7 @@ def plan_grading(options: GradingOptions, notice: Callable[[str], None] = ignore
         name = options.name or f"{predictions.stem}@{dataset.stem}"
     logs_root = Path(options.store) / "gradings" / name
     worker_options = WorkerOptions(
-        repos_dir=str(repos.resolve()),
-        cache_root=str(Path(options.env_cache or default_cache_root()).expanduser().resolve()),
+        repos_dir=str(repos.resolve()), artifact_store=options.artifact_store,
         sandbox=options.sandbox, wall_seconds=options.timeout_s, memory_bytes=options.memory_bytes,
         pythons=dict(options.pythons), logs_dir=str((logs_root / "logs").resolve()), custom=custom,
         network=options.network, run_empty=options.patches == "empty",
@@ -160,7 +167,8 @@ def plan_grading(options: GradingOptions, notice: Callable[[str], None] = ignore
     return GradingPlan(name=name, jobs=jobs, workers=workers, worker_options=worker_options, started=started,
                        dataset_ids=[r["instance_id"] for r in chosen], submitted_ids=submitted,
                        logs_dir=logs_root / "logs", report_path=Path(options.report or logs_root.with_suffix(".json")),
-                       store=options.store, use_ray=options.use_ray)
+                       store=options.store, use_ray=options.use_ray,
+                       cache_root=str(Path(options.env_cache).expanduser().resolve()) if options.env_cache else None)
 
 
 def run_grading_plan(plan: GradingPlan,
@@ -175,10 +183,14 @@ def run_grading_plan(plan: GradingPlan,
         from magis_ray.actors.runtime.deployment import ensure_ray
         from magis_ray.actors.runtime.remote import RayExecutor
 
+        if plan.cache_root:
+            # A Ray of our own inherits this process's environment: its workers take this node's
+            # cache from there. A cluster's nodes keep their own.
+            set_node_setting("env_cache", plan.cache_root)
         ensure_ray()  # RAY_ADDRESS (under `ray job submit`), else a Ray of our own
         executor = RayExecutor(plan.worker_options, prepare_environment, grade_after_build, environment_of, repository_of)
     else:
-        executor = ThreadExecutor(plan.worker_options, plan.workers)
+        executor = ThreadExecutor(plan.worker_options, plan.workers, plan.cache_root)
     open_store(plan.store, create=True).close()
     with open_store(plan.store) as store:
         results = run_grading(store, plan.name, plan.jobs, executor, plan.workers, plan.started, on_result)

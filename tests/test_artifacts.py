@@ -1,0 +1,290 @@
+"""Environments and testbeds as cluster artifacts (actors/execution/artifacts.py), on real folders:
+a real environment and testbed of the calc fixture built in the sandbox and published to a store
+folder, fetched under another cache root (of another length) and run there; corrupt and
+half-written archives detected and rebuilt, the grading's verdict unchanged; two builders of one
+key build once; the node's cache bounded, least recently used first; an object store through
+fsspec's memory:// filesystem; and a store URL nothing can open, refused in one line."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from execfixtures import GOLD, TEST_PATCH, make_calc_repos, record, write_dataset
+from magis_ray.actors.code.pytest_log import parse_pytest_log
+from magis_ray.actors.execution import cache_bound
+from magis_ray.actors.execution.artifacts import (BUILT, CACHED, ENVIRONMENTS, FETCHED, RELOCATION_FILE, TESTBEDS,
+                                                  ArtifactStore, ArtifactStoreUnusable, file_digest)
+from magis_ray.actors.execution.environments import EnvironmentCache, Recipe
+from magis_ray.actors.execution.runner import INPUTS, TestRunner
+from magis_ray.actors.execution.sandbox import Limits, Sandbox, bwrap_path
+from magis_ray.actors.execution.testbeds import TestbedCache, TestbedRecipe
+
+needs_bwrap = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
+MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
+
+
+def calc_recipe(base: str) -> TestbedRecipe:
+    return TestbedRecipe(env=Recipe(python="3.11", label="calc"), repo="calc/calc", commit=base,
+                         install=("python -m pip install -e . pytest",), label="calc")
+
+
+def cache_at(root: Path, store: ArtifactStore | None) -> TestbedCache:
+    return TestbedCache(EnvironmentCache(root, artifacts=store))
+
+
+def texts_naming(folder: Path, needle: str) -> list[str]:
+    """The text files under `folder` (byte caches and binaries aside) that name `needle`."""
+    found = []
+    for base, _, files in os.walk(folder):
+        for name in files:
+            path = Path(base) / name
+            if path.is_symlink() or not path.is_file():
+                continue
+            data = path.read_bytes()
+            if needle.encode() in data and b"\0" not in data:
+                found.append(str(path.relative_to(folder)))
+    return found
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """The calc testbed built on a first "node" (cache root a/) and published to a store folder."""
+    root = tmp_path_factory.mktemp("artifacts")
+    repo, base = make_calc_repos(root / "repos")
+    store = ArtifactStore(str(root / "store"))
+    builder = cache_at(root / "a", store)
+    testbed = builder.get(calc_recipe(base), repo)
+    return {"root": root, "repo": repo, "base": base, "store": store, "testbed": testbed}
+
+
+@needs_bwrap
+def test_a_published_testbed_runs_its_tests_under_another_node_s_cache_root(published):
+    """Fetched under a cache root of another length, after the builder's cache is gone: nothing
+    names the builder's root any more, the environment's python knows its new prefix, and the
+    testbed's pytest (a console script chained to the environment) runs the calc tests there."""
+    built, store, root = published["testbed"], published["store"], published["root"]
+    assert (built.env.obtained, built.obtained) == (BUILT, BUILT)
+    for kind, key in ((ENVIRONMENTS, built.env.key), (TESTBEDS, built.key)):
+        names = store.names(kind, key)
+        archive = root / "store" / names.archive
+        assert (root / "store" / names.digest).read_text().split()[0] == file_digest(archive)
+    builder_root = str(root / "a")
+    subprocess.run(["rm", "-rf", builder_root], check=True)  # the builder's node is gone
+
+    elsewhere = root / "another-node-with-a-longer-cache-root"
+    fetched = cache_at(elsewhere, store).get(calc_recipe(published["base"]), published["repo"])
+    assert (fetched.env.obtained, fetched.obtained) == (FETCHED, FETCHED)
+    assert not fetched.built_now and not fetched.env.built_now
+    assert Path(fetched.path).parent.parent == elsewhere
+    assert [path for path in texts_naming(elsewhere, builder_root + "/") if not path.endswith(RELOCATION_FILE)] == []
+    python = Path(fetched.env.venv) / "bin" / "python"
+    prefix = subprocess.run([str(python), "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True, check=True)
+    assert prefix.stdout.strip() == fetched.env.venv
+
+    script = f"git apply {INPUTS}/gold.diff && git apply {INPUTS}/test.diff && python -m pytest -rA tests/test_more.py"
+    outcome = TestRunner(Sandbox(), Limits(wall_seconds=120)).run(fetched, script, parse_pytest_log,
+                                                                   inputs={"gold.diff": GOLD, "test.diff": TEST_PATCH})
+    assert outcome.results == {"tests/test_more.py::test_mean_of_two": "PASSED",
+                               "tests/test_more.py::test_median_of_one": "PASSED"}, outcome.output[-2000:]
+
+    again = cache_at(elsewhere, store).get(calc_recipe(published["base"]), published["repo"])
+    assert (again.env.obtained, again.obtained) == (CACHED, CACHED)
+
+
+@needs_bwrap
+@pytest.mark.slow  # three gradings, two of them building (minutes); the round trip above is the default case
+def test_a_corrupt_or_half_written_archive_is_detected_and_rebuilt_and_the_verdict_stands(published, tmp_path):
+    """A grading with the calc instance's gold patch on a node whose store holds a corrupt
+    environment archive (bytes flipped) and a half-written testbed archive (cut short): both are
+    detected by their digests and dropped, both are built again (the grading's events say so) and
+    published anew, and the verdict is the one a clean grading gives."""
+    from magis_ray.actors.swebench.grading_service import GradingOptions, plan_grading, run_grading_plan
+
+    store_root = tmp_path / "store"
+    dataset = write_dataset(tmp_path / "calc.jsonl", [record(published["base"])])
+
+    def grading(cache: Path, name: str):
+        options = GradingOptions(dataset=str(dataset), repos_dir=str(published["root"] / "repos"), store=str(tmp_path / "db"),
+                                 patches="gold", env_cache=str(cache), artifact_store=str(store_root), test_cmd="pytest -rA",
+                                 timeout_s=120, memory_bytes=2 << 30, use_ray=False, name=name)
+        return run_grading_plan(plan_grading(options)).results[0]
+
+    clean = grading(tmp_path / "first", "clean")
+    assert (clean.env_obtained, clean.testbed_obtained) == (BUILT, BUILT) and clean.resolved
+    store = ArtifactStore(str(store_root))
+    env_archive = store_root / store.names(ENVIRONMENTS, clean.env_key).archive
+    testbed_archive = store_root / store.names(TESTBEDS, clean.testbed_key).archive
+    data = bytearray(env_archive.read_bytes())
+    for offset in range(len(data) // 2, len(data) // 2 + 64):
+        data[offset] ^= 0xFF
+    env_archive.write_bytes(bytes(data))
+    with open(testbed_archive, "r+b") as archive:
+        archive.truncate(archive.seek(0, os.SEEK_END) // 3)
+
+    again = grading(tmp_path / "second", "after-corruption")
+    assert (again.env_obtained, again.testbed_obtained) == (BUILT, BUILT)
+    assert (again.resolved, again.fail_to_pass_success, again.pass_to_pass_success) == \
+        (clean.resolved, clean.fail_to_pass_success, clean.pass_to_pass_success)
+    for archive, kind, key in ((env_archive, ENVIRONMENTS, clean.env_key), (testbed_archive, TESTBEDS, clean.testbed_key)):
+        assert (store_root / store.names(kind, key).digest).read_text().split()[0] == file_digest(archive)
+
+    third = grading(tmp_path / "third", "after-the-rebuild")  # the republished archives are whole
+    assert (third.env_obtained, third.testbed_obtained, third.resolved) == (FETCHED, FETCHED, clean.resolved)
+
+
+@needs_bwrap
+@pytest.mark.slow  # a real environment build with a pip install
+def test_two_nodes_asking_for_one_environment_at_once_build_it_once(tmp_path):
+    """Two builders (threads, each with its own cache root) share one store: one claims the key and
+    builds, the other waits for its archive and fetches it."""
+    store = str(tmp_path / "store")
+    recipe = Recipe(python="3.11", label="two-builders", packages=("iniconfig==2.0.0",))
+    results: dict[str, object] = {}
+
+    def node(name: str) -> None:
+        cache = EnvironmentCache(tmp_path / name, artifacts=ArtifactStore(store, poll_s=0.2))
+        try:
+            results[name] = cache.get(recipe)
+        except Exception as exc:  # reported below
+            results[name] = exc
+
+    threads = [threading.Thread(target=node, args=(name,)) for name in ("node-1", "node-2")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    obtained = sorted(getattr(results[name], "obtained", repr(results[name])) for name in ("node-1", "node-2"))
+    assert obtained == [BUILT, FETCHED]
+    assert not list((tmp_path / "store" / ENVIRONMENTS).glob("*.claim"))  # released
+
+
+def make_entry(parent: Path, name: str, size: int, used_ago: float) -> Path:
+    folder = parent / name
+    folder.mkdir(parents=True)
+    (folder / "payload").write_bytes(os.urandom(size))
+    (folder / "ready.json").write_text("{}")
+    cache_bound.record_size(folder)
+    cache_bound.mark_used(folder)
+    when = time.time() - used_ago
+    os.utime(folder / cache_bound.USED, (when, when))
+    return folder
+
+
+def test_the_node_s_cache_evicts_the_least_recently_used_first_never_one_in_use(tmp_path):
+    hour = cache_bound.IN_USE_S
+    oldest = make_entry(tmp_path, "oldest", 300_000, 5 * hour)
+    locked = make_entry(tmp_path, "locked", 300_000, 4 * hour)
+    older = make_entry(tmp_path / "testbeds", "older", 300_000, 3 * hour)
+    newer = make_entry(tmp_path, "newer", 300_000, 2 * hour)
+    recent = make_entry(tmp_path, "recent", 300_000, 60)
+    total = sum(entry.size for entry in cache_bound.entries(tmp_path))
+    one = total // 5
+    with open(tmp_path / "locked.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a build (or a fetch) of it going on
+        evicted = cache_bound.evict_least_recent(tmp_path, total - 2 * one)
+    assert evicted == [oldest, older]
+    assert all(folder.is_dir() for folder in (locked, newer, recent))
+    assert not oldest.exists() and not older.exists()
+    # Bound below what is in use: the recently used entry stays all the same, and nothing breaks.
+    assert cache_bound.evict_least_recent(tmp_path, 1, keep=newer) == [locked]
+    assert sorted(p.name for p in tmp_path.iterdir() if (p / "ready.json").exists()) == ["newer", "recent"]
+    assert cache_bound.evict_least_recent(tmp_path, 0) == []  # 0: no bound
+
+
+def test_an_object_store_url_goes_through_fsspec(tmp_path):
+    """memory:// (fsspec's own in-memory filesystem) as the store: a folder naming its cache root
+    published, fetched under another root and relocated; a flipped byte dropped; the claim exclusive."""
+    fsspec = pytest.importorskip("fsspec")
+    location = f"memory://magis-test-{os.getpid()}-{time.monotonic_ns()}/artifacts"
+    store = ArtifactStore(location)
+    first = tmp_path / "first"
+    folder = first / "k1"
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "tool").write_text(f"#!{folder}/bin/python\nprint('hi')\n")
+    (folder / "bin" / "python").symlink_to(f"{folder}/real-python")
+    (folder / "ready.json").write_text(json.dumps({"where": str(folder)}))
+    store.publish(ENVIRONMENTS, "k1", folder, first)
+    assert store.has(ENVIRONMENTS, "k1")
+
+    second = tmp_path / "second-root"
+    assert store.fetch(ENVIRONMENTS, "k1", second / "k1", second)
+    assert (second / "k1" / "bin" / "tool").read_text().startswith(f"#!{second}/k1/bin/python\n")
+    assert os.readlink(second / "k1" / "bin" / "python") == f"{second}/k1/real-python"
+    assert json.loads((second / "k1" / "ready.json").read_text()) == {"where": str(second / "k1")}
+
+    fs, path = fsspec.core.url_to_fs(location)
+    archive = f"{path}/{store.names(ENVIRONMENTS, 'k1').archive}"
+    data = bytearray(fs.cat_file(archive))
+    data[len(data) // 2] ^= 0xFF
+    fs.pipe_file(archive, bytes(data))
+    assert not store.fetch(ENVIRONMENTS, "k1", tmp_path / "third" / "k1", tmp_path / "third")
+    assert not store.has(ENVIRONMENTS, "k1") and not fs.exists(archive)  # dropped
+
+    claim = store.claim_or_wait(ENVIRONMENTS, "k2")
+    assert claim is not None and claim.held
+    assert not store.backend.create(store.names(ENVIRONMENTS, "k2").claim, "another node")
+    claim.release()
+    assert not fs.exists(f"{path}/{store.names(ENVIRONMENTS, 'k2').claim}")
+
+
+def test_a_lapsed_claim_is_taken_over(tmp_path):
+    """A builder that died holding its claim: once the claim's expiry passes, another node claims the key."""
+    store = ArtifactStore(str(tmp_path / "store"), claim_ttl=60, wait_s=600, poll_s=0.05)
+    names = store.names(ENVIRONMENTS, "k")
+    dead = json.dumps({"token": "dead", "host": "gone", "pid": 0, "expires": time.time() - 1})
+    assert store.backend.create(names.claim, dead)
+    claim = store.claim_or_wait(ENVIRONMENTS, "k")
+    assert claim is not None and claim.held
+    assert json.loads((tmp_path / "store" / names.claim).read_text())["token"] == claim.token
+    claim.release()
+
+
+def test_a_store_url_nothing_can_open_is_one_line_and_exit_2(tmp_path):
+    dataset = write_dataset(tmp_path / "d.jsonl", [record("0" * 40)])
+    (tmp_path / "repos").mkdir()
+    done = subprocess.run([*MAGIS, "grade", "--gold", "--dataset", str(dataset), "--repos-dir", str(tmp_path / "repos"),
+                           "--store", str(tmp_path / "db"), "--test-cmd", "pytest -rA", "--no-ray",
+                           "--artifact-store", "bogus://bucket/artifacts"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "MAGIS_LOG_LEVEL": "warning"})
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--artifact-store" in lines[0] and "bogus://" in lines[0], done.stderr
+    with pytest.raises(ArtifactStoreUnusable, match="no filesystem for bogus://"):
+        ArtifactStore("bogus://x")
+    # submit takes it from the environment as well, and refuses it before anything runs
+    repo, base = make_calc_repos(tmp_path / "calc-repos")
+    (tmp_path / "issue.json").write_text(json.dumps({"instance_id": "calc-1", "repo": "calc/calc", "base_commit": base,
+                                                     "problem_statement": "mean is wrong"}))
+    done = subprocess.run([*MAGIS, "submit", "issue.json", "--repo", str(repo)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300,
+                          env={**os.environ, "MAGIS_LOG_LEVEL": "warning", "MAGIS_ARTIFACT_STORE": "bogus://bucket/x"})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == ["magis-ray: error: MAGIS_ARTIFACT_STORE='bogus://bucket/x': no filesystem "
+                                                "for bogus:// (a folder, or a URL such as s3://bucket/path or gs://bucket/path)"]
+
+
+def test_a_result_logged_before_it_said_how_its_environment_was_had_reads_from_built_now():
+    """InstanceGraded's env_obtained/testbed_obtained are new: an older result decodes without them,
+    and how it had each is read from built_now, for the preparation's seconds as for the details."""
+    import msgspec
+
+    from magis_ray.actors.swebench.grading_batch import instance_details, obtained, preparation_seconds
+    from magis_ray.events.schema import InstanceGraded
+
+    old = msgspec.json.decode(b'{"instance_id": "a__b-1", "patch_sha": "x", "resolved": true, "env_key": "k",'
+                              b' "env_build_seconds": 30.0, "env_built_now": true, "testbed_build_seconds": 5.0}',
+                              type=InstanceGraded)
+    assert (obtained(old, "env"), obtained(old, "testbed"), preparation_seconds(old)) == (BUILT, CACHED, 30.0)
+    fetched = msgspec.structs.replace(old, env_built_now=False, env_obtained=FETCHED, testbed_obtained=CACHED)
+    assert preparation_seconds(fetched) == 30.0  # a fetch is preparation too
+    details = instance_details([fetched])["a__b-1"]["environment"]
+    assert (details["obtained"], details["testbed_obtained"]) == (FETCHED, CACHED)
