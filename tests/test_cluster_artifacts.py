@@ -1,0 +1,147 @@
+"""Environments and testbeds built once per cluster: two environments of three instances each
+graded on a Ray cluster of three nodes on this machine (`ray.cluster_utils.Cluster`), each node
+with a cache root of its own (MAGIS_ENV_CACHE in its environment, as `ray start` passes it) and
+all sharing one artifact directory. Counted from the gradings' events, never assumed: each
+environment key and each testbed key is built once across the cluster (every other node that
+needs it fetches it once, then has it cached), the test runs spread over more than one node, and
+the verdicts are those of the same instances graded on one node.
+
+The two environments are the user's-repository setup (`--env-setup`, `--test-cmd`) on two
+Pythons: such an environment is its interpreter alone (the setup makes the testbed), so a
+grading has one, and the two come from two gradings, as `magis-ray grade --env-python` gives
+them. Real throughout: Ray's raylets, the calc repository on the driver's node only, pip
+installs from PyPI, the bubblewrap sandbox."""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+from execfixtures import GOLD, make_calc_repos, new_file_patch, record, write_dataset
+
+from magis_ray.actors.execution.artifacts import BUILT, CACHED, ENVIRONMENTS, FETCHED, TESTBEDS, ArtifactStore, file_digest
+from magis_ray.actors.execution.sandbox import bwrap_path
+from magis_ray.events.schema import InstanceGraded
+from magis_ray.events.streams import StreamKind
+from magis_ray.store import open_store
+
+MB = 1024 ** 2
+NODES = ("head", "worker-1", "worker-2")
+ENV_SETUP, TEST_CMD = "python -m pip install -e . pytest", "pytest -rA"
+NOT_A_FIX = new_file_patch("calc/unused.py", "X = 1\n")
+# instance number -> (the Python of its environment, its patch): three instances an environment,
+# some fixing the bug and some not
+INSTANCES = {1: ("3.11", GOLD), 2: ("3.11", NOT_A_FIX), 3: ("3.11", GOLD),
+             4: ("3.12", NOT_A_FIX), 5: ("3.12", GOLD), 6: ("3.12", NOT_A_FIX)}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head (the driver's node) and two workers, each with its own cache root."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from magis_ray.actors.runtime import remote
+
+    temp_dir = tempfile.mkdtemp(prefix="mra-", dir="/tmp")  # short: Ray's socket paths stay under 108 characters
+    caches = {name: Path(temp_dir) / "caches" / name for name in NODES}
+    common = {"num_cpus": 1, "object_store_memory": 80 * MB}
+    cluster = Cluster(initialize_head=True, head_node_args={
+        **common, "include_dashboard": False, "temp_dir": temp_dir, "env_vars": {"MAGIS_ENV_CACHE": str(caches["head"])}})
+    try:
+        for name in NODES[1:]:
+            cluster.add_node(**common, env_vars={"MAGIS_ENV_CACHE": str(caches[name])})
+        ray.init(address=cluster.address, namespace="magis", log_to_driver=False)
+        cluster.caches = {node.node_id: caches[name] for name, node in zip(NODES, [cluster.head_node, *cluster.worker_nodes])}
+        yield cluster
+    finally:
+        remote.forget_shared()
+        ray.shutdown()
+        cluster.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def gradings(root: Path, dataset: Path, predictions: Path, name: str, **changes) -> dict[str, list[InstanceGraded]]:
+    """Grade the instances, one grading per environment's Python: grading name -> the
+    InstanceGraded events its stream holds."""
+    from magis_ray.actors.swebench.grading_service import GradingOptions, plan_grading, run_grading_plan
+
+    graded = {}
+    for python in sorted({python for python, _ in INSTANCES.values()}):
+        ids = tuple(f"calc__calc-{n}" for n, (p, _) in INSTANCES.items() if p == python)
+        options = GradingOptions(dataset=str(dataset), repos_dir=str(root / "repos"), store=str(root / "store"),
+                                 predictions=str(predictions), instances=ids, name=f"{name}-{python}",
+                                 env_python=python, env_setup=ENV_SETUP, test_cmd=TEST_CMD, sandbox="bwrap",
+                                 timeout_s=300, memory_bytes=1 << 30, workers=3, **changes)
+        run_grading_plan(plan_grading(options))
+        with open_store(options.store) as store:
+            events = [r.event for r in store.read(StreamKind.GRADING.stream_id(options.name))]
+        graded[options.name] = [e for e in events if isinstance(e, InstanceGraded)]
+    return graded
+
+
+def verdicts(results: list[InstanceGraded]) -> dict[str, tuple]:
+    return {r.instance_id: (r.resolved, r.completed, r.tests_status) for r in results}
+
+
+def obtained(results: list[InstanceGraded], kind: str) -> dict[str, list[tuple[str, str]]]:
+    """key -> (node, how that instance's node had it) an instance, for `kind` env or testbed."""
+    found = defaultdict(list)
+    for r in results:
+        found[getattr(r, f"{kind}_key")].append((r.node, getattr(r, f"{kind}_obtained")))
+    return dict(found)
+
+
+@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed (apt-get install bubblewrap)")
+def test_each_environment_and_testbed_is_built_once_across_the_cluster_and_the_tests_spread(cluster, tmp_path):
+    _, base = make_calc_repos(tmp_path / "repos")
+    dataset = write_dataset(tmp_path / "calc.jsonl", [record(base, n) for n in INSTANCES])
+    predictions = tmp_path / "preds.jsonl"
+    predictions.write_text("".join(json.dumps({"instance_id": f"calc__calc-{n}", "model_name_or_path": "m",
+                                               "model_patch": patch}) + "\n" for n, (_, patch) in INSTANCES.items()))
+    artifacts = tmp_path / "artifacts"
+    graded = gradings(tmp_path, dataset, predictions, "cluster", artifact_store=str(artifacts))
+    results = [r for events in graded.values() for r in events]
+    ids = [f"calc__calc-{n}" for n in INSTANCES]
+    assert sorted(r.instance_id for r in results) == ids  # each instance graded once
+    assert all(r.completed and not r.error for r in results), [(r.instance_id, r.error) for r in results]
+    alive = {cluster.head_node.node_id, *(n.node_id for n in cluster.worker_nodes)}
+    assert {r.node for r in results} <= alive
+
+    # two environments, a testbed each (the calc commit on each Python), each grading one of them
+    for kind in ("env", "testbed"):
+        assert [len({getattr(r, f"{kind}_key") for r in events}) for events in graded.values()] == [1, 1], kind
+    env_keys = {r.env_key for r in results}
+    testbed_keys = {r.testbed_key for r in results}
+    assert len(env_keys) == len(testbed_keys) == 2
+
+    store = ArtifactStore(str(artifacts))
+    for kind, folder, keys in (("env", ENVIRONMENTS, env_keys), ("testbed", TESTBEDS, testbed_keys)):
+        for key, had in obtained(results, kind).items():
+            # built on one node of the cluster; every other node that graded an instance of it
+            # fetched it once; each node's later instances found it in its own cache
+            assert Counter(how for _, how in had)[BUILT] == 1, (kind, key, had)
+            first_by_node = Counter(node for node, how in had if how in (BUILT, FETCHED))
+            assert first_by_node == Counter({node: 1 for node, _ in had}), (kind, key, had)
+            assert {how for _, how in had} <= {BUILT, FETCHED, CACHED}
+            # published whole, and present in the cache of each node that had it
+            names = store.names(folder, key)
+            assert (artifacts / names.digest).read_text().split()[0] == file_digest(artifacts / names.archive)
+            for node in {node for node, _ in had}:
+                held = cluster.caches[node] / (key if kind == "env" else f"testbeds/{key}")
+                assert (held / "ready.json").is_file(), (kind, node, held)
+        assert sorted(p.name for p in (artifacts / folder).glob("*.sha256")) == sorted(f"{k}.tar.gz.sha256" for k in keys)
+
+    # the test runs spread: more than one node by Ray node id
+    assert len({r.node for r in results}) >= 2, [(r.instance_id, r.node) for r in results]
+
+    # the same instances on one node (this process's threads, its own cache, no artifact store)
+    single = gradings(tmp_path, dataset, predictions, "one-node", env_cache=str(tmp_path / "one-node-cache"), use_ray=False)
+    single_results = [r for events in single.values() for r in events]
+    assert all(r.env_obtained == BUILT or r.env_obtained == CACHED for r in single_results)
+    assert verdicts(results) == verdicts(single_results)
+    resolved = sorted(f"calc__calc-{n}" for n, (_, patch) in INSTANCES.items() if patch == GOLD)
+    assert sorted(r.instance_id for r in results if r.resolved) == resolved
