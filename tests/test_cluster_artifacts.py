@@ -76,10 +76,13 @@ def gradings(root: Path, dataset: Path, predictions: Path, name: str, **changes)
                                  predictions=str(predictions), instances=ids, name=f"{name}-{python}",
                                  env_python=python, env_setup=ENV_SETUP, test_cmd=TEST_CMD, sandbox="bwrap",
                                  timeout_s=300, memory_bytes=1 << 30, workers=3, **changes)
-        run_grading_plan(plan_grading(options))
+        outcome = run_grading_plan(plan_grading(options))
         with open_store(options.store) as store:
             events = [r.event for r in store.read(StreamKind.GRADING.stream_id(options.name))]
         graded[options.name] = [e for e in events if isinstance(e, InstanceGraded)]
+        # each grading's report is its own, under its whole name (the dots of "3.11" included)
+        assert Path(outcome.report_path) == root / "store" / "gradings" / f"{options.name}.json"
+        assert json.loads(Path(outcome.report_path).read_text())["completed_ids"] == list(ids)
     return graded
 
 

@@ -372,6 +372,9 @@ def test_the_grading_service_grades_without_the_command(setup, tmp_path):
     assert [e for e in stream(store, "gold@calc") if isinstance(e, InstanceGraded)] == outcome.results
     report = json.loads((Path(outcome.logs_dir) / "gold" / "calc__calc-1" / "report.json").read_text())
     assert outcome.results[0].tests_status == report["calc__calc-1"]["tests_status"]
+    # a name with dots (a dataset's "verified.test" stem, a Python version) is the report's whole name
+    dotted = plan_grading(msgspec.structs.replace(options, name="gold@verified.test-3.11"))
+    assert dotted.report_path == store / "gradings" / "gold@verified.test-3.11.json"
     with pytest.raises(GradingInputError) as refused:
         plan_grading(msgspec.structs.replace(options, workers=0))
     assert refused.value.option == "workers"

@@ -166,7 +166,7 @@ def plan_grading(options: GradingOptions, notice: Callable[[str], None] = ignore
                              memory_mb=options.memory_bytes // 2 ** 20, network=options.network)
     return GradingPlan(name=name, jobs=jobs, workers=workers, worker_options=worker_options, started=started,
                        dataset_ids=[r["instance_id"] for r in chosen], submitted_ids=submitted,
-                       logs_dir=logs_root / "logs", report_path=Path(options.report or logs_root.with_suffix(".json")),
+                       logs_dir=logs_root / "logs", report_path=Path(options.report or logs_root.parent / f"{name}.json"),
                        store=options.store, use_ray=options.use_ray,
                        cache_root=str(Path(options.env_cache).expanduser().resolve()) if options.env_cache else None)
 
