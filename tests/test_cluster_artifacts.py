@@ -98,6 +98,7 @@ def obtained(results: list[InstanceGraded], kind: str) -> dict[str, list[tuple[s
     return dict(found)
 
 
+@pytest.mark.slow  # four environment and testbed builds from PyPI, six fetches, twelve test runs: about 3 minutes
 @pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed (apt-get install bubblewrap)")
 def test_each_environment_and_testbed_is_built_once_across_the_cluster_and_the_tests_spread(cluster, tmp_path):
     _, base = make_calc_repos(tmp_path / "repos")
