@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -25,23 +24,13 @@ import time
 from pathlib import Path
 
 from magis_ray.actors.execution.artifacts import ENVIRONMENTS, ArtifactStore
+from magis_ray.actors.execution.cache_bound import disk_bytes
 from magis_ray.actors.execution.environments import default_cache_root
 
 INSTANCES, ENVIRONMENT_COUNT = 500, 60  # SWE-bench Verified: 500 instances over about 60 (repo, version) environments
 TESTBED_SECONDS = 60.0  # assumed: a testbed (the repository's own install at its commit) on a cached environment
 TEST_SECONDS = 90.0  # assumed: one instance's test run
 NODES = (1, 8, 32)
-
-
-def disk_bytes(folder: Path) -> int:
-    seen, total = set(), 0
-    for base, folders, files in os.walk(folder):
-        for name in (*folders, *files):
-            info = os.lstat(os.path.join(base, name))
-            if (info.st_dev, info.st_ino) not in seen:
-                seen.add((info.st_dev, info.st_ino))
-                total += info.st_blocks * 512
-    return total
 
 
 def pick(cache: Path, labels: list[str]) -> list[tuple[str, Path, dict]]:

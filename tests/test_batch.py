@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, calc_issue
 from processes import in_session
-from waiting import wait_until
+from waiting import COMMAND_S, wait_until
 
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
@@ -66,7 +66,7 @@ def magis(args, cwd, **popen):
     return subprocess.Popen([*MAGIS, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
-def finish(proc, timeout=240):
+def finish(proc, timeout=COMMAND_S):
     out, err = proc.communicate(timeout=timeout)
     assert "Traceback" not in out + err, err
     return proc.returncode, out, err

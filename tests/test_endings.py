@@ -17,12 +17,13 @@ from magis_ray.events import schema as ev
 from magis_ray.events.projections import fold
 from magis_ray.events.projections.ending import ending
 from magis_ray.store.sqlite import SQLiteStore
+from waiting import COMMAND_S
 
 
 EXAMPLE_SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "calc" / "script.json"
 
 
-def magis(*args, cwd=None, timeout=120) -> subprocess.CompletedProcess:
+def magis(*args, cwd=None, timeout=COMMAND_S) -> subprocess.CompletedProcess:
     return subprocess.run([*MAGIS, *map(str, args)], capture_output=True, text=True, env=env(), timeout=timeout, cwd=cwd)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import magis_ray.events.settings as settings_module
+from waiting import COMMAND_S
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "calc"
 DEFAULT_LINE = "timeout: Seconds = 120.0"
@@ -90,7 +91,7 @@ resumed = run_settings(effective_settings(flags, None, recorded_layer(recorded, 
 config = gateway_config(Endpoint("http://h/v1"), resumed)
 print(recorded.endpoint.timeout, resumed.endpoint.llm, resumed.endpoint.base_url, config.endpoint.timeout)
 """
-    resumed = subprocess.run([sys.executable, "-c", script], env=environment(), capture_output=True, text=True, timeout=120)
+    resumed = subprocess.run([sys.executable, "-c", script], env=environment(), capture_output=True, text=True, timeout=COMMAND_S)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.split() == ["42.0", "openai", "http://h/v1", "42.0"]
 
@@ -98,5 +99,5 @@ print(recorded.endpoint.timeout, resumed.endpoint.llm, resumed.endpoint.base_url
 @pytest.mark.parametrize("value", ["0", "soon"])
 def test_the_changed_default_keeps_its_field_s_bounds(tmp_path, value):
     result = subprocess.run([sys.executable, "-c", COMMAND, "config"], cwd=tmp_path, env={**environment(), "MAGIS_TIMEOUT": value},
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=COMMAND_S)
     assert result.returncode == 2 and f"MAGIS_TIMEOUT={value!r}: timeout must be" in result.stderr

@@ -28,6 +28,7 @@ from magis_ray.actors.runtime.liveness import Liveness
 from magis_ray.events import schema as ev
 from magis_ray.events.codec import decode_recorded
 from magis_ray.store import open_store
+from waiting import COMMAND_S
 
 ROOT = Path(__file__).parents[1]
 EXAMPLE = ROOT / "examples" / "calc"
@@ -99,7 +100,7 @@ def snapshot(path: Path):
 
 def pytest_in(path: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=path,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=COMMAND_S)
 
 
 @needs_sandbox
@@ -145,7 +146,7 @@ def test_your_own_repository_as_the_readme_says(tmp_path, env_cache):
     # the repository's own tests pass on the branch: the command apply printed for them, run as printed
     [run_tests] = [line.strip() for line in apply.stdout.splitlines() if line.strip().endswith(test_cmd + ")")]
     assert run_tests.startswith(f"git -C {repo} worktree add {repo}-fix-mean fix/mean && (cd {repo}-fix-mean && ")
-    tests = subprocess.run(["bash", "-c", run_tests], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    tests = subprocess.run(["bash", "-c", run_tests], cwd=tmp_path, capture_output=True, text=True, timeout=COMMAND_S)
     assert tests.returncode == 0 and "2 passed" in tests.stdout, tests.stdout + tests.stderr
     assert git("rev-parse", "HEAD", cwd=tmp_path / "calc-fix-mean") == git("rev-parse", "fix/mean", cwd=repo)
 

@@ -15,7 +15,7 @@ from checks import assert_consistent_log
 from conftest import interruptible
 from processes import cmdline_of, tree_of
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, write_issue
-from waiting import GENEROUS_S, wait_until
+from waiting import COMMAND_S, GENEROUS_S, wait_until
 
 from magis_ray.actors.code.diffs import file_diff
 from magis_ray.actors.code.edits import apply_edits
@@ -43,7 +43,7 @@ def start(args, cwd, env_extra=None, **popen):
     return subprocess.Popen([*MAGIS, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
-def run(args, cwd, timeout=180, env_extra=None):
+def run(args, cwd, timeout=COMMAND_S, env_extra=None):
     proc = start(args, cwd, env_extra)
     out, err = proc.communicate(timeout=timeout)
     assert "Traceback" not in out + err, err
@@ -169,7 +169,7 @@ def test_replay_finds_no_divergence_and_a_changed_prompt_is_reported(issue_file,
     (prompts / "review_patch.txt").write_text(original.replace("Review the change:", "Review this change:"))
     env_prompt = {"MAGIS_PROMPTS_DIR": str(prompts)}
     proc = subprocess.run([*MAGIS, "replay", run_id, "--store", str(store)], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, **env_prompt}, timeout=120)
+                          env={**os.environ, **env_prompt}, timeout=COMMAND_S)
     assert proc.returncode == 1, proc.stderr
     assert "divergence in lane qa:" in proc.stdout and "review_patch" in proc.stdout
     assert "Review this change" in proc.stdout.split("first difference:")[1]

@@ -15,11 +15,12 @@ from scenarios import MEAN_FIX, calc_issue, write_issue
 
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
+from waiting import COMMAND_S
 
 MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
 
 
-def magis(*args, cwd, timeout=180):
+def magis(*args, cwd, timeout=COMMAND_S):
     env = {**os.environ, "OPENAI_API_KEY": "test-key-never-logged", "MAGIS_LOG_LEVEL": "warning"}
     env.pop("OPENAI_BASE_URL", None)
     return subprocess.run([*MAGIS, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

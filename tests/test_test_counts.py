@@ -16,6 +16,7 @@ from runs import fixed_new_events
 from magis_ray.events import schema as ev
 from magis_ray.events.projections.tests import Tally, verdict
 from magis_ray.store.sqlite import SQLiteStore
+from waiting import COMMAND_S
 
 DIFF = "--- a/calc/stats.py\n+++ b/calc/stats.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
 COLLECTION_ERROR = ("==================================== ERRORS ====================================\n"
@@ -53,7 +54,7 @@ def run_pairs(collectable: bool) -> list:
 
 
 def magis(*args) -> str:
-    result = subprocess.run([*MAGIS, *map(str, args)], capture_output=True, env=env(), timeout=120)
+    result = subprocess.run([*MAGIS, *map(str, args)], capture_output=True, env=env(), timeout=COMMAND_S)
     assert result.returncode == 0, result.stderr.decode()
     return result.stdout.decode()
 

@@ -89,7 +89,8 @@ def test_django_s_runner_without_the_harness_is_said_so(without_harness, user_re
 def test_no_sandbox_is_said_in_words_about_the_run(user_repo, monkeypatch, tmp_path):
     repo, base = user_repo
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no bwrap on it
-    why = prepared_output(setup_of(repo, base, env_cache=str(tmp_path / "envs")))
+    monkeypatch.setenv("MAGIS_ENV_CACHE", str(tmp_path / "envs"))  # the node's own cache
+    why = prepared_output(setup_of(repo, base))
     assert why == ("the tests run in a sandbox, and none can be made here: bubblewrap (bwrap) is not installed; install "
                    "it (apt-get install bubblewrap) or pass --sandbox none")
 
@@ -97,6 +98,7 @@ def test_no_sandbox_is_said_in_words_about_the_run(user_repo, monkeypatch, tmp_p
 def test_no_interpreter_is_said_without_grading_s_flags(user_repo, monkeypatch, tmp_path):
     repo, base = user_repo
     monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "no-pyenv"))
-    why = prepared_output(setup_of(repo, base, sandbox="none", python="2.1", env_cache=str(tmp_path / "envs")))
+    monkeypatch.setenv("MAGIS_ENV_CACHE", str(tmp_path / "envs"))
+    why = prepared_output(setup_of(repo, base, sandbox="none", python="2.1"))
     assert why.startswith("no interpreter for the repository's tests: no Python 2.1 on this machine (looked in ")
     assert why.endswith("install one (e.g. `pyenv install 2.1`)") and "--python" not in why

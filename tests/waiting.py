@@ -15,6 +15,9 @@ from typing import Callable, TypeVar
 T = TypeVar("T")
 
 GENEROUS_S = 120.0
+# How long a whole command (a submit, a resume: Ray's start, the team, the tests) may take before it
+# counts as hung: a guard, never a measure; a machine loaded with other suites slows it many times.
+COMMAND_S = 900.0
 
 
 class WaitTimedOut(AssertionError):

@@ -39,8 +39,8 @@ def mark_used(folder: Path) -> None:
         pass
 
 
-def record_size(folder: Path) -> int:
-    """The bytes `folder` holds (each file once, however many links it has here), recorded beside it."""
+def disk_bytes(folder: Path) -> int:
+    """The bytes `folder` holds on disk, each file once however many links it has there."""
     seen: set[tuple[int, int]] = set()
     total = 0
     for base, folders, files in os.walk(folder):
@@ -49,6 +49,12 @@ def record_size(folder: Path) -> int:
             if (info.st_dev, info.st_ino) not in seen:
                 seen.add((info.st_dev, info.st_ino))
                 total += info.st_blocks * 512
+    return total
+
+
+def record_size(folder: Path) -> int:
+    """The bytes `folder` holds (disk_bytes), recorded beside it."""
+    total = disk_bytes(folder)
     (Path(folder) / SIZE).write_text(f"{total}\n")
     return total
 
