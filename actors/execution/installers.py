@@ -129,6 +129,11 @@ class UvInstaller:
         every other environment in it read-only. The folder itself belongs to the caller, so the
         builds' uid makes nothing new beside the environment."""
         binary = uv_binary()
+        # the builds' uid must pass through the cache folder to its own (a folder made with mode
+        # 0700, as a temporary one is, would stop it): search only, never listing
+        mode = self.root.stat().st_mode
+        if not mode & 0o001:
+            self.root.chmod(mode | 0o011)
         own = {folder.name, self.cache.name, self.pip_cache.name}
         found = [Mount(str(self.root), str(self.root), writable=True)]
         found += [Mount(str(entry), str(entry)) for entry in sorted(self.root.iterdir()) if entry.name not in own
