@@ -14,12 +14,11 @@ installs from PyPI, the bubblewrap sandbox."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from clusters import nodes_with_own_caches
 from execfixtures import GOLD, make_calc_repos, new_file_patch, record, write_dataset
 
 from magis_ray.actors.execution.artifacts import BUILT, CACHED, ENVIRONMENTS, FETCHED, TESTBEDS, ArtifactStore, file_digest
@@ -28,8 +27,6 @@ from magis_ray.events.schema import InstanceGraded
 from magis_ray.events.streams import StreamKind
 from magis_ray.store import open_store
 
-MB = 1024 ** 2
-NODES = ("head", "worker-1", "worker-2")
 ENV_SETUP, TEST_CMD = "python -m pip install -e . pytest", "pytest -rA"
 NOT_A_FIX = new_file_patch("calc/unused.py", "X = 1\n")
 # instance number -> (the Python of its environment, its patch): three instances an environment,
@@ -41,27 +38,8 @@ INSTANCES = {1: ("3.11", GOLD), 2: ("3.11", NOT_A_FIX), 3: ("3.11", GOLD),
 @pytest.fixture(scope="module")
 def cluster():
     """A head (the driver's node) and two workers, each with its own cache root."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    from magis_ray.actors.runtime import remote
-
-    temp_dir = tempfile.mkdtemp(prefix="mra-", dir="/tmp")  # short: Ray's socket paths stay under 108 characters
-    caches = {name: Path(temp_dir) / "caches" / name for name in NODES}
-    common = {"num_cpus": 1, "object_store_memory": 80 * MB}
-    cluster = Cluster(initialize_head=True, head_node_args={
-        **common, "include_dashboard": False, "temp_dir": temp_dir, "env_vars": {"MAGIS_ENV_CACHE": str(caches["head"])}})
-    try:
-        for name in NODES[1:]:
-            cluster.add_node(**common, env_vars={"MAGIS_ENV_CACHE": str(caches[name])})
-        ray.init(address=cluster.address, namespace="magis", log_to_driver=False)
-        cluster.caches = {node.node_id: caches[name] for name, node in zip(NODES, [cluster.head_node, *cluster.worker_nodes])}
-        yield cluster
-    finally:
-        remote.forget_shared()
-        ray.shutdown()
-        cluster.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    with nodes_with_own_caches("mra-") as made:
+        yield made
 
 
 def gradings(root: Path, dataset: Path, predictions: Path, name: str, **changes) -> dict[str, list[InstanceGraded]]:

@@ -11,7 +11,6 @@ gate on the host (a file the test makes), which holds every test run until the n
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import tempfile
 import threading
@@ -19,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from clusters import nodes_with_own_caches
 from execfixtures import GOLD, make_calc_repos, new_file_patch, record, write_dataset
 from processes import cmdline_of, tree_of
 from scenarios import MEAN_FIX, calc_issue
@@ -30,34 +30,13 @@ from magis_ray.events.schema import InstanceGraded, InstanceGradingStarted
 from magis_ray.events.streams import StreamKind
 from magis_ray.store import open_store
 
-MB = 1024 ** 2
-NODES = ("head", "worker-1", "worker-2")
 
 
 @pytest.fixture(scope="module")
 def cluster():
     """A head (the driver's node) and two workers, each with its own cache root."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    from magis_ray.actors.runtime import remote
-
-    temp_dir = tempfile.mkdtemp(prefix="mrp-", dir="/tmp")  # short: Ray's socket paths stay under 108 characters
-    caches = {name: Path(temp_dir) / "caches" / name for name in NODES}
-    common = {"num_cpus": 1, "object_store_memory": 80 * MB}
-    cluster = Cluster(initialize_head=True, head_node_args={
-        **common, "include_dashboard": False, "temp_dir": temp_dir, "env_vars": {"MAGIS_ENV_CACHE": str(caches["head"])}})
-    try:
-        for name in NODES[1:]:
-            cluster.add_node(**common, env_vars={"MAGIS_ENV_CACHE": str(caches[name])})
-        ray.init(address=cluster.address, namespace="magis", log_to_driver=False)
-        cluster.caches = {node.node_id: caches[name] for name, node in zip(NODES, [cluster.head_node, *cluster.worker_nodes])}
-        yield cluster
-    finally:
-        remote.forget_shared()
-        ray.shutdown()
-        cluster.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    with nodes_with_own_caches("mrp-") as made:
+        yield made
 
 
 def copies_in(cache: Path) -> list[Path]:
