@@ -10,6 +10,7 @@ evicted under a cached testbed comes back when that testbed is next asked for: a
 asks for its environment first."""
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -31,12 +32,8 @@ class Entry:
 
 def mark_used(folder: Path) -> None:
     """This entry was used now."""
-    path = Path(folder) / USED
-    try:
-        path.touch()
-        os.utime(path)
-    except OSError:  # a cache one may read but not write: never worth failing a use for
-        pass
+    with contextlib.suppress(OSError):  # a cache one may read but not write: never worth failing a use for
+        (Path(folder) / USED).touch()  # an existing file's time is set to now
 
 
 def disk_bytes(folder: Path) -> int:
