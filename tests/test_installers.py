@@ -69,3 +69,27 @@ def test_uv_serves_python_3_6_whose_bytecode_the_environment_compiles_itself(tmp
     site = Path(env.venv) / "lib" / "python3.6" / "site-packages"  # no importlib.metadata before 3.8
     assert {"six-1.16.0.dist-info", "pip-21.3.1.dist-info", "setuptools-59.6.0.dist-info"} <= {p.name for p in site.iterdir()}
     assert (site / "__pycache__" / "six.cpython-36.pyc").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
+def test_an_environment_uv_cannot_build_is_built_by_pip(tmp_path):
+    """astropy 1.3's recipe: MarkupSafe 1.0 is an sdist whose setup.py imports setuptools' `Feature`
+    (gone in setuptools 46), and the environment installs its era's setuptools 38.2.4 first. pip builds a
+    project without pyproject.toml with the environment's own setuptools; uv builds every sdist
+    in isolation with setuptools >= 40.8, which the date does not offer. So "auto" tries uv, then
+    builds the environment with pip, and says so."""
+    try:
+        find_python("3.6")
+    except InterpreterMissing:
+        pytest.skip("no Python 3.6 on this machine")
+    env = EnvironmentCache(tmp_path / "envs").get(Recipe(
+        python="3.6", packages=("setuptools==38.2.4",), pip_packages=("MarkupSafe==1.0",), uploaded_before="2017-12-26T00:00:00Z"))
+    assert env.installer == PIP
+    site = Path(env.venv) / "lib" / "python3.6" / "site-packages"
+    assert {"MarkupSafe-1.0-py3.6.egg-info", "setuptools-38.2.4.dist-info"} & {p.name for p in site.iterdir()}, sorted(p.name for p in site.iterdir())
+    done = subprocess.run([str(Path(env.venv) / "bin" / "python"), "-c", "import markupsafe; print(markupsafe.__version__)"],
+                          capture_output=True, text=True)
+    assert done.stdout.strip() == "1.0", done.stderr
+    assert "uv could not build this environment, so pip built it" in (Path(env.path) / "logs" / "installer.log").read_text()
+    assert any("markupsafe" in log.read_text().lower() for log in (Path(env.path) / "uv-logs").glob("*.log"))

@@ -18,6 +18,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import re
 import shlex
 import shutil
 import subprocess
@@ -56,6 +57,25 @@ def default_cache_root() -> Path:
 
 class EnvironmentUnsupported(Exception):
     """The recipe cannot be built here (e.g. a conda-only step); the message says why."""
+
+
+# How uv says that it could not build a source distribution (its isolated build failed, or found
+# no build requirements it could use).
+UV_BUILD_FAILED = re.compile(r"Failed to (?:download and )?build")
+
+
+class UvCannotBuild(Exception):
+    """uv cannot build one of the environment's source distributions (EnvironmentCache._build)."""
+
+
+def set_aside_attempt(folder: Path, name: str) -> None:
+    """Empty a build's folder for another attempt, keeping the first attempt's logs as `name`."""
+    for entry in folder.iterdir():
+        if entry.name == "logs":
+            shutil.rmtree(folder / name, ignore_errors=True)
+            entry.rename(folder / name)
+        elif entry.name != name:
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
 
 
 class EnvironmentBuildError(Exception):
@@ -120,9 +140,11 @@ class Environment:
 
     @property
     def installer(self) -> str:
-        """Who installed its packages (uv or pip), from its record."""
+        """Who installed its packages (uv or pip), from its record: its build's (pip where uv could
+        not build it), else its recipe's."""
         try:
-            return json.loads((Path(self.path) / "recipe.json").read_text()).get("installer", PIP)
+            built = json.loads((Path(self.path) / "ready.json").read_text()).get("installer") if (Path(self.path) / "ready.json").is_file() else None
+            return built or json.loads((Path(self.path) / "recipe.json").read_text()).get("installer", PIP)
         except (OSError, ValueError):
             return ""
 
@@ -350,8 +372,23 @@ class EnvironmentCache:
         return installer_named(name, self.root, self.pip_cache, python_version)
 
     def _build(self, recipe: Recipe, python: str, version: str, folder: Path) -> dict:
-        prefix = interpreter_prefix(python)
+        """Build with the recipe's installer; an environment that uv cannot build under "auto" (an
+        sdist whose build needs its era's setuptools in the environment itself, as pip builds a
+        project without pyproject.toml) is built again with pip, the harness's own installer."""
         installer = self.installer(recipe.installer_name(version), version)
+        try:
+            return self._build_with(installer, recipe, python, version, folder)
+        except (EnvironmentBuildError, UvCannotBuild) as failed:
+            if installer.name != UV or recipe.installer != AUTO or not UV_BUILD_FAILED.search(str(failed) + getattr(failed, "log", "")):
+                raise
+            why = str(failed).splitlines()[0][-300:]
+        set_aside_attempt(folder, "uv-logs")
+        (folder / "logs").mkdir()
+        (folder / "logs" / "installer.log").write_text(f"uv could not build this environment, so pip built it: {why}\n")
+        return self._build_with(self.installer(PIP, version), recipe, python, version, folder)
+
+    def _build_with(self, installer: Installer, recipe: Recipe, python: str, version: str, folder: Path) -> dict:
+        prefix = interpreter_prefix(python)
         self.prepare_writable(folder, installer)
         venv = folder / "venv"
         (folder / "tmp").mkdir()
@@ -448,6 +485,8 @@ class EnvironmentCache:
                 notes.append(f"resolved {what} as of {when} {how}")
                 found = resolved
                 break
+            if installer.name == UV and UV_BUILD_FAILED.search(error):
+                raise UvCannotBuild(f"resolving {what} as of {when}: {error.strip().splitlines()[0]}")
             notes.append(f"resolving {what} failed: {error}")
         if not found:
             log.write_text("\n".join(notes) + "\nbuilding without the date limit\n")
