@@ -3,6 +3,7 @@ same versions, on a Python both serve. Real builds from PyPI in the bubblewrap s
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -93,3 +94,22 @@ def test_an_environment_uv_cannot_build_is_built_by_pip(tmp_path):
     assert done.stdout.strip() == "1.0", done.stderr
     assert "uv could not build this environment, so pip built it" in (Path(env.path) / "logs" / "installer.log").read_text()
     assert any("markupsafe" in log.read_text().lower() for log in (Path(env.path) / "uv-logs").glob("*.log"))
+
+
+@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
+def test_a_build_goes_on_when_another_entry_of_the_cache_goes_away(tmp_path):
+    """A uv build shows the node's other cache entries read-only; one removed while the build runs
+    (another build's failure, the cache's bound) does not fail the build's later steps."""
+    from magis_ray.actors.execution.installers import UvInstaller
+    from magis_ray.actors.execution.sandbox import Limits, Sandbox
+
+    root = tmp_path / "envs"
+    (root / "other-environment").mkdir(parents=True)
+    (root / "building").mkdir()
+    (root / "building").chmod(0o777)  # the builds' uid writes in it
+    mounts = UvInstaller(root, root / "pip-cache").mounts(root / "building")
+    assert any(m.source == str(root / "other-environment") and not m.writable for m in mounts)
+    shutil.rmtree(root / "other-environment")
+    outcome = Sandbox().run(f"touch {root}/building/step-ran", cwd="/", mounts=mounts, limits=Limits(wall_seconds=120), build=True)
+    assert outcome.ok, outcome.output
+    assert (root / "building" / "step-ran").is_file()

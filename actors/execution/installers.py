@@ -136,8 +136,10 @@ class UvInstaller:
             self.root.chmod(mode | 0o011)
         own = {folder.name, self.cache.name, self.pip_cache.name}
         found = [Mount(str(self.root), str(self.root), writable=True)]
-        found += [Mount(str(entry), str(entry)) for entry in sorted(self.root.iterdir()) if entry.name not in own
-                  and not entry.is_symlink()]
+        # optional: another build's failure or the cache's bound may remove an entry while this
+        # build runs, and its later steps must not fail for a folder they never read
+        found += [Mount(str(entry), str(entry), optional=True) for entry in sorted(self.root.iterdir())
+                  if entry.name not in own and not entry.is_symlink()]
         return [*found, Mount(binary, binary)]
 
     def uv(self, *arguments: str) -> str:

@@ -89,6 +89,7 @@ class Mount:
     source: str
     target: str
     writable: bool = False
+    optional: bool = False  # a source that is gone when the command starts is left out, not an error
 
 
 @dataclass(frozen=True)
@@ -349,7 +350,8 @@ class Sandbox:
         for folder in _parents([m.target for m in mounts] + [s.target for s in scratches] + seeded):
             argv += ["--perms", "0755", "--dir", folder]
         for mount in mounts:
-            argv += ["--bind" if mount.writable else "--ro-bind", mount.source, mount.target]
+            kind = "--bind" if mount.writable else "--ro-bind"
+            argv += [f"{kind}-try" if mount.optional else kind, mount.source, mount.target]
         seeds: list[str] = []
         in_memory = {"/dev/shm": limits.tmp_bytes} if on_disk else {"/dev/shm": limits.tmp_bytes, "/tmp": limits.tmp_bytes}
         for number, scratch in enumerate(scratches):
