@@ -20,6 +20,7 @@ import pytest
 from test_inspector_browser import CHROMEDRIVER, CHROMIUM, NO_SELENIUM, browser, page_errors, screenshot, wait_for  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
+pytest.importorskip("mkdocs", reason="the documentation's packages are not installed: pip install -e '.[docs]'")
 pytestmark = [
     pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None, reason="chromium not installed: apt-get install chromium chromium-driver"),
     pytest.mark.skipif(bool(NO_SELENIUM), reason=NO_SELENIUM or "-"),

@@ -13,6 +13,8 @@ import click
 import msgspec
 import pytest
 
+pytest.importorskip("mkdocs", reason="the documentation's packages are not installed: pip install -e '.[docs]'")
+
 from magis_ray.cli.main import cli
 from magis_ray.cli.settings import KEYS, SECTIONS
 from magis_ray.events import schema
