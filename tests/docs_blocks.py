@@ -178,3 +178,12 @@ def documentation_pages(root: Path = ROOT) -> list[Path]:
 
 def runnable_pages(root: Path = ROOT) -> list[Path]:
     return [page for page in documentation_pages(root) if page.is_file() and blocks_of(page)]
+
+
+if __name__ == "__main__":  # the count: .venv/bin/python tests/docs_blocks.py
+    pages = runnable_pages()
+    for found in pages:
+        page_blocks = blocks_of(found)
+        print(f"{found.relative_to(ROOT)}: {len(page_blocks)} blocks, {sum(len(b.commands) for b in page_blocks)} commands")
+    every = [b for found in pages for b in blocks_of(found)]
+    print(f"runnable: {len(every)} blocks, {sum(len(b.commands) for b in every)} commands on {len(pages)} pages")
