@@ -6,7 +6,7 @@ session in a fresh folder with the calc example and the scripted model (tests/do
 from __future__ import annotations
 
 import pytest
-from docs_blocks import ROOT, blocks_of, run_page, runnable_pages
+from docs_blocks import ROOT, Mismatch, blocks_of, run_page, runnable_pages
 
 PAGES = runnable_pages()
 
@@ -19,4 +19,10 @@ def _name(page) -> str:
 
 @pytest.mark.parametrize("page", PAGES, ids=[_name(page) for page in PAGES])
 def test_the_runnable_blocks_of_a_page_print_what_it_says(page, tmp_path):
-    assert run_page(page, tmp_path / "page") > 0
+    try:
+        ran, mismatch = run_page(page, tmp_path / "page"), ""
+    except Mismatch as failed:
+        ran, mismatch = 0, str(failed)
+    if mismatch:  # the page and line, the command, what was missing, what it printed; no traceback
+        pytest.fail(mismatch, pytrace=False)
+    assert ran > 0
