@@ -32,16 +32,6 @@ def key_of(section: str, name: str) -> str:
     return (f"{section}." if section in layers.QUALIFIED else "") + name.replace("_", "-")
 
 
-def flag_of(key: str) -> str:
-    """The flag the layers read a setting from ("" for none)."""
-    if key.startswith("models."):
-        return layers.flag_name(key)
-    section, _, name = key.rpartition(".")
-    if section in layers.QUALIFIED:
-        return "--" + name
-    return "" if key in layers.NO_FLAG else layers.FLAG_NAMES.get(key, f"--{key}")
-
-
 def readers(key: str, section: str) -> tuple[str, ...]:
     """The commands whose flags give setting `key` of `section`."""
     return (*SECTION_COMMANDS.get(section, ()), *(("grade",) if key in SHARED_KEYS else ()))
@@ -84,7 +74,7 @@ def section_table(section: str, struct: type, cli: click.Group, skip: Iterable[s
         if field.name in skip:
             continue
         key = key_of(section, field.name)
-        rows.append(_row(key, field, comments.get(field.name, ""), layers.env_name(key), _flag_cell(flag_of(key), cli, readers(key, section))))
+        rows.append(_row(key, field, comments.get(field.name, ""), layers.env_name(key), _flag_cell(layers.flag_name(key), cli, readers(key, section))))
     return "\n".join([HEADER, *rows])
 
 
