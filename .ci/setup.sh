@@ -29,7 +29,7 @@ with_heartbeat() {
 }
 # local: the bundled model's server (llama.cpp compiles from source the first time: about 4.5 min
 # on an idle 2-core machine, far longer on a busy one); grade: the swebench package; serve: the
-# inspector's web app
+# inspector's web app; docs: the documentation site's build (mkdocs)
 .venv/bin/python -m pip show --quiet llama-cpp-python >/dev/null 2>&1 ||
     echo "Installing magis-ray; llama.cpp compiles from source (minutes; a line every 30 s says it is still going)" >&2
-with_heartbeat "installing (compiling llama.cpp)" .venv/bin/python -m pip install --quiet -e '.[test,local,grade,serve]'
+with_heartbeat "installing (compiling llama.cpp)" .venv/bin/python -m pip install --quiet -e '.[test,local,grade,serve,docs]'
