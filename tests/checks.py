@@ -13,7 +13,7 @@ from magis_ray.events.schema import Recorded, RunFailed, RunFinished
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
-    """A command refused its input as the README promises: exit 2, one `magis-ray: error:` line
+    """A command refused its input as the docs promise: exit 2, one `magis-ray: error:` line
     holding every fragment, no traceback, and no run id shown (no run started)."""
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr + result.stdout

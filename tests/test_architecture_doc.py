@@ -1,4 +1,4 @@
-"""docs/architecture.md names only modules that exist: a newcomer who follows it from `submit` to
+"""docs/explanations/architecture.md names only modules that exist: a newcomer who follows it from `submit` to
 the pages finds every file it names."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "architecture.md"
+DOC = ROOT / "docs" / "explanations" / "architecture.md"
 FOLDERS = ("actors", "events", "store", "cli")
 
 

@@ -240,7 +240,7 @@ def test_scikit_learn_compiles_its_cython_on_the_spec_s_python(tmp_path):
 def test_matplotlib_builds_offline_with_the_system_s_freetype_and_compares_baseline_images(tmp_path):
     """Its FAIL_TO_PASS tests pass with the gold patch and fail without; its PASS_TO_PASS image
     comparisons of text need the FreeType 2.6.1 its build would download (the baselines were made
-    with it), so the instance as a whole is not asserted resolved (README: the big three)."""
+    with it), so the instance as a whole is not asserted resolved (docs/results/fidelity.md: the big three)."""
     from rebuilt import rebuilt_instance
 
     from magis_ray.actors.execution.environments import EnvironmentCache

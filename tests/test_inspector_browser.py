@@ -5,7 +5,7 @@ divergence; search finds a rejecting review; a <script> in a problem statement i
 
     MAGIS_SCREENSHOTS=docs/images .venv/bin/python -m pytest tests/test_inspector_browser.py
 
-also writes the README's screenshots (inspector-runs.png, inspector-run.png) there, and the failed- and
+also writes the inspector guide's screenshots (inspector-runs.png, inspector-run.png) there, and the failed- and
 live-run checks' pictures (inspector-failed-run.png, inspector-failed-task.png, inspector-live-run.png)."""
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def page_errors(driver) -> list[str]:
 
 
 def screenshot(driver, name: str, tmp: Path) -> None:
-    """The page as a PNG: into MAGIS_SCREENSHOTS when set (the README's pictures), else tmp."""
+    """The page as a PNG: into MAGIS_SCREENSHOTS when set (the inspector guide's pictures), else tmp."""
     folder = Path(os.environ.get("MAGIS_SCREENSHOTS") or tmp)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / name

@@ -1,4 +1,4 @@
-"""The README's main job with the real bundled model (SmolLM2-135M through llama.cpp's server on
+"""The quick start's main job with the real bundled model (SmolLM2-135M through llama.cpp's server on
 loopback, no scripted answers): the run ends consistently and replays; a taken port and a model
 server killed mid-run give clear errors, and resume finishes the run once the server is back.
 The model is tiny: these tests prove the machinery, never the intelligence."""

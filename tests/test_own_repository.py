@@ -1,7 +1,8 @@
-"""The README's "Your own repository", through the CLI as a user runs it: a fresh git repository,
-an issue.md, `submit` from inside the repository, `apply` to a branch, the pull request's text,
-and the repository's own tests passing on the branch; the README's scripted command as printed;
-each bad input one line and exit 2; and a model per role, two scripted servers, per-role costs.
+"""The guide "Your own repository" (docs/guides/own-repository.md), through the CLI as a user runs
+it: a fresh git repository, an issue.md, `submit` from inside the repository, `apply` to a branch,
+the pull request's text, and the repository's own tests passing on the branch; getting started's
+scripted command as printed; each bad input one line and exit 2; and a model per role, two
+scripted servers, per-role costs.
 
 Real throughout: git repositories made with the git command line, the installed `magis-ray`
 command, Ray, SQLite, the scripted model over HTTP, and (tests on) the bubblewrap sandbox."""
@@ -33,7 +34,7 @@ from waiting import COMMAND_S
 ROOT = Path(__file__).parents[1]
 EXAMPLE = ROOT / "examples" / "calc"
 SCRIPT = EXAMPLE / "script.json"
-# The installed command, as the README runs it (beside this interpreter in the environment).
+# The installed command, as the docs run it (beside this interpreter in the environment).
 MAGIS_COMMAND = str(Path(sys.executable).with_name("magis-ray"))
 KEY = "sk-own-repository-never-logged-77"
 
@@ -70,14 +71,12 @@ def summary(stdout: str) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in stdout.splitlines() if ":" in line)}
 
 
-# --- the README, as printed ----------------------------------------------------------------------
+# --- the docs, as printed ------------------------------------------------------------------------
 
 
-def readme_section(title: str) -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start:end if end > 0 else None]
+def page(path: str) -> str:
+    """A page of the documentation site, as the reader sees it in docs/."""
+    return (ROOT / "docs" / path).read_text()
 
 
 def first_bash_block(section: str) -> str:
@@ -104,8 +103,8 @@ def pytest_in(path: Path) -> subprocess.CompletedProcess:
 
 
 @needs_sandbox
-def test_your_own_repository_as_the_readme_says(tmp_path, env_cache):
-    block = first_bash_block(readme_section("Your own repository"))
+def test_your_own_repository_as_the_guide_says(tmp_path, env_cache):
+    block = first_bash_block(page("guides/own-repository.md"))
     name, issue_text = re.search(r"cat > (\S+) <<'EOF'\n(.*?)\nEOF", block, re.S).groups()
     commands = [shlex.split(line, comments=True) for line in block.splitlines() if line.startswith("magis-ray ")]
     assert [c[:2] for c in commands] == [["magis-ray", "submit"], ["magis-ray", "apply"], ["magis-ray", "audit"]]
@@ -171,10 +170,9 @@ def test_your_own_repository_as_the_readme_says(tmp_path, env_cache):
 
 
 @needs_sandbox
-def test_the_readme_s_scripted_command_works_as_printed(tmp_path, env_cache):
-    quick_start = readme_section("Quick start")
-    [command] = [c for c in re.findall(r"`(magis-ray submit [^`]+)`", quick_start) if "--llm scripted:" in c]
-    (tmp_path / "examples").symlink_to(ROOT / "examples")  # the project's folder, as the README's commands see it
+def test_getting_started_s_scripted_command_works_as_printed(tmp_path, env_cache):
+    [command] = re.findall(r"^\$ (magis-ray submit .*--llm scripted:.*)$", page("getting-started.md"), re.M)
+    (tmp_path / "examples").symlink_to(ROOT / "examples")  # the project's folder, as the docs' commands see it
     subprocess.run([sys.executable, str(EXAMPLE / "make_repo.py"), ".magis/example/calc"], cwd=tmp_path, check=True,
                    capture_output=True)
     result = magis(shlex.split(command)[1:], tmp_path, environment(env_cache))

@@ -78,7 +78,7 @@ def test_a_step_the_script_has_no_answer_for_stops_the_run_naming_it(calc_repo, 
 
 
 def test_the_example_script_answers_every_step_of_a_run_with_tests():
-    """Each purpose the team asks with tests on has a rule in the example's script (the README's
+    """Each purpose the team asks with tests on has a rule in the example's script (getting started's
     scripted command, run whole in test_own_repository)."""
     rules = Script.load(EXAMPLE / "script.json").rules
     purposes = {rule.purpose for rule in rules}

@@ -142,7 +142,7 @@ def test_the_team_runs_its_tests_in_the_spec_s_environment(instance_id, tmp_path
     runs = [e for e in (decode_recorded(line).event for line in events.stdout.splitlines()) if type(e).__name__ == "TestsRan"]
     report = {e.purpose + (f" {e.task_id}#{e.attempt}" if e.task_id else ""):
               dict(outcome=e.outcome, command=e.command, passed=len(e.passed), failed=e.failed, seconds=e.duration_s) for e in runs}
-    print(json.dumps({instance_id: report}, indent=1))  # the figures the README quotes
+    print(json.dumps({instance_id: report}, indent=1))  # the figures docs/results/fidelity.md quotes
     prepare = next(e for e in runs if e.purpose == "prepare")
     assert prepare.outcome == "passed" and f"{record['repo']} {record['version']}" in prepare.output, prepare.output
     assert prepare.command == RUNNERS.get(record["repo"], "python -m pytest -rA -p no:cacheprovider")
