@@ -109,3 +109,45 @@ def tree_fingerprint(root: Path) -> dict[str, tuple[int, int]]:
 
 def git_status(path: Path) -> str:
     return subprocess.run(["git", "status", "--porcelain"], cwd=path, capture_output=True, text=True).stdout
+
+
+HELPERS_URL = "https://github.com/calc/helpers.git"  # its mirror in a repositories folder: calc__helpers
+# The repository's conftest.py puts its vendor/helpers submodule on the path; the tests import from it.
+SUBMODULE_CONFTEST = ("import os\nimport sys\n\n"
+                      "sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'vendor', 'helpers'))\n")
+SUBMODULE_TEST_PATCH = new_file_patch("tests/test_more.py", """from calc.stats import mean, median
+from helpers import expected_mean
+
+
+def test_mean_of_two():
+    assert mean([1, 3]) == expected_mean(1, 3)
+
+
+def test_median_of_one():
+    assert median([7]) == 7
+""")
+
+
+def make_calc_repos_with_submodule(repos_dir: Path) -> tuple[Path, str, str]:
+    """REPOS/calc__helpers, and REPOS/calc__calc whose vendor/helpers is a submodule of it: added
+    with `git submodule add` from its local path, then named by the URL it would have on GitHub.
+    Returns calc's path, its base commit and the helpers' commit."""
+    helpers_path = repos_dir / "calc__helpers"
+    _, helpers = make_repo(helpers_path, {"helpers.py": "def expected_mean(a, b):\n    return (a + b) / 2\n"}, "helpers")
+    path = repos_dir / "calc__calc"
+    git = ["git", "-c", "user.name=Test Author", "-c", "user.email=test@example.com", "-c", "protocol.file.allow=always"]
+    subprocess.run([*git, "init", "--quiet", str(path)], check=True, capture_output=True)
+    for name, text in {**files(), "conftest.py": SUBMODULE_CONFTEST}.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    for args in (["submodule", "add", "--quiet", str(helpers_path), "vendor/helpers"],
+                 ["config", "-f", ".gitmodules", "submodule.vendor/helpers.url", HELPERS_URL],
+                 ["add", "-A"], ["commit", "--quiet", "-m", "calc, with the helpers as a submodule"]):
+        subprocess.run([*git, *args], cwd=path, check=True, capture_output=True)
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=path, check=True, capture_output=True, text=True).stdout.strip()
+    return path, base, helpers
+
+
+def submodule_record(base: str, number: int = 1, patch: str = GOLD) -> dict:
+    """A record of calc with its helpers submodule, whose tests import the submodule's module."""
+    return {**record(base, number, patch), "test_patch": SUBMODULE_TEST_PATCH}

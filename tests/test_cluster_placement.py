@@ -3,7 +3,9 @@ each node with a cache root of its own (MAGIS_ENV_CACHE in its environment, as `
 it): a grading whose node is lost mid-grading grades every instance exactly once with the
 verdicts of a grading on one node, and a batch with tests on runs its tests on more than one node
 while the repository is only on the driver's (the nodes get its commits through the object store
-and keep copies in their own caches).
+and keep copies in their own caches), its submodules' commits with them; and a batch with tests on
+whose node is lost mid-batch builds and runs the tests of that node's runs again elsewhere,
+recording each once.
 
 Real throughout: Ray's raylets, the calc repository, environments built from PyPI, git, the
 scripted model over HTTP; the grading runs `--sandbox none` so that its test runs can wait at a
@@ -19,7 +21,8 @@ from pathlib import Path
 
 import pytest
 from clusters import nodes_with_own_caches
-from execfixtures import GOLD, make_calc_repos, new_file_patch, record, write_dataset
+from execfixtures import (GOLD, make_calc_repos, make_calc_repos_with_submodule, new_file_patch, record, submodule_record,
+                          write_dataset)
 from processes import cmdline_of, tree_of
 from scenarios import MEAN_FIX, calc_issue
 from waiting import wait_until
@@ -73,15 +76,46 @@ def verdicts(results: list[InstanceGraded]) -> dict[str, tuple]:
     return {r.instance_id: (r.resolved, r.completed, r.tests_status) for r in results}
 
 
+def write_predictions(path: Path, patches: dict[int, str]) -> Path:
+    path.write_text("".join(json.dumps({"instance_id": f"calc__calc-{n}", "model_name_or_path": "m",
+                                        "model_patch": p}) + "\n" for n, p in patches.items()))
+    return path
+
+
+# --- submodules through Ray -------------------------------------------------------------------
+
+@pytest.mark.slow  # each node builds the environment from PyPI
+def test_a_node_grades_an_instance_whose_tests_import_a_submodule_from_the_commits_that_arrived_through_ray(
+        cluster, tmp_path):
+    from magis_ray.actors.swebench.grading_service import plan_grading, run_grading_plan
+
+    _, base, _ = make_calc_repos_with_submodule(tmp_path / "repos")  # the submodule's mirror beside it: the driver's alone
+    dataset = write_dataset(tmp_path / "calc.jsonl", [submodule_record(base, n) for n in (1, 2, 3)])
+    predictions = write_predictions(tmp_path / "preds.jsonl", {1: GOLD, 2: GOLD, 3: GOLD})
+    gate = Path(tempfile.gettempdir()) / f"mrp-gate-{uuid.uuid4().hex}"
+    gate.touch()  # open: nothing waits
+    try:
+        done = run_grading_plan(plan_grading(grading_options(tmp_path, dataset, predictions, gate, name="submodules")))
+    finally:
+        gate.unlink()
+    # the tests import the submodule's module: they pass only where the submodule was checked out
+    assert done.report["resolved_ids"] == [f"calc__calc-{n}" for n in (1, 2, 3)], done.report
+    graded_on = {r.node for r in done.results}
+    assert graded_on & {n.node_id for n in cluster.worker_nodes}, graded_on
+    # each node checked the submodule out from the copy that arrived in its own cache
+    for node in graded_on:
+        copies = str(cluster.caches[node] / "repositories")
+        logs = [p.read_text() for p in (cluster.caches[node] / "testbeds").glob("*/logs/testbed.log")]
+        assert any(f"submodule vendor/helpers: checked out from the local mirror {copies}/" in log for log in logs), logs
+
+
 def test_a_node_lost_mid_grading_every_instance_is_graded_once_with_the_verdicts_of_one_node(cluster, tmp_path):
     from magis_ray.actors.swebench.grading_service import plan_grading, run_grading_plan
 
     _, base = make_calc_repos(tmp_path / "repos")
     dataset = write_dataset(tmp_path / "calc.jsonl", [record(base, n) for n in (1, 2, 3)])
     patches = {1: GOLD, 2: GOLD, 3: new_file_patch("calc/unused.py", "X = 1\n")}  # two fix it, one does not
-    predictions = tmp_path / "preds.jsonl"
-    predictions.write_text("".join(json.dumps({"instance_id": f"calc__calc-{n}", "model_name_or_path": "m",
-                                               "model_patch": p}) + "\n" for n, p in patches.items()))
+    predictions = write_predictions(tmp_path / "preds.jsonl", patches)
     gate = Path(tempfile.gettempdir()) / f"mrp-gate-{uuid.uuid4().hex}"
     plan = plan_grading(grading_options(tmp_path, dataset, predictions, gate, name="lost"))
     outcome: dict = {}
@@ -170,3 +204,69 @@ def test_a_batch_with_tests_runs_them_on_several_nodes_from_the_repository_on_th
         assert copies_in(cache), node
         borrowed = [json.loads(p.read_text())["objects"] for p in (cache / "testbeds").glob("*/ready.json")]
         assert borrowed and all(o.startswith(str(cache / "repositories")) for o in borrowed), borrowed
+
+
+# --- a node lost mid-batch ---------------------------------------------------------------------
+
+@pytest.mark.slow  # the nodes build the environment from PyPI, and the lost node's runs build it again elsewhere
+def test_a_node_lost_mid_batch_the_tests_of_its_runs_are_built_and_run_again_elsewhere_each_recorded_once(cluster, tmp_path):
+    from magis_ray.actors.model.gateway import GatewayConfig
+    from magis_ray.actors.model.scripted_server import ScriptedServer
+    from magis_ray.actors.model.scripted_team import ScriptedTeam
+    from magis_ray.actors.runtime.batch import BatchItem, BatchRunner, batch_settings
+    from magis_ray.actors.runtime.deployment import Deployment
+    from magis_ray.events.schema import RunSettings
+    from magis_ray.events.settings import EndpointSettings
+    from scenarios import make_calc_repo
+
+    repos = tmp_path / "repos"
+    _, base = make_calc_repo(repos / "calc__calc")
+    items = [BatchItem(f"calc__calc-{i}", calc_issue(repos / "calc__calc", base, instance_id=f"calc__calc-{i}"))
+             for i in (1, 2, 3)]
+    team = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, reproductions=[REPRODUCES])
+    store_path = tmp_path / "store"
+    gate = Path(tempfile.gettempdir()) / f"mrp-gate-{uuid.uuid4().hex}"
+    # every test run waits at the gate (unconfined, so that it sees the host's file); a build does not
+    settings = batch_settings(RunSettings(top_k=4, model="m", tests=True, env_setup="python -m pip install pytest",
+                                          sandbox="none", test_cmd=gated(gate)), "lost")
+    outcome: dict = {}
+    with ScriptedServer(team) as server:
+        deployment = Deployment(str(store_path), GatewayConfig(base_url=server.base_url, api_key="k", model="m",
+                                                                endpoint=EndpointSettings(concurrency=16)))
+        try:
+            with open_store(str(store_path), create=True) as store:
+                runner = BatchRunner(deployment, store, settings, str(repos), workers=3)
+                batch = threading.Thread(target=lambda: outcome.update(results=runner.run(items)))
+                batch.start()
+                try:
+                    # a run's test waits at the gate on a worker node, which holds that run's testbed
+                    victim = wait_until(lambda: waiting_on_a_worker(cluster, gate),
+                                        "a run's test waits at the gate on a worker node", timeout_s=1800, while_running=batch)
+                    lost = victim.node_id
+                    cluster.remove_node(victim, allow_graceful=False)
+                finally:
+                    gate.touch()
+                    batch.join(timeout=1800)  # a bound for a hang, not a timing
+                assert not batch.is_alive(), "the batch did not finish"
+                logs = {info.run_id: store.read(info.run_id) for info in store.list_runs()}
+        finally:
+            deployment.close()
+            gate.unlink(missing_ok=True)
+    assert [(r.status, r.outcome) for r in outcome["results"]] == [("finished", "patched")] * 3
+    alive = {cluster.head_node.node_id, *(n.node_id for n in cluster.worker_nodes)}
+    assert lost not in alive
+    runs = {run_id: [r.event for r in events if isinstance(r.event, schema.TestsRan)] for run_id, events in logs.items()}
+    moved = []
+    for tested in runs.values():
+        # each test run once, with the verdicts of a batch that lost no node
+        assert [(t.purpose, t.outcome) for t in tested] == [("prepare", "passed"), ("reproduce", "failed"),
+                                                            ("baseline", "failed"), ("check", "failed")], tested
+        prepared, *ran = tested
+        assert all(t.node in alive for t in ran), [(t.purpose, t.node) for t in tested]
+        if prepared.node == lost:
+            moved.append(ran)
+    # the runs whose testbed was on the lost node ran their tests on another node, built there again
+    assert moved, {run_id: [t.node for t in tested] for run_id, tested in runs.items()}
+    for ran in moved:
+        assert len({t.node for t in ran}) == 1
+        assert copies_in(cluster.caches[ran[0].node]) and list((cluster.caches[ran[0].node] / "testbeds").glob("*/ready.json"))

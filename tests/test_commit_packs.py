@@ -1,15 +1,22 @@
 """A repository's commits reach a node as a pack of their trees (actors/code/commit_packs.py): the
 node's shallow copy keeps every commit id, so a checkout, `git show` and a diff between the
-commits work on it as on the repository, and a second task of the node reuses the copy."""
+commits work on it as on the repository, and a second task of the node reuses the copy. Their
+submodules' commits travel with them, from the driver's mirrors: a node checks the submodule out, and
+imports its module, from what arrived alone."""
 from __future__ import annotations
 
+import shutil
 import subprocess
+import sys
 
 import pytest
+from execfixtures import make_calc_repos_with_submodule
 from gitfixtures import commit_files
 from scenarios import make_calc_repo
 
-from magis_ray.actors.code.commit_packs import CommitPackError, has_commits, pack_commits, unpacked_copy
+from magis_ray.actors.code.commit_packs import (CommitPackError, has_commits, pack_commits, submodule_mirrors,
+                                                submodules_at, unpacked_copy)
+from magis_ray.actors.execution.testbeds import check_out_submodules
 from magis_ray.actors.execution.workspaces import checkout, read_file_at
 
 
@@ -24,14 +31,14 @@ def test_a_commit_s_tree_unpacks_on_a_node_as_a_repository_at_that_commit(tmp_pa
     pack = pack_commits(repo, (base, later))
     made = []
     root = tmp_path / "node" / "repositories"
-    folder = unpacked_copy(root, "calc/calc", (base, later), lambda: made.append(1) or pack)
+    folder = unpacked_copy(root, [("calc/calc", (base, later))], lambda: made.append(1) or [pack])
     copy = folder / "calc__calc"
     assert has_commits(copy, (base, later)) and read_file_at(copy, later, "calc/added.py") == "X = 1\n"
     assert read_file_at(copy, base, "calc/added.py") is None
     assert "calc/added.py" in git("diff", "--name-only", base, later, cwd=copy)
     checkout(copy, base, tmp_path / "work")  # as a testbed's tree is made
     assert git("rev-parse", "HEAD", cwd=tmp_path / "work").strip() == base
-    assert unpacked_copy(root, "calc/calc", (base, later), lambda: made.append(2) or pack) == folder
+    assert unpacked_copy(root, [("calc/calc", (base, later))], lambda: made.append(2) or [pack]) == folder
     assert made == [1]  # the second task found the copy: no pack fetched
     assert [p.name for p in root.iterdir()] == [folder.name]  # nothing half-made left beside it
 
@@ -43,3 +50,33 @@ def test_a_commit_the_repository_lacks_is_said_in_one_line(tmp_path):
     with pytest.raises(CommitPackError) as refused:
         pack_commits(repo, ("0" * 40,))
     assert "\n" not in str(refused.value)
+
+
+def test_a_submodule_s_commit_travels_with_the_pack_and_a_node_checks_it_out_from_what_arrived_alone(tmp_path):
+    driver = tmp_path / "driver" / "repos"
+    repo, base, helpers = make_calc_repos_with_submodule(driver)
+    [module] = submodules_at(repo, base)
+    assert (module.path, module.commit, module.mirror) == ("vendor/helpers", helpers, "calc/helpers")
+    # the driver: the commit's pack, and its submodule's from the mirror in its repositories folder
+    shipped = submodule_mirrors(repo, (base,), driver)
+    assert shipped == [(("calc/helpers", (helpers,)), driver / "calc__helpers")]
+    assert submodule_mirrors(repo, (base,), tmp_path / "no-mirrors") == []  # no mirror: the node says so
+    parts = [("calc/calc", (base,)), *(part for part, _ in shipped)]
+    packs = [pack_commits(repo, (base,)), *(pack_commits(mirror, part[1]) for part, mirror in shipped)]
+    shutil.rmtree(tmp_path / "driver")  # the node has only what arrived
+    # the node: the copy holds the repository and its submodule's mirror, as --repos-dir would
+    repos_dir = unpacked_copy(tmp_path / "node" / "repositories", parts, lambda: packs)
+    assert sorted(p.name for p in repos_dir.iterdir()) == ["calc__calc", "calc__helpers"]
+    tree = tmp_path / "node" / "tree"
+    checkout(repos_dir / "calc__calc", base, tree)  # as a testbed's build does, then its submodules
+    notes = check_out_submodules(tree, base, repos_dir)
+    assert notes == [f"submodule vendor/helpers: checked out from the local mirror {repos_dir / 'calc__helpers'}"]
+    # the repository's conftest puts the submodule on the path; its module is there to import
+    used = subprocess.run([sys.executable, "-c", "import conftest, helpers; print(helpers.expected_mean(1, 3))"],
+                          cwd=tree, capture_output=True, text=True)
+    assert used.stdout.strip() == "2.0", used.stderr
+    # without the submodule's pack, the same checkout says it has no mirror and leaves the folder empty
+    bare = unpacked_copy(tmp_path / "node" / "repositories", parts[:1], lambda: packs[:1])
+    checkout(bare / "calc__calc", base, tmp_path / "node" / "bare-tree")
+    [note] = check_out_submodules(tmp_path / "node" / "bare-tree", base, bare)
+    assert "no local mirror" in note and not list((tmp_path / "node" / "bare-tree" / "vendor" / "helpers").iterdir())

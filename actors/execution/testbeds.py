@@ -43,6 +43,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from magis_ray.actors.code.commit_packs import folder_name, submodules_at
+
 from .artifacts import CACHED, TESTBEDS
 from .compiler_cache import CompilerCache, compiler_cache
 from .environments import (SYSTEM_PREFIXES, BuildSteps, Environment, EnvironmentBuildError, EnvironmentCache,
@@ -199,7 +201,7 @@ class TestbedCache:
         notes = [*earlier, f"checked out {recipe.commit} of {recipe.repo}"]
         if missing:
             notes.append(f"the repository lacks {len(missing)} file(s) of the commit: {', '.join(missing[:5])}")
-        notes += _submodules(tree, recipe.commit, mirrors)
+        notes += check_out_submodules(tree, recipe.commit, mirrors)
         (folder / "logs").mkdir()
         (folder / "wheelhouse").mkdir()
         (folder / TRACE).mkdir()
@@ -646,34 +648,24 @@ def build_requirements(tree: Path) -> tuple[str, ...]:
     return tuple(requires)
 
 
-def _submodules(tree: Path, commit: str, mirrors) -> list[str]:
-    """Check out the commit's git submodules from local mirrors (MIRRORS/owner__name); the notes
-    say which have none (the install may then need the internet)."""
-    listed = subprocess.run(["git", "config", "-f", ".gitmodules", "--get-regexp", r"^submodule\..*\.(path|url)$"],
-                            cwd=tree, env=git_env(), capture_output=True, text=True)
-    if listed.returncode != 0 or not listed.stdout.strip():
-        return []
-    modules: dict[str, dict[str, str]] = {}
-    for line in listed.stdout.splitlines():
-        name_key, _, value = line.partition(" ")
-        name, _, field = name_key[len("submodule."):].rpartition(".")
-        modules.setdefault(name, {})[field] = value
+def check_out_submodules(tree: Path, commit: str, mirrors) -> list[str]:
+    """Check out the commit's git submodules from local mirrors (MIRRORS/owner__name: --repos-dir,
+    or on a node the copy the commits arrived in); the notes say which have none (the install may
+    then need the internet)."""
     notes = []
-    for name, module in modules.items():
-        url, path = module.get("url", ""), module.get("path", "")
-        match = re.search(r"[:/]([^/:]+)/([^/]+?)(?:\.git)?/?$", url)
-        mirror = Path(mirrors) / f"{match.group(1)}__{match.group(2)}" if mirrors and match else None
+    for module in submodules_at(tree, commit):
+        mirror = Path(mirrors) / folder_name(module.mirror) if mirrors and module.mirror else None
         if mirror is None or not mirror.is_dir():
-            notes.append(f"submodule {path} ({url}): no local mirror (looked for {mirror})")
+            notes.append(f"submodule {module.path} ({module.url}): no local mirror (looked for {mirror})")
             continue
-        for args in (["config", f"submodule.{name}.url", str(mirror.resolve())],
-                     ["-c", "protocol.file.allow=always", "submodule", "update", "--init", "--", path]):
+        for args in (["config", f"submodule.{module.name}.url", str(mirror.resolve())],
+                     ["-c", "protocol.file.allow=always", "submodule", "update", "--init", "--", module.path]):
             done = subprocess.run(["git", *args], cwd=tree, env=git_env(), capture_output=True, text=True)
             if done.returncode != 0:
-                notes.append(f"submodule {path}: {' '.join(done.stderr.split())[:300]}")
+                notes.append(f"submodule {module.path}: {' '.join(done.stderr.split())[:300]}")
                 break
         else:
-            notes.append(f"submodule {path}: checked out from the local mirror {mirror}")
+            notes.append(f"submodule {module.path}: checked out from the local mirror {mirror}")
     return notes
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from magis_ray.events.schema import RunSettings, TestsRan
 
+from magis_ray.actors.code.commit_packs import mirrors_beside
 from magis_ray.actors.code.repository import UnsafePath, safe_repo_path
 from magis_ray.actors.code.suites import PYTEST_COMMAND, TestSuite, suite_for
 from magis_ray.actors.execution.artifacts import BUILT, FETCHED, open_artifact_store
@@ -133,7 +134,7 @@ class ExecutionBench:
                     raise BenchUnavailable("the test command runs Django's runner (tests/runtests.py), whose output is "
                                            f"read with the SWE-bench harness's parser ({INSTALL})")
                 repo_path = Path(self._setup.repo_path)
-                mirrors = repo_path.resolve().parent
+                mirrors = mirrors_beside(repo_path)
                 self._testbed = self.cache.get(self._spec.testbed, repo_path, mirrors=mirrors)
                 # pytest as the team runs it, where the spec's install did not bring it (the user's own
                 # command is theirs to provide for)

@@ -295,31 +295,42 @@ def pinned(node: str) -> NodeAffinitySchedulingStrategy:
 
 @dataclass(frozen=True)
 class ShippedRepository:
-    """Commits of a repository in the object store. The pack's reference is held in a list, so Ray
-    does not fetch it for a task whose node already has the copy."""
+    """Commits of a repository, and the commits of their submodules, in the object store. The
+    packs' references are held in a list, so Ray does not fetch them for a task whose node already
+    has the copy."""
 
     repo: str  # owner/name
     commits: tuple[str, ...]
-    pack: list
+    packs: list  # a pack reference for each of `parts`, in order
+    submodules: tuple = ()  # (owner/name, commits) of each submodule's mirror shipped along
+
+    @property
+    def parts(self) -> tuple:
+        return ((self.repo, self.commits), *self.submodules)
 
     def repos_dir(self) -> str:
-        """On a node: the repositories folder that holds this node's copy (OWNER__NAME in it)."""
+        """On a node: the repositories folder that holds this node's copy (OWNER__NAME in it, and
+        its submodules' mirrors beside it)."""
         from magis_ray.actors.code.commit_packs import unpacked_copy
         from magis_ray.actors.execution.environments import default_cache_root
 
         root = default_cache_root() / "repositories"  # the node's own cache root (its node settings)
-        return str(unpacked_copy(root, self.repo, self.commits, lambda: ray.get(self.pack[0])))
+        return str(unpacked_copy(root, self.parts, lambda: ray.get(self.packs)))
 
 
-def ship_repository(repo_path: str, repo: str, commits) -> ShippedRepository | None:
-    """The driver's `repo_path` at `commits`, packed into the object store; None where the driver
-    lacks the repository or a commit (the node then looks where it is told, and says what is missing)."""
-    from magis_ray.actors.code.commit_packs import has_commits, pack_commits
+def ship_repository(repo_path: str, repo: str, commits, mirrors: str | None = None) -> ShippedRepository | None:
+    """The driver's `repo_path` at `commits`, packed into the object store, with the commits of
+    their submodules from the mirrors in `mirrors` that hold them; None where the driver lacks the
+    repository or a commit (the node then looks where it is told, and says what is missing)."""
+    from magis_ray.actors.code.commit_packs import has_commits, pack_commits, submodule_mirrors
 
     commits = tuple(dict.fromkeys(c for c in commits if c))
     if not commits or not has_commits(repo_path, commits):
         return None
-    return ShippedRepository(repo, commits, [ray.put(pack_commits(repo_path, commits))])
+    submodules = submodule_mirrors(repo_path, commits, mirrors)
+    packs = [ray.put(pack_commits(repo_path, commits)),
+             *(ray.put(pack_commits(mirror, part[1])) for part, mirror in submodules)]
+    return ShippedRepository(repo, commits, packs, tuple(part for part, _ in submodules))
 
 
 def _graded_on_node(work, job, options, shipped, *args):
@@ -405,10 +416,13 @@ class BenchTasks:
     imports the execution layer, and no node but the driver's needs the repository."""
 
     def __init__(self, setup, placements=None):
+        from magis_ray.actors.code.commit_packs import mirrors_beside
+
         self._setup = ray.put(setup)
         record = setup.record
         self._shipped = ship_repository(setup.repo_path, record.get("repo", ""),
-                                        (record.get("base_commit", ""), record.get("environment_setup_commit") or ""))
+                                        (record.get("base_commit", ""), record.get("environment_setup_commit") or ""),
+                                        mirrors=mirrors_beside(setup.repo_path))
         self._key = bench_environment(setup)
         self._placements = placements
         self._node: str | None = None  # where the testbed was built; None until then (or once it is lost)
@@ -492,7 +506,8 @@ class RayExecutor:
         repo, commits = self._repository_of(job)
         shipped, users = self._shipped.get((repo, commits), (None, 0))
         if not users:
-            shipped = ship_repository(os.path.join(self._repos_dir, repo.replace("/", "__")), repo, commits)
+            shipped = ship_repository(os.path.join(self._repos_dir, repo.replace("/", "__")), repo, commits,
+                                      mirrors=self._repos_dir)
         self._shipped[(repo, commits)] = (shipped, users + 1)
         instance = _Instance(job, str(self._environment_of(job)), shipped)
         self._start_build(instance)
