@@ -1,6 +1,7 @@
-"""A repository's commits reach a node as a pack of their trees (actors/code/commit_packs.py): the
-node's shallow copy keeps every commit id, so a checkout, `git show` and a diff between the
-commits work on it as on the repository, and a second task of the node reuses the copy. Their
+"""A repository's commits reach a node as a pack (actors/code/commit_packs.py): the node's copy keeps
+every commit id and its history's commits and tags, so a checkout, `git show`, a diff between the
+commits and a version derived from git work on it as on the repository, and a second task of the
+node reuses the copy. Their
 submodules' commits travel with them, from the driver's mirrors: a node checks the submodule out, and
 imports its module, from what arrived alone."""
 from __future__ import annotations
@@ -80,3 +81,28 @@ def test_a_submodule_s_commit_travels_with_the_pack_and_a_node_checks_it_out_fro
     checkout(bare / "calc__calc", base, tmp_path / "node" / "bare-tree")
     [note] = check_out_submodules(tmp_path / "node" / "bare-tree", base, bare)
     assert "no local mirror" in note and not list((tmp_path / "node" / "bare-tree" / "vendor" / "helpers").iterdir())
+
+
+def test_a_version_derived_from_git_is_the_repository_s_on_the_node(tmp_path):
+    """setuptools_scm runs `git describe --tags --long`, astropy counts `git rev-list HEAD`: both
+    need the commit's history and its tags, which the pack carries without their trees."""
+    repo = tmp_path / "driver" / "calc__calc"
+    repository, base = make_calc_repo(repo)
+    git("tag", "-a", "v1.0", "-m", "one", base, cwd=repo)
+    for n in range(3):
+        commit_files(repository, {f"calc/step{n}.py": f"N = {n}\n"}, f"step {n}")
+    git("tag", "v1.1.dev0", "HEAD~1", cwd=repo)  # a lightweight tag too
+    commit = commit_files(repository, {"calc/last.py": "L = 1\n"}, "last")
+    root = tmp_path / "node" / "repositories"
+    folder = unpacked_copy(root, [("calc/calc", (commit,))], lambda: [pack_commits(repo, (commit,))])
+    work = tmp_path / "work"
+    checkout(folder / "calc__calc", commit, work)
+    describe = ["describe", "--tags", "--long", "--abbrev=12", "--match", "*[0-9]*"]
+    assert git(*describe, cwd=work) == git(*describe, commit, cwd=repo)
+    assert git(*describe, cwd=work).startswith("v1.1.dev0-2-g")
+    assert git("rev-list", "--count", "HEAD", cwd=work) == git("rev-list", "--count", commit, cwd=repo)
+    assert "calc/last.py" in git("show", "--stat", "HEAD", cwd=work)  # against its parent's tree
+    git("fsck", "--connectivity-only", cwd=folder / "calc__calc")  # the old trees are left out on purpose
+    whole = subprocess.run(["git", "pack-objects", "--stdout", "--revs", "--quiet"], cwd=repo, input=f"{commit}\n".encode(),
+                           capture_output=True, check=True).stdout
+    assert len(pack_commits(repo, (commit,)).data) < len(whole)  # less than the whole history

@@ -1,7 +1,11 @@
-"""A few commits of a repository carried to another machine: the objects of their trees (not their
-history) packed where the repository is, and unpacked on a node into a shallow bare repository
-that clones, checkouts and `git show` take for the real one (each commit keeps its id). A node
-keeps each copy in its own cache, named by the commits, so it receives a commit's objects once.
+"""A few commits of a repository carried to another machine, packed where the repository is and
+unpacked on a node into a bare repository that clones, checkouts and `git show` take for the real
+one (each commit keeps its id). The pack holds the commits' trees and their parents' trees, and
+every commit of their history without its trees, with the tags on that history: so `git describe`
+and `git rev-list --count`, which setuptools_scm, versioneer and astropy derive a version from,
+give on the node what they give on the repository, for a fraction of the history's size. The copy
+is a partial clone, so git knows the old trees are absent, not lost. A node keeps each copy in its
+own cache, named by the commits, so it receives a commit's objects once.
 
 The commits' git submodules travel with them: the commit each submodule's gitlink names, packed
 from the submodule's mirror in the repositories folder where the repository is (owner__name, as
@@ -43,16 +47,36 @@ def has_commits(repo_path: str | os.PathLike, commits: tuple[str, ...]) -> bool:
     return all(_git(["cat-file", "-e", f"{c}^{{commit}}"], repo_path).returncode == 0 for c in commits)
 
 
-def pack_commits(repo_path: str | os.PathLike, commits: tuple[str, ...]) -> bytes:
-    """A git pack of `commits` and every tree and blob they name, none of their parents."""
-    listed = _git(["rev-list", "--objects", "--no-walk", *commits], repo_path)
+@dataclass(frozen=True)
+class CommitPack:
+    """A git pack and the tags (ref, object id) whose objects it holds: a pack carries no refs."""
+
+    data: bytes
+    tags: tuple[tuple[str, str], ...] = ()
+
+
+def _listed(repo_path: str | os.PathLike, args: list[str], commits: tuple[str, ...]) -> bytes:
+    listed = _git(args, repo_path)
     if listed.returncode != 0:
         raise CommitPackError(f"cannot list the objects of {', '.join(c[:12] for c in commits)} in {repo_path}: "
                               f"{_one_line(listed.stderr)}")
-    packed = _git(["pack-objects", "--quiet", "--stdout"], repo_path, stdin=listed.stdout)
+    return listed.stdout
+
+
+def pack_commits(repo_path: str | os.PathLike, commits: tuple[str, ...]) -> CommitPack:
+    """A pack of `commits` with every tree and blob of theirs and of their parents (for `git show`),
+    every commit of their history without its trees, and the tags on that history."""
+    parents = _listed(repo_path, ["rev-parse", *(f"{c}^@" for c in commits)], commits).decode().split()
+    trees = _listed(repo_path, ["rev-list", "--objects", "--no-walk", *commits, *parents], commits)
+    history = _listed(repo_path, ["rev-list", *commits], commits)
+    listed = _listed(repo_path, ["for-each-ref", "--format=%(refname) %(objectname)",
+                                 *(f"--merged={c}" for c in commits), "refs/tags"], commits)
+    tags = tuple(tuple(line.split(" ", 1)) for line in listed.decode().splitlines() if line)
+    wanted = trees + history + "".join(f"{oid}\n" for _, oid in tags).encode()
+    packed = _git(["pack-objects", "--quiet", "--stdout"], repo_path, stdin=wanted)
     if packed.returncode != 0:
         raise CommitPackError(f"cannot pack {repo_path}: {_one_line(packed.stderr)}")
-    return packed.stdout
+    return CommitPack(packed.stdout, tags)
 
 
 def copy_key(parts: Sequence[Commits]) -> str:
@@ -128,7 +152,7 @@ def submodule_mirrors(repo_path: str | os.PathLike, commits: tuple[str, ...],
     return [((repo, tuple(found)), Path(mirrors) / folder_name(repo)) for repo, found in sorted(needed.items())]
 
 
-def unpacked_copy(root: str | os.PathLike, parts: Sequence[Commits], packs: Callable[[], Sequence[bytes]]) -> Path:
+def unpacked_copy(root: str | os.PathLike, parts: Sequence[Commits], packs: Callable[[], Sequence[CommitPack]]) -> Path:
     """The repositories folder under `root` holding this node's copy of each repository of `parts`
     at its commits (ROOT/KEY/owner__name: the repository first, then its submodules' mirrors),
     unpacked from `packs()` (a pack for each part, in order) unless an earlier task made it. Made
@@ -153,16 +177,23 @@ def unpacked_copy(root: str | os.PathLike, parts: Sequence[Commits], packs: Call
     return folder
 
 
-def _unpack(bare: Path, repo: str, commits: tuple[str, ...], pack: bytes) -> None:
-    """A shallow bare repository at `bare` holding `commits` from `pack`, a branch at each."""
+def _unpack(bare: Path, repo: str, commits: tuple[str, ...], pack: CommitPack) -> None:
+    """A bare repository at `bare` holding `commits` and their history from `pack`, a branch at each."""
     init = _git(["init", "--quiet", "--bare", str(bare)], bare.parent)
     if init.returncode != 0:
         raise CommitPackError(f"cannot make a repository in {bare.parent}: {_one_line(init.stderr)}")
-    indexed = _git(["index-pack", "--stdin"], bare, stdin=pack)
+    # the history's old trees are not here: a promisor pack of a partial clone says they are left
+    # out on purpose (fsck and gc pass), and a command that needs one fails saying it is missing
+    indexed = _git(["index-pack", "--stdin", "--promisor"], bare, stdin=pack.data)
     if indexed.returncode != 0:
         raise CommitPackError(f"the pack of {repo} does not unpack: {_one_line(indexed.stderr)}")
-    # the commits' parents are not here: git reads them as the ends of a shallow history
-    (bare / "shallow").write_text("".join(f"{c}\n" for c in sorted(commits)))
+    for key, value in (("core.repositoryformatversion", "1"), ("extensions.partialClone", "origin"),
+                       ("remote.origin.url", "/nonexistent/left-out"), ("remote.origin.promisor", "true")):
+        _git(["config", key, value], bare)
+    for ref, oid in pack.tags:
+        tagged = _git(["update-ref", ref, oid], bare)
+        if tagged.returncode != 0:
+            raise CommitPackError(f"the pack of {repo} lacks the tag {ref}: {_one_line(tagged.stderr)}")
     for commit in commits:  # a clone of a repository without branches would be empty
         ref = _git(["update-ref", f"refs/heads/magis/{commit}", commit], bare)
         if ref.returncode != 0:

@@ -259,7 +259,7 @@ def supervisor_actor(pool):
 #
 # Repositories: only the driver's node has them. The driver packs the commits an instance needs
 # (actors/code/commit_packs.py) into the object store once; a node that lacks them fetches the
-# pack and keeps a shallow copy by commit under its own cache root.
+# pack and keeps a copy by commit under its own cache root.
 GiB = 1024 ** 3
 NODE_LOSS_RETRIES = 3  # Ray's retries of a task whose worker or node died
 BUILD_TASK_OPTIONS = dict(num_cpus=1, memory=4 * GiB, max_retries=NODE_LOSS_RETRIES)
