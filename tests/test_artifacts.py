@@ -2,7 +2,8 @@
 a real environment and testbed of the calc fixture built in the sandbox and published to a store
 folder, fetched under another cache root (of another length) and run there; corrupt and
 half-written archives detected and rebuilt, the grading's verdict unchanged; two builders of one
-key build once; the node's cache bounded, least recently used first; an object store through
+key build once; a failed build published, so that the nodes waiting for it fail at once without
+building; the node's cache bounded, least recently used first; an object store through
 fsspec's memory:// filesystem; and a store URL nothing can open, refused in one line."""
 from __future__ import annotations
 
@@ -18,11 +19,12 @@ from pathlib import Path
 import pytest
 
 from execfixtures import GOLD, TEST_PATCH, make_calc_repos, record, write_dataset
+from waiting import wait_until
 from magis_ray.actors.code.pytest_log import parse_pytest_log
 from magis_ray.actors.execution import cache_bound
 from magis_ray.actors.execution.artifacts import (BUILT, CACHED, ENVIRONMENTS, FETCHED, RELOCATION_FILE, TESTBEDS,
-                                                  ArtifactStore, ArtifactStoreUnusable, file_digest)
-from magis_ray.actors.execution.environments import EnvironmentCache, Recipe
+                                                  ArtifactStore, ArtifactStoreUnusable, BuildFailedElsewhere, file_digest)
+from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, Recipe
 from magis_ray.actors.execution.runner import INPUTS, TestRunner
 from magis_ray.actors.execution.sandbox import Limits, Sandbox, bwrap_path
 from magis_ray.actors.execution.testbeds import TestbedCache, TestbedRecipe
@@ -164,6 +166,75 @@ def test_two_nodes_asking_for_one_environment_at_once_build_it_once(tmp_path):
     obtained = sorted(getattr(results[name], "obtained", repr(results[name])) for name in ("node-1", "node-2"))
     assert obtained == [BUILT, FETCHED]
     assert not list((tmp_path / "store" / ENVIRONMENTS).glob("*.claim"))  # released
+
+
+@needs_bwrap
+def test_a_failed_build_is_published_and_the_nodes_waiting_for_it_fail_at_once_without_building(published, tmp_path):
+    """Node B claims a testbed whose install fails; node C asks for it while B builds and waits; B's
+    failure is published before its claim is let go, so C gives the same failure without running
+    the install, and so does node D, which asks later. Counted from the install logs of the three
+    cache roots: one install ran."""
+    store = ArtifactStore(str(published["root"] / "store"), poll_s=0.05)
+    env_key = published["testbed"].env.key
+    roots = {name: tmp_path / name for name in ("b", "c", "d")}
+    # B's install holds its claim until the test lets it fail (bounded: two minutes at most); the
+    # sandbox shows a build its node's pip cache, where the test puts the file it waits for.
+    go = roots["b"] / "pip-cache" / "released-by-the-test"
+    install = (f"for i in $(seq 600); do [ -e {go} ] && break; sleep 0.2; done; echo no luck; exit 3",)
+    recipe = TestbedRecipe(env=Recipe(python="3.11", label="calc"), repo="calc/calc", commit=published["base"],
+                           install=install, label="calc-failing")
+    key = recipe.key(env_key)
+    outcomes: dict[str, BaseException | object] = {}
+
+    def node(name: str) -> None:
+        try:
+            outcomes[name] = cache_at(roots[name], store).get(recipe, published["repo"])
+        except Exception as exc:  # looked at below
+            outcomes[name] = exc
+
+    b = threading.Thread(target=node, args=("b",), name="node-b")
+    b.start()
+    wait_until(lambda: store.backend.exists(store.names(TESTBEDS, key).claim), "node B holds the testbed's claim", while_running=b)
+    c = threading.Thread(target=node, args=("c",), name="node-c")
+    c.start()
+    # C has its environment (fetched) and is at the testbed's own build: it waits for B's claim.
+    wait_until(lambda: (roots["c"] / "testbeds" / f"{key}.lock").exists(), "node C asks for the testbed", while_running=c)
+    assert c.is_alive()
+    go.touch()
+    b.join()
+    c.join()
+
+    assert isinstance(outcomes["b"], EnvironmentBuildError) and outcomes["b"].step == "install-1", outcomes["b"]
+    failure = store.failure(TESTBEDS, key)
+    assert failure is not None and failure.step == "install-1" and "exit 3" in failure.reason and "\n" not in failure.reason
+    assert isinstance(outcomes["c"], EnvironmentBuildError) and outcomes["c"].step == "install-1", outcomes["c"]
+    assert failure.reason in str(outcomes["c"]) and failure.host in str(outcomes["c"])
+    node("d")
+    assert isinstance(outcomes["d"], EnvironmentBuildError) and str(outcomes["d"]) == str(outcomes["c"])
+    installs = [log for root in roots.values() for log in root.glob(f"testbeds/{key}/logs/*-install-1.log")]
+    assert [log.relative_to(tmp_path).parts[0] for log in installs] == ["b"]
+    assert not store.has(TESTBEDS, key) and not store.backend.exists(store.names(TESTBEDS, key).claim)
+
+
+def test_a_published_failure_holds_until_it_expires_and_a_success_answers_it(tmp_path):
+    """The rule of a failure record: while in force, a node asking for the key gets it and no
+    claim; once expired, the next node claims the key and builds; a publication removes it."""
+    store = ArtifactStore(str(tmp_path / "store"), poll_s=0.05)
+    store.publish_failure(ENVIRONMENTS, "k", "packages", "pip exit 1:\n  no matching distribution", ttl=3600)
+    with pytest.raises(BuildFailedElsewhere, match="pip exit 1: no matching distribution .*until .* is removed"):
+        store.claim_or_wait(ENVIRONMENTS, "k")
+    assert not store.backend.exists(store.names(ENVIRONMENTS, "k").claim)
+    record_path = tmp_path / "store" / store.names(ENVIRONMENTS, "k").failure
+    expired = dict(json.loads(record_path.read_text()), expires=time.time() - 1)
+    record_path.write_text(json.dumps(expired))
+    claim = store.claim_or_wait(ENVIRONMENTS, "k")
+    assert claim is not None and claim.held  # an hour later, one node tries again
+    folder = tmp_path / "node" / "k"
+    folder.mkdir(parents=True)
+    (folder / "ready.json").write_text("{}")
+    store.publish(ENVIRONMENTS, "k", folder, tmp_path / "node")
+    claim.release()
+    assert not record_path.exists() and store.has(ENVIRONMENTS, "k") and store.claim_or_wait(ENVIRONMENTS, "k") is None
 
 
 def make_entry(parent: Path, name: str, size: int, used_ago: float) -> Path:

@@ -8,7 +8,14 @@ of building; an archive that fails its digest is dropped from the store and the 
 
 Only one node builds a key at a time: the builder holds a claim in the store (`KEY.claim`, created
 exclusively, holding an expiry that the builder renews while it builds), and the others poll for the
-archive; a claim whose expiry has passed (its builder died) is taken over.
+archive; a claim whose expiry has passed (its builder died) is taken over. A build that fails is
+published too, as a small record in place of the archive (`KEY.failed`: the failed step, its
+one-line reason, the node, when): the nodes waiting for the key, and those that ask for it later,
+give their instances that failure at once rather than run the same build again. The record holds
+for FAILURE_TTL_S, the time a node keeps its own failed build as the answer (environments.py), so
+the cluster behaves as one node would: after it, the next node to need the key builds it again
+(one node, under the claim), which a flaky index or a fixed mirror deserves; a fixed recipe is
+another key anyway. A build that succeeds removes the record.
 
 The store is a directory by default (a shared filesystem: NFS, EFS, Lustre), written with a
 temporary name and a rename. A URL (s3://, gs://, memory://) goes through fsspec, the filesystem
@@ -50,6 +57,7 @@ RELOCATION_FILE = ".artifact.json"  # in an archive: what names the builder's pa
 NOT_ARCHIVED = ("tmp", "last-used", "size")  # a build's scratch, and this node's own marks (cache_bound.py)
 COMPRESSION_LEVEL = 3  # gzip: most of level 9's ratio on venvs at a fraction of its time
 CLAIM_TTL_S = 120.0  # a claim its builder stops renewing lapses after this
+FAILURE_TTL_S = 3600.0  # a failed build is the key's answer for this long, on its node and through the store
 CLAIM_WAIT_S = 3600.0 + 600.0  # the longest a node waits for another's build (a build's wall limit and some)
 POLL_S = 2.0
 
@@ -208,6 +216,51 @@ class Archived:
     archive: str
     digest: str
     claim: str
+    failure: str
+
+
+@dataclass(frozen=True)
+class PublishedFailure:
+    """A failed build of a key, as the node that ran it published it."""
+
+    step: str
+    reason: str  # one line
+    host: str
+    pid: int
+    time: float
+    expires: float
+
+    def text(self) -> str:
+        return json.dumps({"step": self.step, "reason": self.reason, "host": self.host, "pid": self.pid,
+                           "time": self.time, "expires": self.expires})
+
+    @classmethod
+    def parse(cls, text: str | None) -> PublishedFailure | None:
+        """The record in `text`; None for none, or an unreadable one (a reader treats it as absent)."""
+        if text is None:
+            return None
+        try:
+            fields = json.loads(text)
+            return cls(str(fields["step"]), str(fields["reason"]), str(fields["host"]), int(fields["pid"]),
+                       float(fields["time"]), float(fields["expires"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    @property
+    def in_force(self) -> bool:
+        return self.expires > time.time()
+
+
+class BuildFailedElsewhere(Exception):
+    """The key's build failed on another node (or earlier on this one), and the store holds that
+    failure still: the message is its reason, with where, when and until when."""
+
+    def __init__(self, failure: PublishedFailure, record: str) -> None:
+        when = time.strftime("%H:%M:%S", time.gmtime(failure.time))
+        until = time.strftime("%H:%M:%S", time.gmtime(failure.expires))
+        super().__init__(f"{failure.reason} (its build failed on {failure.host} at {when} UTC; every node gives "
+                         f"this answer until {until} UTC, or until {record} is removed)")
+        self.failure = failure
 
 
 class Claim:
@@ -268,7 +321,7 @@ class ArtifactStore:
     @staticmethod
     def names(kind: str, key: str) -> Archived:
         archive = f"{kind}/{key}{SUFFIX}"
-        return Archived(archive, f"{archive}.sha256", f"{kind}/{key}.claim")
+        return Archived(archive, f"{archive}.sha256", f"{kind}/{key}.claim", f"{kind}/{key}.failed")
 
     def has(self, kind: str, key: str) -> bool:
         """Whether a whole archive of the key is published (its digest, written last, is there)."""
@@ -287,7 +340,26 @@ class ArtifactStore:
             digest = pack(folder, archive)
             self.backend.put(archive, names.archive)
             self.backend.write_text(names.digest, f"{digest}  {key}{SUFFIX}\n")
+            with contextlib.suppress(Exception):  # an earlier failure of the key is answered now
+                self.backend.remove(names.failure)
             return archive.stat().st_size
+
+    def publish_failure(self, kind: str, key: str, step: str, reason: str, ttl: float = FAILURE_TTL_S) -> None:
+        """Record that the key's build failed at `step` for `reason`: the key's answer for `ttl` seconds."""
+        now = time.time()
+        reason = " ".join(reason.split())[:600]
+        failure = PublishedFailure(step, reason, socket.gethostname(), os.getpid(), now, now + ttl)
+        self.backend.write_text(self.names(kind, key).failure, failure.text())
+
+    def failure(self, kind: str, key: str) -> PublishedFailure | None:
+        """The key's published failure while it is in force; None for none (or one that expired)."""
+        failure = PublishedFailure.parse(self.backend.read_text(self.names(kind, key).failure))
+        return failure if failure is not None and failure.in_force else None
+
+    def _refuse_failed(self, kind: str, key: str) -> None:
+        failure = self.failure(kind, key)
+        if failure is not None:
+            raise BuildFailedElsewhere(failure, f"{self.location.rstrip('/')}/{self.names(kind, key).failure}")
 
     # --- fetching ---------------------------------------------------------------------------
 
@@ -338,15 +410,23 @@ class ArtifactStore:
 
     def claim_or_wait(self, kind: str, key: str) -> Claim | None:
         """A claim to build the key (held, or not held when the wait ran out), or None once a whole
-        archive of it is published by whoever held the claim."""
+        archive of it is published by whoever held the claim. BuildFailedElsewhere when the key's
+        build failed and that failure is in force (whether it came before or while we waited)."""
         names = self.names(kind, key)
         deadline = time.monotonic() + self.wait_s
         token = secrets.token_hex(8)
         while True:
             if self.has(kind, key):
                 return None
+            self._refuse_failed(kind, key)
             if self.backend.create(names.claim, claim_text(token, self.claim_ttl)):
-                return Claim(self.backend, names.claim, token, self.claim_ttl)
+                claim = Claim(self.backend, names.claim, token, self.claim_ttl)
+                try:  # the builder before us published its failure and let go just before we looked
+                    self._refuse_failed(kind, key)
+                except BuildFailedElsewhere:
+                    claim.release()
+                    raise
+                return claim
             current = self.backend.read_text(names.claim)
             if current is not None and claim_lapsed(current):
                 log.warning("the claim on %s/%s lapsed (its builder stopped): taking it over", kind, key)
@@ -439,5 +519,6 @@ def relocate(unpacked: Path, root: Path, interpreter_prefix: str) -> None:
     retarget_links(unpacked, pairs)
 
 
-__all__ = ["ArtifactStore", "ArtifactStoreUnusable", "Claim", "open_artifact_store", "ENVIRONMENTS", "TESTBEDS",
-           "BUILT", "FETCHED", "CACHED", "pack", "unpack", "file_digest"]
+__all__ = ["ArtifactStore", "ArtifactStoreUnusable", "BuildFailedElsewhere", "Claim", "PublishedFailure",
+           "open_artifact_store", "ENVIRONMENTS", "TESTBEDS", "BUILT", "FETCHED", "CACHED", "FAILURE_TTL_S", "pack",
+           "unpack", "file_digest"]
