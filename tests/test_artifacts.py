@@ -67,17 +67,36 @@ def published(tmp_path_factory):
     return {"root": root, "repo": repo, "base": base, "store": store, "testbed": testbed}
 
 
+def archive_members(archive: Path) -> list[str]:
+    import tarfile
+
+    import zstandard
+
+    with open(archive, "rb") as source, zstandard.ZstdDecompressor().stream_reader(source) as stream, \
+            tarfile.open(fileobj=stream, mode="r|") as tar:
+        return [member.name.removeprefix("./") for member in tar]
+
+
 @needs_bwrap
 def test_a_published_testbed_runs_its_tests_under_another_node_s_cache_root(published):
     """Fetched under a cache root of another length, after the builder's cache is gone: nothing
     names the builder's root any more, the environment's python knows its new prefix, and the
-    testbed's pytest (a console script chained to the environment) runs the calc tests there."""
+    testbed's pytest (a console script chained to the environment) runs the calc tests there.
+    The testbed's archive leaves its interpreter's own files out (its standard library, its
+    binaries), and the fetching node links them from its own interpreter."""
     built, store, root = published["testbed"], published["store"], published["root"]
     assert (built.env.obtained, built.obtained) == (BUILT, BUILT)
     for kind, key in ((ENVIRONMENTS, built.env.key), (TESTBEDS, built.key)):
         names = store.names(kind, key)
         archive = root / "store" / names.archive
         assert (root / "store" / names.digest).read_text().split()[0] == file_digest(archive)
+    stdlib = Path(built.env.interpreter_prefix) / "lib" / "python3.11"
+    members = archive_members(root / "store" / store.names(TESTBEDS, built.key).archive)
+    assert "python/lib/python3.11/site-packages/_magis_environment.pth" in members  # the testbed's own
+    assert "python/lib/python3.11/os.py" not in members and "tree/calc/stats.py" in members
+    record = json.loads((Path(built.path) / RELOCATION_FILE).read_text())
+    assert "python/lib/python3.11/os.py" in record["interpreter_files"]
+    assert not any(name.startswith("python/lib/python3.11/site-packages/") for name in record["interpreter_files"])
     builder_root = str(root / "a")
     subprocess.run(["rm", "-rf", builder_root], check=True)  # the builder's node is gone
 
@@ -86,6 +105,7 @@ def test_a_published_testbed_runs_its_tests_under_another_node_s_cache_root(publ
     assert (fetched.env.obtained, fetched.obtained) == (FETCHED, FETCHED)
     assert not fetched.built_now and not fetched.env.built_now
     assert Path(fetched.path).parent.parent == elsewhere
+    assert os.path.samefile(Path(fetched.prefix) / "lib" / "python3.11" / "os.py", stdlib / "os.py")
     assert [path for path in texts_naming(elsewhere, builder_root + "/") if not path.endswith(RELOCATION_FILE)] == []
     python = Path(fetched.env.venv) / "bin" / "python"
     prefix = subprocess.run([str(python), "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True, check=True)
@@ -235,6 +255,59 @@ def test_a_published_failure_holds_until_it_expires_and_a_success_answers_it(tmp
     store.publish(ENVIRONMENTS, "k", folder, tmp_path / "node")
     claim.release()
     assert not record_path.exists() and store.has(ENVIRONMENTS, "k") and store.claim_or_wait(ENVIRONMENTS, "k") is None
+
+
+def fake_interpreter(at: Path, lacking: str = "") -> Path:
+    """An interpreter's prefix as a testbed's is made from: binaries, a standard library, headers."""
+    files = {"bin/python3.99": b"\x7fELF\0binary " + str(at).encode(), "lib/python3.99/os.py": b"import sys\n",
+             "lib/python3.99/json/__init__.py": b"JSON = 1\n", "include/python3.99/Python.h": b"#define PY 1\n",
+             "lib/python3.99/_sysconfigdata.py": f"PREFIX = {str(at)!r}\n".encode()}
+    for relative, data in files.items():
+        if relative != lacking:
+            (at / relative).parent.mkdir(parents=True, exist_ok=True)
+            (at / relative).write_bytes(data)
+    (at / "lib" / "python3.99" / "site-packages").mkdir(parents=True)
+    return at
+
+
+def test_an_interpreter_s_own_files_stay_out_of_the_archive_and_a_node_lacking_them_builds(tmp_path, caplog):
+    """A prefix made of an interpreter's files (hard-linked, as a testbed's is) is published without
+    them; a node whose interpreter of that version lives elsewhere gets them linked from its own;
+    a node whose interpreter lacks one builds the folder itself, says why in one line, and does not
+    publish over the archive."""
+    from magis_ray.actors.execution.environments import Shared, locked_build
+    from magis_ray.actors.execution.testbeds import make_prefix
+
+    store = ArtifactStore(str(tmp_path / "store"))
+    builder = fake_interpreter(tmp_path / "interpreter-a")
+    folder = tmp_path / "a" / "k"
+    folder.mkdir(parents=True)
+    make_prefix(builder, folder / "python")
+    (folder / "python" / "lib" / "python3.99" / "site-packages" / "own.py").write_text("OWN = 1\n")
+    (folder / "ready.json").write_text("{}")
+    store.publish(TESTBEDS, "k", folder, tmp_path / "a", str(builder))
+    archive = tmp_path / "store" / store.names(TESTBEDS, "k").archive
+    members = archive_members(archive)
+    assert "python/lib/python3.99/site-packages/own.py" in members and "python/lib/python3.99/json" in members
+    assert "python/bin" in members and "python/bin/python3.99" not in members
+    assert not [name for name in members if name.endswith(("os.py", "__init__.py", "Python.h", "_sysconfigdata.py"))]
+
+    elsewhere = fake_interpreter(tmp_path / "interpreter-b-elsewhere")
+    assert store.fetch(TESTBEDS, "k", tmp_path / "b" / "k", tmp_path / "b", str(elsewhere))
+    for relative in ("bin/python3.99", "lib/python3.99/os.py", "lib/python3.99/_sysconfigdata.py"):
+        assert os.path.samefile(tmp_path / "b" / "k" / "python" / relative, elsewhere / relative)
+    assert (tmp_path / "b" / "k" / "python" / "lib" / "python3.99" / "site-packages" / "own.py").read_text() == "OWN = 1\n"
+
+    lacking = fake_interpreter(tmp_path / "interpreter-c", lacking="lib/python3.99/json/__init__.py")
+    digest = (tmp_path / "store" / store.names(TESTBEDS, "k").digest).read_text()
+    builds = []
+    info, _, built_now = locked_build(tmp_path / "c" / "k", lambda: builds.append("built") or {},
+                                      shared=Shared(store, TESTBEDS, "k", tmp_path / "c", str(lacking)))
+    assert builds == ["built"] and built_now and info["obtained"] == BUILT
+    said = [record.getMessage() for record in caplog.records if "lacks" in record.getMessage()]
+    assert len(said) == 1 and "\n" not in said[0] and "lacks 1 of the 5 files" in said[0] and "json/__init__.py" in said[0]
+    assert (tmp_path / "store" / store.names(TESTBEDS, "k").digest).read_text() == digest  # left as it was
+    assert store.has(TESTBEDS, "k") and archive.is_file()
 
 
 def make_entry(parent: Path, name: str, size: int, used_ago: float) -> Path:

@@ -1,9 +1,10 @@
 """The artifact store: built environments and testbeds shared by the nodes of a cluster.
 
 A node that builds an environment or a testbed publishes it once, as a compressed archive named by
-its key (`envs/KEY.tar.gz`, `testbeds/KEY.tar.gz`) with its sha256 beside it (`KEY.tar.gz.sha256`,
-written last: an archive without its digest, or with a digest it does not match, is never taken for
-a whole one). A node that needs it fetches, verifies and unpacks it under its own cache root instead
+its key (`envs/KEY.tar.zst`, `testbeds/KEY.tar.zst`: archives.py says why this format; the
+`KEY.tar.gz` of older nodes is still read) with its sha256 beside it (`KEY.tar.zst.sha256`, written
+last: an archive without its digest, or with a digest it does not match, is never taken for a
+whole one). A node that needs it fetches, verifies and unpacks it under its own cache root instead
 of building; an archive that fails its digest is dropped from the store and the node builds.
 
 Only one node builds a key at a time: the builder holds a claim in the store (`KEY.claim`, created
@@ -28,38 +29,47 @@ build, which costs time and never correctness (both publish the same key).
 Archives unpack under any node's cache root: the files that name the builder's cache root or its
 interpreter (a venv's pyvenv.cfg, script shebangs, .pth files, a testbed's chained prefix) are listed
 in the archive at publish time and rewritten on unpack (relocation.py, which also moves a testbed
-made from a donor's prefix)."""
+made from a donor's prefix).
+
+The interpreter's own files stay out of an archive. A testbed's prefix is made of its interpreter's
+files, hard-linked (testbeds.make_prefix: its standard library, its binaries, its headers; 90 per
+cent of a testbed's bytes): they are listed in the archive, and the fetching node links them from
+its own interpreter of the same version (the key holds the exact version) as its build would have.
+A node whose interpreter lacks one of them builds instead, and says why in one line."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
 import secrets
 import shutil
 import socket
-import tarfile
+import stat
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .archives import LEGACY_SUFFIX, SUFFIX, ArchiveUnreadable, file_digest, pack, unpack
 from .relocation import retarget_links, rewrite_files
 
 log = logging.getLogger(__name__)
 
 ENVIRONMENTS, TESTBEDS = "envs", "testbeds"  # the kinds of artifact, and their folders in the store
 BUILT, FETCHED, CACHED = "built", "fetched", "cached"  # how a node obtained an environment or a testbed
-SUFFIX = ".tar.gz"
 RELOCATION_FILE = ".artifact.json"  # in an archive: what names the builder's paths, rewritten on unpack
 NOT_ARCHIVED = ("tmp", "last-used", "size")  # a build's scratch, and this node's own marks (cache_bound.py)
-COMPRESSION_LEVEL = 3  # gzip: most of level 9's ratio on venvs at a fraction of its time
 CLAIM_TTL_S = 120.0  # a claim its builder stops renewing lapses after this
 FAILURE_TTL_S = 3600.0  # a failed build is the key's answer for this long, on its node and through the store
 CLAIM_WAIT_S = 3600.0 + 600.0  # the longest a node waits for another's build (a build's wall limit and some)
 POLL_S = 2.0
+
+
+class ArtifactUnusableHere(Exception):
+    """A whole archive of the key, which this node cannot use (its interpreter lacks files the
+    archive takes from it): the node builds instead. The message says why, in one line."""
 
 
 class ArtifactStoreUnusable(ValueError):
@@ -319,13 +329,13 @@ class ArtifactStore:
         self.claim_ttl, self.wait_s, self.poll_s = claim_ttl, wait_s, poll_s
 
     @staticmethod
-    def names(kind: str, key: str) -> Archived:
-        archive = f"{kind}/{key}{SUFFIX}"
+    def names(kind: str, key: str, suffix: str = SUFFIX) -> Archived:
+        archive = f"{kind}/{key}{suffix}"
         return Archived(archive, f"{archive}.sha256", f"{kind}/{key}.claim", f"{kind}/{key}.failed")
 
     def has(self, kind: str, key: str) -> bool:
         """Whether a whole archive of the key is published (its digest, written last, is there)."""
-        return self.backend.exists(self.names(kind, key).digest)
+        return any(self.backend.exists(self.names(kind, key, suffix).digest) for suffix in (SUFFIX, LEGACY_SUFFIX))
 
     # --- publishing -------------------------------------------------------------------------
 
@@ -334,10 +344,14 @@ class ArtifactStore:
         archive first, its digest last. Returns the archive's size in bytes."""
         folder, root = Path(folder), Path(root)
         names = self.names(kind, key)
-        write_relocation(folder, root, interpreter_prefix)
+        left_out = set(write_relocation(folder, root, interpreter_prefix))
+
+        def leave_out(relative: str, top: bool) -> bool:
+            return (top and relative in NOT_ARCHIVED) or relative.endswith(".lock") or relative in left_out
+
         with tempfile.TemporaryDirectory(prefix=".publish-", dir=root) as scratch:
             archive = Path(scratch) / f"{key}{SUFFIX}"
-            digest = pack(folder, archive)
+            digest = pack(folder, archive, leave_out)
             self.backend.put(archive, names.archive)
             self.backend.write_text(names.digest, f"{digest}  {key}{SUFFIX}\n")
             with contextlib.suppress(Exception):  # an earlier failure of the key is answered now
@@ -366,31 +380,37 @@ class ArtifactStore:
     def fetch(self, kind: str, key: str, folder: Path, root: Path, interpreter_prefix: str = "") -> bool:
         """Put the key's artifact at `folder` (under this node's cache root `root`), relocated:
         True when done; False when the store has no whole archive of it, or the archive fails its
-        digest (it is then dropped from the store, so that the node's build publishes a good one)."""
+        digest (it is then dropped from the store, so that the node's build publishes a good one).
+        ArtifactUnusableHere when the archive is whole but this node's interpreter (at
+        `interpreter_prefix`) lacks files it takes from it."""
         folder, root = Path(folder), Path(root)
-        names = self.names(kind, key)
-        recorded = self.backend.read_text(names.digest)
-        if recorded is None:
+        for suffix in (SUFFIX, LEGACY_SUFFIX):
+            names = self.names(kind, key, suffix)
+            recorded = self.backend.read_text(names.digest)
+            if recorded is not None:
+                break
+        else:
             return False
         expected = recorded.split()[0] if recorded.split() else ""
         root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".fetch-", dir=root) as scratch:
-            archive = Path(scratch) / f"{key}{SUFFIX}"
+            archive = Path(scratch) / f"{key}{suffix}"
             try:
                 self.backend.get(names.archive, archive)
             except FileNotFoundError:
-                self.drop(kind, key, "its digest is there but not the archive")
+                self.drop(kind, key, "its digest is there but not the archive", suffix)
                 return False
             found = file_digest(archive)
             if found != expected:
-                self.drop(kind, key, f"sha256 {found[:12]}, its digest says {expected[:12]}")
+                self.drop(kind, key, f"sha256 {found[:12]}, its digest says {expected[:12]}", suffix)
                 return False
             unpacked = Path(scratch) / "unpacked"
             try:
                 unpack(archive, unpacked)
-            except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
-                self.drop(kind, key, f"it does not unpack: {exc}")
+            except (ArchiveUnreadable, OSError) as exc:
+                self.drop(kind, key, f"it does not unpack: {exc}", suffix)
                 return False
+            archive.unlink()  # before the interpreter's files are linked in: the disk holds one copy at a time
             relocate(unpacked, root, interpreter_prefix)
             if folder.exists():
                 shutil.rmtree(folder)
@@ -398,10 +418,10 @@ class ArtifactStore:
             os.rename(unpacked, folder)
         return True
 
-    def drop(self, kind: str, key: str, why: str) -> None:
+    def drop(self, kind: str, key: str, why: str, suffix: str = SUFFIX) -> None:
         """Remove a bad archive (digest first: a reader never pairs the old digest with a new archive)."""
         log.warning("artifact %s/%s in %s is corrupt (%s): dropped, building instead", kind, key, self.location, why)
-        names = self.names(kind, key)
+        names = self.names(kind, key, suffix)
         for name in (names.digest, names.archive):
             with contextlib.suppress(Exception):
                 self.backend.remove(name)
@@ -438,38 +458,6 @@ class ArtifactStore:
             time.sleep(self.poll_s)
 
 
-# --- archives -------------------------------------------------------------------------------
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as source:
-        for block in iter(lambda: source.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def pack(folder: Path, archive: Path) -> str:
-    """`folder`'s contents as a gzip'd tar at `archive` (links kept as links, modes and owners
-    kept); returns the archive's sha256."""
-    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        top = info.name.split("/", 1)[0]
-        return None if top in NOT_ARCHIVED or info.name.endswith(".lock") else info
-
-    with tarfile.open(archive, "w:gz", compresslevel=COMPRESSION_LEVEL) as tar:
-        for entry in sorted(os.listdir(folder)):
-            tar.add(folder / entry, arcname=entry, filter=keep)
-    return file_digest(archive)
-
-
-def unpack(archive: Path, target: Path) -> None:
-    """Unpack an archive; the `tar` filter refuses members outside `target` (absolute paths,
-    `..`), and keeps the links a venv has to its interpreter."""
-    target.mkdir()
-    with tarfile.open(archive, "r:gz") as tar:
-        tar.extractall(target, filter="tar", numeric_owner=True)
-
-
 # --- relocation -----------------------------------------------------------------------------
 
 
@@ -484,28 +472,71 @@ def _needles(root: Path, interpreter_prefix: str) -> list[str]:
     return [path + end for path in paths for end in TERMINATORS]
 
 
-def write_relocation(folder: Path, root: Path, interpreter_prefix: str) -> None:
+def interpreter_file(path: Path, relative: str, interpreter_prefix: str) -> bool:
+    """Whether the file at `path` (`relative` to its folder: TOP/REST) is the interpreter's own: the
+    file at REST in the interpreter's prefix, hard-linked, or copied with its size and time (a
+    cache on another file system than the interpreter: make_prefix copies with copy2)."""
+    if not interpreter_prefix or "/" not in relative:
+        return False
+    try:
+        own, theirs = path.lstat(), os.lstat(os.path.join(interpreter_prefix, relative.split("/", 1)[1]))
+    except OSError:
+        return False
+    if not stat.S_ISREG(theirs.st_mode):
+        return False
+    return (own.st_dev, own.st_ino) == (theirs.st_dev, theirs.st_ino) or \
+        (own.st_size, own.st_mtime_ns) == (theirs.st_size, theirs.st_mtime_ns)
+
+
+def write_relocation(folder: Path, root: Path, interpreter_prefix: str) -> list[str]:
     """Record which of `folder`'s files name the cache root or the interpreter's prefix: text files
-    (rewritten on unpack) and binary ones (rewritten only where the new path has the old length)."""
+    (rewritten on unpack) and binary ones (rewritten only where the new path has the old length);
+    and which are the interpreter's own (left out of the archive, linked on unpack). Returns those."""
     needles = [needle.encode() for needle in _needles(root, interpreter_prefix)]
-    text, binary = [], []
+    text, binary, interpreters = [], [], []
     for base, folders, files in os.walk(folder):
         folders[:] = [name for name in folders if not (base == str(folder) and name in NOT_ARCHIVED)]
         for name in files:
             path = Path(base) / name
             if path.is_symlink() or not path.is_file() or name == RELOCATION_FILE:
                 continue
+            relative = str(path.relative_to(folder))
+            if interpreter_file(path, relative, interpreter_prefix):
+                interpreters.append(relative)
+                continue
             data = path.read_bytes()
             if any(needle in data for needle in needles):
-                (binary if b"\0" in data else text).append(str(path.relative_to(folder)))
-    record = {"root": str(root), "interpreter_prefix": interpreter_prefix, "text": sorted(text), "binary": sorted(binary)}
+                (binary if b"\0" in data else text).append(relative)
+    record = {"root": str(root), "interpreter_prefix": interpreter_prefix, "text": sorted(text), "binary": sorted(binary),
+              "interpreter_files": sorted(interpreters)}
     (folder / RELOCATION_FILE).write_text(json.dumps(record, indent=1))
+    return interpreters
+
+
+def link_interpreter_files(unpacked: Path, relatives: list[str], interpreter_prefix: str) -> None:
+    """The interpreter's own files the archive left out, each at TOP/REST linked from REST in this
+    node's interpreter prefix (copied across file systems), as the build made them;
+    ArtifactUnusableHere when this node's interpreter lacks any."""
+    sources = [(relative, Path(interpreter_prefix) / relative.split("/", 1)[1]) for relative in relatives]
+    missing = [str(source) for _, source in sources if not source.is_file()] if interpreter_prefix else [relatives[0]]
+    if missing:
+        raise ArtifactUnusableHere(f"this node's interpreter{' at ' + interpreter_prefix if interpreter_prefix else ''} "
+                                   f"lacks {len(missing)} of the {len(relatives)} files of its own the archive leaves out "
+                                   f"(first: {missing[0]})")
+    for relative, source in sources:
+        target = unpacked / relative
+        try:
+            os.link(source, target)
+        except OSError:  # another file system, or a file this user may not link
+            shutil.copy2(source, target)
 
 
 def relocate(unpacked: Path, root: Path, interpreter_prefix: str) -> None:
     """Make an unpacked artifact name this node's cache root `root` and its interpreter's prefix:
     its recorded files rewritten, its links retargeted."""
     record = json.loads((unpacked / RELOCATION_FILE).read_text())
+    if record.get("interpreter_files"):
+        link_interpreter_files(unpacked, record["interpreter_files"], interpreter_prefix)
     recorded_prefix = record.get("interpreter_prefix", "")
     old = _needles(Path(record["root"]), recorded_prefix)
     new = _needles(root, (interpreter_prefix or recorded_prefix) if recorded_prefix else "")
@@ -519,6 +550,6 @@ def relocate(unpacked: Path, root: Path, interpreter_prefix: str) -> None:
     retarget_links(unpacked, pairs)
 
 
-__all__ = ["ArtifactStore", "ArtifactStoreUnusable", "BuildFailedElsewhere", "Claim", "PublishedFailure",
+__all__ = ["ArtifactStore", "ArtifactStoreUnusable", "ArtifactUnusableHere", "BuildFailedElsewhere", "Claim", "PublishedFailure",
            "open_artifact_store", "ENVIRONMENTS", "TESTBEDS", "BUILT", "FETCHED", "CACHED", "FAILURE_TTL_S", "pack",
            "unpack", "file_digest"]

@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import era
-from .artifacts import BUILT, CACHED, ENVIRONMENTS, FAILURE_TTL_S, FETCHED, ArtifactStore, BuildFailedElsewhere
+from .artifacts import (BUILT, CACHED, ENVIRONMENTS, FAILURE_TTL_S, FETCHED, ArtifactStore, ArtifactUnusableHere,
+                        BuildFailedElsewhere)
 from .cache_bound import evict_least_recent, mark_used, record_size
 from .identities import build_identity, give_to
 from .installers import AUTO, PIP, UV, Installer, UvInstaller, installer_for, installer_named
@@ -227,12 +228,17 @@ def locked_build(folder: Path, build, done: str = "ready.json", shared: Shared |
 
 def _fetch_or_claim(folder: Path, shared: Shared):
     """(True, None) once the store's archive is at `folder`; else (False, the claim to build it).
-    A store that fails (unreachable, unwritable) is said in the log and the node builds; a failure
-    of the key's build the store holds is raised as EnvironmentBuildError."""
+    A store that fails (unreachable, unwritable), or an archive this node cannot use, is said in the
+    log and the node builds; a failure of the key's build the store holds is raised as
+    EnvironmentBuildError."""
     try:
         while True:
-            if shared.store.fetch(shared.kind, shared.key, folder, shared.root, shared.interpreter_prefix):
-                return True, None
+            try:
+                if shared.store.fetch(shared.kind, shared.key, folder, shared.root, shared.interpreter_prefix):
+                    return True, None
+            except ArtifactUnusableHere as exc:
+                logging.getLogger(__name__).warning("artifact %s/%s: %s; building it here", shared.kind, shared.key, exc)
+                return False, None
             try:
                 claim = shared.store.claim_or_wait(shared.kind, shared.key)
             except BuildFailedElsewhere as exc:
@@ -249,7 +255,12 @@ def _fetch_or_claim(folder: Path, shared: Shared):
 
 
 def _publish(folder: Path, shared: Shared) -> None:
+    """What this node built, published unless another node's archive is there already (this node
+    could not use it, or stopped waiting for it): replacing an archive would fail the digest of a
+    node fetching it meanwhile."""
     try:
+        if shared.store.has(shared.kind, shared.key):
+            return
         shared.store.publish(shared.kind, shared.key, folder, shared.root, shared.interpreter_prefix)
     except OSError as exc:  # the build stands; the other nodes build it too
         logging.getLogger(__name__).warning("artifact store %s: publishing %s failed: %s", shared.store.location, shared.key, exc)

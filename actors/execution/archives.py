@@ -1,0 +1,133 @@
+"""The archive of a built folder, as the artifact store holds it: a tar made by GNU tar and
+compressed with zstd (`KEY.tar.zst`), its sha256 taken while it is written.
+
+Why this format (measured by benchmarks/archive_formats.py on a testbed and on environments of
+this machine's cache): Python's tarfile spends most of a fetch in Python per member (a testbed is
+thousands of small files), and gzip, even at level 1, is one core's worth of compression. GNU tar
+packs and unpacks at the file system's pace; zstd at level 3 compresses smaller than gzip at
+level 3, several times faster, on every core, and decompresses faster still. The compressor is
+the `zstandard` package (a wheel, declared in pyproject.toml), so that a node needs nothing but
+GNU tar (there on every Linux) beside Python; no zstd or pigz program to install.
+
+Archives that nodes published before, as gzip'd tars (`KEY.tar.gz`, made by tarfile), are still
+read: GNU tar unpacks them itself."""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+SUFFIX, LEGACY_SUFFIX = ".tar.zst", ".tar.gz"  # what is written; what older nodes wrote, still read
+COMPRESSION_LEVEL = 3  # zstd's own default: most of level 9's ratio on venvs at a fraction of its time
+BLOCK = 1 << 20
+
+
+class ArchiveUnreadable(ValueError):
+    """An archive that does not unpack (corrupt past its digest, or not an archive); one line."""
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as source:
+        for block in iter(lambda: source.read(BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class _DigestingFile:
+    """A file written through, its sha256 taken on the way."""
+
+    def __init__(self, out) -> None:
+        self.out, self.digest = out, hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.digest.update(data)
+        return self.out.write(data)
+
+
+def members(folder: Path, leave_out) -> list[str]:
+    """What an archive of `folder` holds, relative to it and in a stable order: every folder,
+    file and link but those `leave_out(relative, is_top)` refuses."""
+    found: list[str] = []
+    for base, folders, files in os.walk(folder):
+        here = Path(base)
+        top = here == folder
+        relative = "" if top else str(here.relative_to(folder)) + "/"
+        folders[:] = sorted(name for name in folders if not leave_out(relative + name, top))
+        for name in folders:
+            found.append(relative + name)
+        found += [relative + name for name in sorted(files) if not leave_out(relative + name, top)]
+    return found
+
+
+def pack(folder: Path, archive: Path, leave_out=lambda relative, top: False) -> str:
+    """`folder`'s contents (but what `leave_out` refuses) as a zstd'd tar at `archive`, links kept as
+    links, modes and numeric owners kept; returns the archive's sha256."""
+    import zstandard
+
+    with tempfile.TemporaryDirectory(prefix=".pack-", dir=archive.parent) as scratch:
+        listing, errors = Path(scratch) / "members", Path(scratch) / "errors"
+        listing.write_bytes(b"".join(name.encode("utf-8", "surrogateescape") + b"\0" for name in members(folder, leave_out)))
+        with open(errors, "wb") as stderr, open(archive, "wb") as out:
+            # A ready folder does not change, but the files it shares by hard link with another
+            # testbed (a donor's prefix, its wheelhouse) have their change time moved whenever yet
+            # another testbed links them: GNU tar says "file changed as we read it" and exits 1
+            # for what is only a link count. Exit 2 is a failure.
+            tar = subprocess.Popen(["tar", "-C", str(folder), "--numeric-owner", "--no-recursion", "--null",
+                                    "--warning=no-file-changed", "-T", str(listing), "-cf", "-"],
+                                   stdout=subprocess.PIPE, stderr=stderr)
+            written = _DigestingFile(out)
+            try:
+                zstandard.ZstdCompressor(level=COMPRESSION_LEVEL, threads=-1).copy_stream(
+                    tar.stdout, written, read_size=BLOCK, write_size=BLOCK)
+            finally:
+                tar.stdout.close()
+                code = tar.wait()
+        if code not in (0, 1):
+            raise OSError(f"tar could not archive {folder}: {_first_line(errors)}")
+        return written.digest.hexdigest()
+
+
+def unpack(archive: Path, target: Path) -> None:
+    """Unpack an archive (zstd'd, or an older node's gzip'd one) into the new folder `target`. GNU
+    tar refuses members outside it (it drops a leading /, skips a name with `..`, and makes a link
+    that points out of the folder only once nothing else is written through it); owners are kept
+    when this process may set them. ArchiveUnreadable (one line) when it does not unpack."""
+    import zstandard
+
+    target.mkdir()
+    command = ["tar", "-C", str(target), "--numeric-owner", "-x"]
+    with tempfile.TemporaryFile() as stderr:
+        if archive.name.endswith(LEGACY_SUFFIX):
+            code = subprocess.run([*command, "-z", "-f", str(archive)], stderr=stderr).returncode
+            problem = ""
+        else:
+            tar = subprocess.Popen([*command, "-f", "-"], stdin=subprocess.PIPE, stderr=stderr)
+            problem = ""
+            try:
+                with open(archive, "rb") as source:
+                    zstandard.ZstdDecompressor().copy_stream(source, tar.stdin, read_size=BLOCK, write_size=BLOCK)
+            except zstandard.ZstdError as exc:
+                problem = f"zstd: {exc}"
+            except BrokenPipeError:
+                pass  # tar stopped reading: its own message says why
+            finally:
+                try:
+                    tar.stdin.close()
+                except BrokenPipeError:
+                    pass
+                code = tar.wait()
+        if code != 0 or problem:
+            stderr.seek(0)
+            said = stderr.read().decode(errors="replace").strip().splitlines()
+            raise ArchiveUnreadable(problem or (said[0] if said else f"tar exit {code}"))
+
+
+def _first_line(path: Path) -> str:
+    lines = path.read_text(errors="replace").strip().splitlines()
+    return lines[0] if lines else "no message"
+
+
+__all__ = ["SUFFIX", "LEGACY_SUFFIX", "ArchiveUnreadable", "file_digest", "pack", "unpack", "members"]
