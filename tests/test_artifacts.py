@@ -310,6 +310,38 @@ def test_an_interpreter_s_own_files_stay_out_of_the_archive_and_a_node_lacking_t
     assert store.has(TESTBEDS, "k") and archive.is_file()
 
 
+def test_an_archive_an_older_node_published_as_a_gzipped_tar_is_still_fetched(tmp_path):
+    """Before zstd, nodes published KEY.tar.gz made by tarfile: such an archive is fetched and
+    relocated; a corrupt one is dropped as any other."""
+    import tarfile
+
+    from magis_ray.actors.execution.archives import LEGACY_SUFFIX
+    from magis_ray.actors.execution.artifacts import write_relocation
+
+    first = tmp_path / "first"
+    folder = first / "k"
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "tool").write_text(f"#!{folder}/bin/python\n")
+    (folder / "ready.json").write_text("{}")
+    write_relocation(folder, first, "")
+    store = ArtifactStore(str(tmp_path / "store"))
+    names = store.names(ENVIRONMENTS, "k", LEGACY_SUFFIX)
+    archive = tmp_path / "store" / names.archive
+    archive.parent.mkdir(parents=True)
+    with tarfile.open(archive, "w:gz", compresslevel=3) as tar:
+        for entry in sorted(os.listdir(folder)):
+            tar.add(folder / entry, arcname=entry)
+    (tmp_path / "store" / names.digest).write_text(f"{file_digest(archive)}  k{LEGACY_SUFFIX}\n")
+    assert store.has(ENVIRONMENTS, "k")
+    second = tmp_path / "second-root"
+    assert store.fetch(ENVIRONMENTS, "k", second / "k", second)
+    assert (second / "k" / "bin" / "tool").read_text() == f"#!{second}/k/bin/python\n"
+
+    archive.write_bytes(archive.read_bytes()[:40])
+    assert not store.fetch(ENVIRONMENTS, "k", tmp_path / "third" / "k", tmp_path / "third")
+    assert not store.has(ENVIRONMENTS, "k") and not archive.exists()
+
+
 def make_entry(parent: Path, name: str, size: int, used_ago: float) -> Path:
     folder = parent / name
     folder.mkdir(parents=True)
