@@ -341,6 +341,13 @@ def test_an_archive_an_older_node_published_as_a_gzipped_tar_is_still_fetched(tm
     assert not store.fetch(ENVIRONMENTS, "k", tmp_path / "third" / "k", tmp_path / "third")
     assert not store.has(ENVIRONMENTS, "k") and not archive.exists()
 
+    # An archive whose digest matches but whose stream is no zstd (its publisher's fault): dropped too.
+    names = store.names(ENVIRONMENTS, "k")
+    (tmp_path / "store" / names.archive).write_bytes(b"not zstd at all")
+    (tmp_path / "store" / names.digest).write_text(f"{file_digest(tmp_path / 'store' / names.archive)}  k.tar.zst\n")
+    assert not store.fetch(ENVIRONMENTS, "k", tmp_path / "fourth" / "k", tmp_path / "fourth")
+    assert not store.has(ENVIRONMENTS, "k")
+
 
 def make_entry(parent: Path, name: str, size: int, used_ago: float) -> Path:
     folder = parent / name

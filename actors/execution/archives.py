@@ -13,6 +13,7 @@ Archives that nodes published before, as gzip'd tars (`KEY.tar.gz`, made by tarf
 read: GNU tar unpacks them itself."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import subprocess
@@ -25,7 +26,7 @@ BLOCK = 1 << 20
 
 
 class ArchiveUnreadable(ValueError):
-    """An archive that does not unpack (corrupt past its digest, or not an archive); one line."""
+    """An archive whose compressed stream does not decompress (corrupt past its digest); one line."""
 
 
 def file_digest(path: Path) -> str:
@@ -94,35 +95,34 @@ def unpack(archive: Path, target: Path) -> None:
     """Unpack an archive (zstd'd, or an older node's gzip'd one) into the new folder `target`. GNU
     tar refuses members outside it (it drops a leading /, skips a name with `..`, and makes a link
     that points out of the folder only once nothing else is written through it); owners are kept
-    when this process may set them. ArchiveUnreadable (one line) when it does not unpack."""
+    when this process may set them. ArchiveUnreadable when the stream does not decompress; OSError
+    (one line) when tar fails otherwise: after the digest matched, that is most likely this node's
+    doing (its disk full), not the archive's."""
     import zstandard
 
     target.mkdir()
     command = ["tar", "-C", str(target), "--numeric-owner", "-x"]
+    problem = ""
     with tempfile.TemporaryFile() as stderr:
         if archive.name.endswith(LEGACY_SUFFIX):
             code = subprocess.run([*command, "-z", "-f", str(archive)], stderr=stderr).returncode
-            problem = ""
         else:
             tar = subprocess.Popen([*command, "-f", "-"], stdin=subprocess.PIPE, stderr=stderr)
-            problem = ""
             try:
-                with open(archive, "rb") as source:
+                with open(archive, "rb") as source, contextlib.suppress(BrokenPipeError):  # tar stopped: it says why
                     zstandard.ZstdDecompressor().copy_stream(source, tar.stdin, read_size=BLOCK, write_size=BLOCK)
             except zstandard.ZstdError as exc:
                 problem = f"zstd: {exc}"
-            except BrokenPipeError:
-                pass  # tar stopped reading: its own message says why
             finally:
-                try:
+                with contextlib.suppress(BrokenPipeError):
                     tar.stdin.close()
-                except BrokenPipeError:
-                    pass
                 code = tar.wait()
-        if code != 0 or problem:
+        if problem:
+            raise ArchiveUnreadable(problem)
+        if code != 0:
             stderr.seek(0)
             said = stderr.read().decode(errors="replace").strip().splitlines()
-            raise ArchiveUnreadable(problem or (said[0] if said else f"tar exit {code}"))
+            raise OSError(f"tar could not unpack {archive.name}: {said[0] if said else f'exit {code}'}")
 
 
 def _first_line(path: Path) -> str:

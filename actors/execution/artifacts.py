@@ -407,10 +407,9 @@ class ArtifactStore:
             unpacked = Path(scratch) / "unpacked"
             try:
                 unpack(archive, unpacked)
-            except (ArchiveUnreadable, OSError) as exc:
+            except ArchiveUnreadable as exc:
                 self.drop(kind, key, f"it does not unpack: {exc}", suffix)
                 return False
-            archive.unlink()  # before the interpreter's files are linked in: the disk holds one copy at a time
             relocate(unpacked, root, interpreter_prefix)
             if folder.exists():
                 shutil.rmtree(folder)
