@@ -1,13 +1,14 @@
 """The archive of a built folder, as the artifact store holds it: a tar made by GNU tar and
 compressed with zstd (`KEY.tar.zst`), its sha256 taken while it is written.
 
-Why this format (measured by benchmarks/archive_formats.py on a testbed and on environments of
-this machine's cache): Python's tarfile spends most of a fetch in Python per member (a testbed is
-thousands of small files), and gzip, even at level 1, is one core's worth of compression. GNU tar
-packs and unpacks at the file system's pace; zstd at level 3 compresses smaller than gzip at
-level 3, several times faster, on every core, and decompresses faster still. The compressor is
-the `zstandard` package (a wheel, declared in pyproject.toml), so that a node needs nothing but
-GNU tar (there on every Linux) beside Python; no zstd or pigz program to install.
+Why this format (benchmarks/archive_formats.py, on a testbed and an environment of this machine's
+cache, the best of two rounds on a loaded machine): against tarfile with gzip at level 3, GNU tar
+with zstd at level 3 packs in 0.17-0.19 of the time, unpacks in 0.31-0.44 of it, and its archives
+are 11-23 per cent smaller. tarfile spends its time in Python per member (a testbed is thousands
+of small files), and lowering gzip's level does not help it (level 1: 0.96-1.02 of the time to
+pack). GNU tar with pigz is as fast, with gzip's size, and needs a program a node may lack; the
+compressor here is the `zstandard` package (a wheel, declared in pyproject.toml), so a node needs
+nothing beside Python but GNU tar, which every Linux has.
 
 Archives that nodes published before, as gzip'd tars (`KEY.tar.gz`, made by tarfile), are still
 read: GNU tar unpacks them itself."""
