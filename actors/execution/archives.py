@@ -1,14 +1,16 @@
 """The archive of a built folder, as the artifact store holds it: a tar made by GNU tar and
 compressed with zstd (`KEY.tar.zst`), its sha256 taken while it is written.
 
-Why this format (benchmarks/archive_formats.py, on a testbed and an environment of this machine's
-cache, the best of two rounds on a loaded machine): against tarfile with gzip at level 3, GNU tar
-with zstd at level 3 packs in 0.17-0.19 of the time, unpacks in 0.31-0.44 of it, and its archives
-are 11-23 per cent smaller. tarfile spends its time in Python per member (a testbed is thousands
-of small files), and lowering gzip's level does not help it (level 1: 0.96-1.02 of the time to
-pack). GNU tar with pigz is as fast, with gzip's size, and needs a program a node may lack; the
-compressor here is the `zstandard` package (a wheel, declared in pyproject.toml), so a node needs
-nothing beside Python but GNU tar, which every Linux has.
+Why this format (benchmarks/archive_formats.py on this machine's cache, heavily loaded: the
+calc fixture's testbed as the store archives it, 13 MB, and a sympy environment, 36 MB, best of two
+rounds): against tarfile with gzip at level 3, GNU tar with zstd at level 3 packs in 0.17-0.19 of
+the time, unpacks in 0.31-0.44 of it, and its archives are 11-23 per cent smaller. tarfile spends
+its time in Python per member (a testbed is thousands of small files), and a lower gzip level does
+not help it (level 1: 0.96-1.02 of the time to pack). GNU tar with pigz is about as fast on these
+(on the whole 287 MB testbed, interpreter included, one round: faster, 0.06 and 0.17 against 0.23
+and 0.62), but its archives are gzip's size (59 per cent larger there: 92 MB against 58) and it is
+a program a node may lack. The compressor here is the `zstandard` package (a wheel, declared in
+pyproject.toml), so a node needs nothing beside Python but GNU tar, which every Linux has.
 
 Archives that nodes published before, as gzip'd tars (`KEY.tar.gz`, made by tarfile), are still
 read: GNU tar unpacks them itself."""
