@@ -1,12 +1,15 @@
 """Environments as cluster artifacts: what fetching one costs against building it, and what that
 means for a grading of SWE-bench Verified on a cluster.
 
-Measured, in one run, on real environments from this machine's cache (by default a sympy, a flask
-and a Django one; their build times are the ones their own builds recorded in ready.json):
-- the archive's size against the environment's size on disk;
+Measured, in one run, on real environments and testbeds from this machine's cache (by default a
+sympy, a flask and a Django one, and the newest testbed of each that its own install built; their
+build times are the ones their own builds recorded in ready.json):
+- the archive's size against the folder's size on disk (a testbed's archive leaves its
+  interpreter's files out: the fetching node links them from its own);
 - publishing (pack + write to a store folder) and fetching (copy + verify + unpack + relocate under
   another cache root) against the build, as ratios;
-- that the fetched environment's python runs under its new root.
+- that the fetched environment's python runs under its new root, and that the fetched testbed's
+  interpreter is this node's own.
 
 Then a cost model on paper for Verified's 500 instances on 8 and 32 nodes, from those measurements
 and the assumptions it prints.
@@ -16,6 +19,7 @@ and the assumptions it prints.
 from __future__ import annotations
 
 import argparse
+import filecmp
 import json
 import subprocess
 import sys
@@ -23,7 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from magis_ray.actors.execution.artifacts import ENVIRONMENTS, ArtifactStore
+from archive_formats import interpreter_prefix_of
+
+from magis_ray.actors.execution.artifacts import ENVIRONMENTS, TESTBEDS, ArtifactStore
 from magis_ray.actors.execution.cache_bound import disk_bytes
 from magis_ray.actors.execution.environments import default_cache_root
 
@@ -33,43 +39,54 @@ TEST_SECONDS = 90.0  # assumed: one instance's test run
 NODES = (1, 8, 32)
 
 
-def pick(cache: Path, labels: list[str]) -> list[tuple[str, Path, dict]]:
-    """The newest ready environment of each label (its repo name) in the cache."""
+def pick(cache: Path, labels: list[str], testbeds: bool = False) -> list[tuple[str, Path, dict]]:
+    """The newest ready environment of each label (its repo name) in the cache; or, `testbeds`, the
+    newest testbed of each that its own install built."""
     found = []
     for label in labels:
         matches = []
-        for ready in cache.glob("*/ready.json"):
+        for ready in cache.glob("testbeds/*/ready.json" if testbeds else "*/ready.json"):
             info = json.loads(ready.read_text())
-            if info.get("label", "").startswith(label):
+            if info.get("label", "").startswith(label) and (not testbeds or info.get("made") == "built"):
                 matches.append((info.get("time", 0), ready.parent, info))
         if matches:
             _, folder, info = max(matches, key=lambda match: match[0])
             found.append((info["label"], folder, info))
         else:
-            print(f"(no cached environment of {label} under {cache}: left out)")
+            print(f"(no cached {'testbed' if testbeds else 'environment'} of {label} under {cache}: left out)")
     return found
 
 
 def measure(label: str, folder: Path, info: dict, cache: Path, scratch: Path) -> dict:
     store = ArtifactStore(str(scratch / "store"))
-    prefix = info.get("interpreter_prefix", "")
+    testbed = folder.parent.name == "testbeds"
+    kind, root = (TESTBEDS, folder.parent) if testbed else (ENVIRONMENTS, cache)
+    prefix = interpreter_prefix_of(folder) if testbed else info.get("interpreter_prefix", "")
     start = time.perf_counter()
-    archive_bytes = store.publish(ENVIRONMENTS, folder.name, folder, cache, prefix)
+    archive_bytes = store.publish(kind, folder.name, folder, root, prefix)
     publish_s = time.perf_counter() - start
-    node = scratch / "another-node" / "envs"
+    node = scratch / "another-node" / "envs" / ("testbeds" if testbed else "")
     start = time.perf_counter()
-    assert store.fetch(ENVIRONMENTS, folder.name, node / folder.name, node, prefix), "the fetch failed"
+    assert store.fetch(kind, folder.name, node / folder.name, node, prefix), "the fetch failed"
     fetch_s = time.perf_counter() - start
-    python = node / folder.name / "venv" / "bin" / "python"
-    runs = subprocess.run([str(python), "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True)
-    assert runs.returncode == 0 and runs.stdout.strip() == str(node / folder.name / "venv"), runs.stderr
-    figures = {"label": label, "build_s": float(info.get("build_seconds", 0.0)), "disk": disk_bytes(folder),
-               "archive": archive_bytes, "publish_s": publish_s, "fetch_s": fetch_s}
+    if testbed:
+        python = next((node / folder.name / "python" / "bin").glob("python3.*"))
+        assert filecmp.cmp(python, Path(prefix) / "bin" / python.name, shallow=False), "not this node's interpreter"
+    else:
+        python = node / folder.name / "venv" / "bin" / "python"
+        runs = subprocess.run([str(python), "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True)
+        assert runs.returncode == 0 and runs.stdout.strip() == str(node / folder.name / "venv"), runs.stderr
+    figures = {"label": label + (" (testbed)" if testbed else ""), "build_s": float(info.get("build_seconds", 0.0)),
+               "disk": disk_bytes(folder), "archive": archive_bytes, "publish_s": publish_s, "fetch_s": fetch_s,
+               "testbed": testbed}
     subprocess.run(["rm", "-rf", str(node / folder.name), str(scratch / "store")], check=True)
     return figures
 
 
 def cost_model(figures: list[dict]) -> None:
+    figures = [f for f in figures if not f["testbed"]]
+    if not figures:
+        return
     build = sum(f["build_s"] for f in figures) / len(figures)
     fetch = sum(f["fetch_s"] for f in figures) / len(figures)
     size = sum(f["archive"] for f in figures) / len(figures)
@@ -109,14 +126,14 @@ def main() -> None:
     parser.add_argument("--env-cache", type=Path, default=default_cache_root())
     parser.add_argument("--labels", nargs="+", default=["sympy/sympy", "pallets/flask", "django/django"])
     args = parser.parse_args()
-    chosen = pick(args.env_cache, args.labels)
+    chosen = pick(args.env_cache, args.labels) + pick(args.env_cache, args.labels, testbeds=True)
     if not chosen:
         sys.exit(f"no cached environment of {', '.join(args.labels)} under {args.env_cache}")
     figures = []
     with tempfile.TemporaryDirectory(prefix="cluster-grading-", dir=args.env_cache) as scratch:
         for label, folder, info in chosen:
             figures.append(measure(label, folder, info, args.env_cache, Path(scratch)))
-    print("| environment | on disk (MB) | archive (MB) | build (s) | publish (s) | fetch + unpack (s) | "
+    print("| environment or testbed | on disk (MB) | archive (MB) | build (s) | publish (s) | fetch + unpack (s) | "
           "fetch / build | (publish + fetch) / build |")
     print("|---|---|---|---|---|---|---|---|")
     for f in figures:

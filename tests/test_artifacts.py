@@ -2,7 +2,8 @@
 a real environment and testbed of the calc fixture built in the sandbox and published to a store
 folder, fetched under another cache root (of another length) and run there; corrupt and
 half-written archives detected and rebuilt, the grading's verdict unchanged; two builders of one
-key build once; the node's cache bounded, least recently used first; an object store through
+key build once; a failed build published, so that the nodes waiting for it fail at once without
+building; the node's cache bounded, least recently used first; an object store through
 fsspec's memory:// filesystem; and a store URL nothing can open, refused in one line."""
 from __future__ import annotations
 
@@ -18,11 +19,12 @@ from pathlib import Path
 import pytest
 
 from execfixtures import GOLD, TEST_PATCH, make_calc_repos, record, write_dataset
+from waiting import wait_until
 from magis_ray.actors.code.pytest_log import parse_pytest_log
 from magis_ray.actors.execution import cache_bound
 from magis_ray.actors.execution.artifacts import (BUILT, CACHED, ENVIRONMENTS, FETCHED, RELOCATION_FILE, TESTBEDS,
-                                                  ArtifactStore, ArtifactStoreUnusable, file_digest)
-from magis_ray.actors.execution.environments import EnvironmentCache, Recipe
+                                                  ArtifactStore, ArtifactStoreUnusable, BuildFailedElsewhere, file_digest)
+from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, Recipe
 from magis_ray.actors.execution.runner import INPUTS, TestRunner
 from magis_ray.actors.execution.sandbox import Limits, Sandbox, bwrap_path
 from magis_ray.actors.execution.testbeds import TestbedCache, TestbedRecipe
@@ -65,17 +67,36 @@ def published(tmp_path_factory):
     return {"root": root, "repo": repo, "base": base, "store": store, "testbed": testbed}
 
 
+def archive_members(archive: Path) -> list[str]:
+    import tarfile
+
+    import zstandard
+
+    with open(archive, "rb") as source, zstandard.ZstdDecompressor().stream_reader(source) as stream, \
+            tarfile.open(fileobj=stream, mode="r|") as tar:
+        return [member.name.removeprefix("./") for member in tar]
+
+
 @needs_bwrap
 def test_a_published_testbed_runs_its_tests_under_another_node_s_cache_root(published):
     """Fetched under a cache root of another length, after the builder's cache is gone: nothing
     names the builder's root any more, the environment's python knows its new prefix, and the
-    testbed's pytest (a console script chained to the environment) runs the calc tests there."""
+    testbed's pytest (a console script chained to the environment) runs the calc tests there.
+    The testbed's archive leaves its interpreter's own files out (its standard library, its
+    binaries), and the fetching node links them from its own interpreter."""
     built, store, root = published["testbed"], published["store"], published["root"]
     assert (built.env.obtained, built.obtained) == (BUILT, BUILT)
     for kind, key in ((ENVIRONMENTS, built.env.key), (TESTBEDS, built.key)):
         names = store.names(kind, key)
         archive = root / "store" / names.archive
         assert (root / "store" / names.digest).read_text().split()[0] == file_digest(archive)
+    stdlib = Path(built.env.interpreter_prefix) / "lib" / "python3.11"
+    members = archive_members(root / "store" / store.names(TESTBEDS, built.key).archive)
+    assert "python/lib/python3.11/site-packages/_magis_environment.pth" in members  # the testbed's own
+    assert "python/lib/python3.11/os.py" not in members and "tree/calc/stats.py" in members
+    record = json.loads((Path(built.path) / RELOCATION_FILE).read_text())
+    assert "python/lib/python3.11/os.py" in record["interpreter_files"]
+    assert not any(name.startswith("python/lib/python3.11/site-packages/") for name in record["interpreter_files"])
     builder_root = str(root / "a")
     subprocess.run(["rm", "-rf", builder_root], check=True)  # the builder's node is gone
 
@@ -84,6 +105,7 @@ def test_a_published_testbed_runs_its_tests_under_another_node_s_cache_root(publ
     assert (fetched.env.obtained, fetched.obtained) == (FETCHED, FETCHED)
     assert not fetched.built_now and not fetched.env.built_now
     assert Path(fetched.path).parent.parent == elsewhere
+    assert os.path.samefile(Path(fetched.prefix) / "lib" / "python3.11" / "os.py", stdlib / "os.py")
     assert [path for path in texts_naming(elsewhere, builder_root + "/") if not path.endswith(RELOCATION_FILE)] == []
     python = Path(fetched.env.venv) / "bin" / "python"
     prefix = subprocess.run([str(python), "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True, check=True)
@@ -164,6 +186,167 @@ def test_two_nodes_asking_for_one_environment_at_once_build_it_once(tmp_path):
     obtained = sorted(getattr(results[name], "obtained", repr(results[name])) for name in ("node-1", "node-2"))
     assert obtained == [BUILT, FETCHED]
     assert not list((tmp_path / "store" / ENVIRONMENTS).glob("*.claim"))  # released
+
+
+@needs_bwrap
+def test_a_failed_build_is_published_and_the_nodes_waiting_for_it_fail_at_once_without_building(published, tmp_path):
+    """Node B claims a testbed whose install fails; node C asks for it while B builds and waits; B's
+    failure is published before its claim is let go, so C gives the same failure without running
+    the install, and so does node D, which asks later. Counted from the install logs of the three
+    cache roots: one install ran."""
+    store = ArtifactStore(str(published["root"] / "store"), poll_s=0.05)
+    env_key = published["testbed"].env.key
+    roots = {name: tmp_path / name for name in ("b", "c", "d")}
+    # B's install holds its claim until the test lets it fail (bounded: two minutes at most); the
+    # sandbox shows a build its node's pip cache, where the test puts the file it waits for.
+    go = roots["b"] / "pip-cache" / "released-by-the-test"
+    install = (f"for i in $(seq 600); do [ -e {go} ] && break; sleep 0.2; done; echo no luck; exit 3",)
+    recipe = TestbedRecipe(env=Recipe(python="3.11", label="calc"), repo="calc/calc", commit=published["base"],
+                           install=install, label="calc-failing")
+    key = recipe.key(env_key)
+    outcomes: dict[str, BaseException | object] = {}
+
+    def node(name: str) -> None:
+        try:
+            outcomes[name] = cache_at(roots[name], store).get(recipe, published["repo"])
+        except Exception as exc:  # looked at below
+            outcomes[name] = exc
+
+    b = threading.Thread(target=node, args=("b",), name="node-b")
+    b.start()
+    wait_until(lambda: store.backend.exists(store.names(TESTBEDS, key).claim), "node B holds the testbed's claim", while_running=b)
+    c = threading.Thread(target=node, args=("c",), name="node-c")
+    c.start()
+    # C has its environment (fetched) and is at the testbed's own build: it waits for B's claim.
+    wait_until(lambda: (roots["c"] / "testbeds" / f"{key}.lock").exists(), "node C asks for the testbed", while_running=c)
+    assert c.is_alive()
+    go.touch()
+    b.join()
+    c.join()
+
+    assert isinstance(outcomes["b"], EnvironmentBuildError) and outcomes["b"].step == "install-1", outcomes["b"]
+    failure = store.failure(TESTBEDS, key)
+    assert failure is not None and failure.step == "install-1" and "exit 3" in failure.reason and "\n" not in failure.reason
+    assert isinstance(outcomes["c"], EnvironmentBuildError) and outcomes["c"].step == "install-1", outcomes["c"]
+    assert failure.reason in str(outcomes["c"]) and failure.host in str(outcomes["c"])
+    node("d")
+    assert isinstance(outcomes["d"], EnvironmentBuildError) and str(outcomes["d"]) == str(outcomes["c"])
+    installs = [log for root in roots.values() for log in root.glob(f"testbeds/{key}/logs/*-install-1.log")]
+    assert [log.relative_to(tmp_path).parts[0] for log in installs] == ["b"]
+    assert not store.has(TESTBEDS, key) and not store.backend.exists(store.names(TESTBEDS, key).claim)
+
+
+def test_a_published_failure_holds_until_it_expires_and_a_success_answers_it(tmp_path):
+    """The rule of a failure record: while in force, a node asking for the key gets it and no
+    claim; once expired, the next node claims the key and builds; a publication removes it."""
+    store = ArtifactStore(str(tmp_path / "store"), poll_s=0.05)
+    store.publish_failure(ENVIRONMENTS, "k", "packages", "pip exit 1:\n  no matching distribution", ttl=3600)
+    with pytest.raises(BuildFailedElsewhere, match="pip exit 1: no matching distribution .*until .* is removed"):
+        store.claim_or_wait(ENVIRONMENTS, "k")
+    assert not store.backend.exists(store.names(ENVIRONMENTS, "k").claim)
+    record_path = tmp_path / "store" / store.names(ENVIRONMENTS, "k").failure
+    expired = dict(json.loads(record_path.read_text()), expires=time.time() - 1)
+    record_path.write_text(json.dumps(expired))
+    claim = store.claim_or_wait(ENVIRONMENTS, "k")
+    assert claim is not None and claim.held  # an hour later, one node tries again
+    folder = tmp_path / "node" / "k"
+    folder.mkdir(parents=True)
+    (folder / "ready.json").write_text("{}")
+    store.publish(ENVIRONMENTS, "k", folder, tmp_path / "node")
+    claim.release()
+    assert not record_path.exists() and store.has(ENVIRONMENTS, "k") and store.claim_or_wait(ENVIRONMENTS, "k") is None
+
+
+def fake_interpreter(at: Path, lacking: str = "") -> Path:
+    """An interpreter's prefix as a testbed's is made from: binaries, a standard library, headers."""
+    files = {"bin/python3.99": b"\x7fELF\0binary " + str(at).encode(), "lib/python3.99/os.py": b"import sys\n",
+             "lib/python3.99/json/__init__.py": b"JSON = 1\n", "include/python3.99/Python.h": b"#define PY 1\n",
+             "lib/python3.99/_sysconfigdata.py": f"PREFIX = {str(at)!r}\n".encode()}
+    for relative, data in files.items():
+        if relative != lacking:
+            (at / relative).parent.mkdir(parents=True, exist_ok=True)
+            (at / relative).write_bytes(data)
+    (at / "lib" / "python3.99" / "site-packages").mkdir(parents=True)
+    return at
+
+
+def test_an_interpreter_s_own_files_stay_out_of_the_archive_and_a_node_lacking_them_builds(tmp_path, caplog):
+    """A prefix made of an interpreter's files (hard-linked, as a testbed's is) is published without
+    them; a node whose interpreter of that version lives elsewhere gets them linked from its own;
+    a node whose interpreter lacks one builds the folder itself, says why in one line, and does not
+    publish over the archive."""
+    from magis_ray.actors.execution.environments import Shared, locked_build
+    from magis_ray.actors.execution.testbeds import make_prefix
+
+    store = ArtifactStore(str(tmp_path / "store"))
+    builder = fake_interpreter(tmp_path / "interpreter-a")
+    folder = tmp_path / "a" / "k"
+    folder.mkdir(parents=True)
+    make_prefix(builder, folder / "python")
+    (folder / "python" / "lib" / "python3.99" / "site-packages" / "own.py").write_text("OWN = 1\n")
+    (folder / "ready.json").write_text("{}")
+    store.publish(TESTBEDS, "k", folder, tmp_path / "a", str(builder))
+    archive = tmp_path / "store" / store.names(TESTBEDS, "k").archive
+    members = archive_members(archive)
+    assert "python/lib/python3.99/site-packages/own.py" in members and "python/lib/python3.99/json" in members
+    assert "python/bin" in members and "python/bin/python3.99" not in members
+    assert not [name for name in members if name.endswith(("os.py", "__init__.py", "Python.h", "_sysconfigdata.py"))]
+
+    elsewhere = fake_interpreter(tmp_path / "interpreter-b-elsewhere")
+    assert store.fetch(TESTBEDS, "k", tmp_path / "b" / "k", tmp_path / "b", str(elsewhere))
+    for relative in ("bin/python3.99", "lib/python3.99/os.py", "lib/python3.99/_sysconfigdata.py"):
+        assert os.path.samefile(tmp_path / "b" / "k" / "python" / relative, elsewhere / relative)
+    assert (tmp_path / "b" / "k" / "python" / "lib" / "python3.99" / "site-packages" / "own.py").read_text() == "OWN = 1\n"
+
+    lacking = fake_interpreter(tmp_path / "interpreter-c", lacking="lib/python3.99/json/__init__.py")
+    digest = (tmp_path / "store" / store.names(TESTBEDS, "k").digest).read_text()
+    builds = []
+    info, _, built_now = locked_build(tmp_path / "c" / "k", lambda: builds.append("built") or {},
+                                      shared=Shared(store, TESTBEDS, "k", tmp_path / "c", str(lacking)))
+    assert builds == ["built"] and built_now and info["obtained"] == BUILT
+    said = [record.getMessage() for record in caplog.records if "lacks" in record.getMessage()]
+    assert len(said) == 1 and "\n" not in said[0] and "lacks 1 of the 5 files" in said[0] and "json/__init__.py" in said[0]
+    assert (tmp_path / "store" / store.names(TESTBEDS, "k").digest).read_text() == digest  # left as it was
+    assert store.has(TESTBEDS, "k") and archive.is_file()
+
+
+def test_an_archive_an_older_node_published_as_a_gzipped_tar_is_still_fetched(tmp_path):
+    """Before zstd, nodes published KEY.tar.gz made by tarfile: such an archive is fetched and
+    relocated; a corrupt one is dropped as any other."""
+    import tarfile
+
+    from magis_ray.actors.execution.archives import LEGACY_SUFFIX
+    from magis_ray.actors.execution.artifacts import write_relocation
+
+    first = tmp_path / "first"
+    folder = first / "k"
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "tool").write_text(f"#!{folder}/bin/python\n")
+    (folder / "ready.json").write_text("{}")
+    write_relocation(folder, first, "")
+    store = ArtifactStore(str(tmp_path / "store"))
+    names = store.names(ENVIRONMENTS, "k", LEGACY_SUFFIX)
+    archive = tmp_path / "store" / names.archive
+    archive.parent.mkdir(parents=True)
+    with tarfile.open(archive, "w:gz", compresslevel=3) as tar:
+        for entry in sorted(os.listdir(folder)):
+            tar.add(folder / entry, arcname=entry)
+    (tmp_path / "store" / names.digest).write_text(f"{file_digest(archive)}  k{LEGACY_SUFFIX}\n")
+    assert store.has(ENVIRONMENTS, "k")
+    second = tmp_path / "second-root"
+    assert store.fetch(ENVIRONMENTS, "k", second / "k", second)
+    assert (second / "k" / "bin" / "tool").read_text() == f"#!{second}/k/bin/python\n"
+
+    archive.write_bytes(archive.read_bytes()[:40])
+    assert not store.fetch(ENVIRONMENTS, "k", tmp_path / "third" / "k", tmp_path / "third")
+    assert not store.has(ENVIRONMENTS, "k") and not archive.exists()
+
+    # An archive whose digest matches but whose stream is no zstd (its publisher's fault): dropped too.
+    names = store.names(ENVIRONMENTS, "k")
+    (tmp_path / "store" / names.archive).write_bytes(b"not zstd at all")
+    (tmp_path / "store" / names.digest).write_text(f"{file_digest(tmp_path / 'store' / names.archive)}  k.tar.zst\n")
+    assert not store.fetch(ENVIRONMENTS, "k", tmp_path / "fourth" / "k", tmp_path / "fourth")
+    assert not store.has(ENVIRONMENTS, "k")
 
 
 def make_entry(parent: Path, name: str, size: int, used_ago: float) -> Path:

@@ -115,7 +115,7 @@ def test_each_environment_and_testbed_is_built_once_across_the_cluster_and_the_t
             for node in {node for node, _ in had}:
                 held = cluster.caches[node] / (key if kind == "env" else f"testbeds/{key}")
                 assert (held / "ready.json").is_file(), (kind, node, held)
-        assert sorted(p.name for p in (artifacts / folder).glob("*.sha256")) == sorted(f"{k}.tar.gz.sha256" for k in keys)
+        assert sorted(p.name for p in (artifacts / folder).glob("*.sha256")) == sorted(Path(store.names(folder, k).digest).name for k in keys)
 
     # the test runs spread: more than one node by Ray node id
     assert len({r.node for r in results}) >= 2, [(r.instance_id, r.node) for r in results]

@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import era
-from .artifacts import BUILT, CACHED, ENVIRONMENTS, FETCHED, ArtifactStore
+from .artifacts import (BUILT, CACHED, ENVIRONMENTS, FAILURE_TTL_S, FETCHED, ArtifactStore, ArtifactUnusableHere,
+                        BuildFailedElsewhere)
 from .cache_bound import evict_least_recent, mark_used, record_size
 from .identities import build_identity, give_to
 from .installers import AUTO, PIP, UV, Installer, UvInstaller, installer_for, installer_named
@@ -36,7 +37,6 @@ from .interpreters import InterpreterMissing, find_python, full_version, interpr
 from .sandbox import GiB, MiB, Limits, Mount, Sandbox
 from magis_ray.events.settings import node_settings
 
-FAILURE_TTL_S = 3600.0  # a failed build is not retried within this time (a rerun would fail alike)
 BUILD_LIMITS = Limits(wall_seconds=3600.0, memory_bytes=16 * GiB, cpu_seconds=3600, processes=2048,
                       file_bytes=8 * GiB, tmp_bytes=1 * GiB, log_bytes=64 * MiB, output_bytes=64 * 1024)
 # Tools of the build itself when no date is set, as current as the interpreter allows; setuptools
@@ -205,10 +205,12 @@ class Shared:
 
 def locked_build(folder: Path, build, done: str = "ready.json", shared: Shared | None = None):
     """Run `build()` for `folder` unless it is ready; builds of one folder on one node wait for each
-    other, and a failed one is not retried within FAILURE_TTL_S. With `shared`, the artifact store
-    is asked first: a published archive is fetched rather than built, another node's build is
-    waited for, and what is built here is published. Returns (info, seconds, built_now); the info
-    says how the folder was obtained under "obtained" (BUILT, FETCHED, CACHED)."""
+    other, and a failed one is not retried within FAILURE_TTL_S (a rerun would fail alike). With
+    `shared`, the artifact store is asked first: a published archive is fetched rather than built,
+    another node's build is waited for, and what is built here is published, a failure as well as
+    a folder (another node's published failure is raised here as the EnvironmentBuildError it
+    was). Returns (info, seconds, built_now); the info says how the folder was obtained under
+    "obtained" (BUILT, FETCHED, CACHED)."""
     with folder_lock(folder):
         ready = folder / done
         if ready.is_file():
@@ -230,7 +232,10 @@ def locked_build(folder: Path, build, done: str = "ready.json", shared: Shared |
             try:
                 info = build()
             except EnvironmentBuildError as exc:
-                failed.write_text(json.dumps({"time": time.time(), "step": exc.step, "message": str(exc).split(": ", 1)[1]}))
+                message = str(exc).split(": ", 1)[1]
+                failed.write_text(json.dumps({"time": time.time(), "step": exc.step, "message": message}))
+                if shared is not None:
+                    _publish_failure(shared, exc.step, message)
                 raise
             seconds = time.monotonic() - start
             info = dict(info, build_seconds=seconds, time=time.time())
@@ -245,12 +250,21 @@ def locked_build(folder: Path, build, done: str = "ready.json", shared: Shared |
 
 def _fetch_or_claim(folder: Path, shared: Shared):
     """(True, None) once the store's archive is at `folder`; else (False, the claim to build it).
-    A store that fails (unreachable, unwritable) is said in the log and the node builds."""
+    A store that fails (unreachable, unwritable), or an archive this node cannot use, is said in the
+    log and the node builds; a failure of the key's build the store holds is raised as
+    EnvironmentBuildError."""
     try:
         while True:
-            if shared.store.fetch(shared.kind, shared.key, folder, shared.root, shared.interpreter_prefix):
-                return True, None
-            claim = shared.store.claim_or_wait(shared.kind, shared.key)
+            try:
+                if shared.store.fetch(shared.kind, shared.key, folder, shared.root, shared.interpreter_prefix):
+                    return True, None
+            except ArtifactUnusableHere as exc:
+                logging.getLogger(__name__).warning("artifact %s/%s: %s; building it here", shared.kind, shared.key, exc)
+                return False, None
+            try:
+                claim = shared.store.claim_or_wait(shared.kind, shared.key)
+            except BuildFailedElsewhere as exc:
+                raise EnvironmentBuildError(exc.failure.step, str(exc)) from None
             if claim is not None:
                 # Published between our look and our claim: fetch it after all.
                 if claim.held and shared.store.has(shared.kind, shared.key):
@@ -263,10 +277,23 @@ def _fetch_or_claim(folder: Path, shared: Shared):
 
 
 def _publish(folder: Path, shared: Shared) -> None:
+    """What this node built, published unless another node's archive is there already (this node
+    could not use it, or stopped waiting for it): replacing an archive would fail the digest of a
+    node fetching it meanwhile."""
     try:
+        if shared.store.has(shared.kind, shared.key):
+            return
         shared.store.publish(shared.kind, shared.key, folder, shared.root, shared.interpreter_prefix)
     except OSError as exc:  # the build stands; the other nodes build it too
         logging.getLogger(__name__).warning("artifact store %s: publishing %s failed: %s", shared.store.location, shared.key, exc)
+
+
+def _publish_failure(shared: Shared, step: str, message: str) -> None:
+    try:
+        shared.store.publish_failure(shared.kind, shared.key, step, message, FAILURE_TTL_S)
+    except OSError as exc:  # the failure stands here; another node finds it out by building
+        logging.getLogger(__name__).warning("artifact store %s: publishing the failure of %s failed: %s",
+                                            shared.store.location, shared.key, exc)
 
 
 def write_ready(folder: Path, info: dict, done: str = "ready.json") -> None:
