@@ -12,6 +12,7 @@ scripted model over HTTP; the grading runs `--sandbox none` so that its test run
 gate on the host (a file the test makes), which holds every test run until the node is removed."""
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import tempfile
@@ -62,6 +63,23 @@ def waiting_on_a_worker(cluster, gate: Path):
         if any(str(gate) in cmdline_of(pid) for pid in tree_of(raylet)):
             return node
     return None
+
+
+def lose_a_worker_midway(cluster, gate: Path, work, what: str):
+    """Run `work()` in a thread; once `what` waits at `gate` on a worker node, take that node down
+    without warning, then open the gate. (the lost node's id, what `work` returned)."""
+    outcome: dict = {}
+    thread = threading.Thread(target=lambda: outcome.update(result=work()))
+    thread.start()
+    try:
+        victim = wait_until(lambda: waiting_on_a_worker(cluster, gate), f"{what} waits at the gate on a worker node",
+                            timeout_s=1800, while_running=thread)
+        cluster.remove_node(victim, allow_graceful=False)
+    finally:
+        gate.touch()
+        thread.join(timeout=1800)  # a bound for a hang, not a timing
+    assert not thread.is_alive(), f"{what} did not finish"
+    return victim.node_id, outcome["result"]
 
 
 def grading_options(root: Path, dataset: Path, predictions: Path, gate: Path, **changes):
@@ -118,20 +136,8 @@ def test_a_node_lost_mid_grading_every_instance_is_graded_once_with_the_verdicts
     predictions = write_predictions(tmp_path / "preds.jsonl", patches)
     gate = Path(tempfile.gettempdir()) / f"mrp-gate-{uuid.uuid4().hex}"
     plan = plan_grading(grading_options(tmp_path, dataset, predictions, gate, name="lost"))
-    outcome: dict = {}
-    grading = threading.Thread(target=lambda: outcome.update(done=run_grading_plan(plan)))
-    grading.start()
-    try:
-        # every test run waits at the gate: one on a worker node is what the node takes down with it
-        victim = wait_until(lambda: waiting_on_a_worker(cluster, gate), "a test run waits at the gate on a worker node",
-                            timeout_s=1800, while_running=grading)
-        lost = victim.node_id
-        cluster.remove_node(victim, allow_graceful=False)
-    finally:
-        gate.touch()
-        grading.join(timeout=1800)  # a bound for a hang, not a timing
-    assert not grading.is_alive(), "the grading did not finish"
-    done = outcome["done"]
+    # every test run waits at the gate: one on a worker node is what the node takes down with it
+    lost, done = lose_a_worker_midway(cluster, gate, lambda: run_grading_plan(plan), "the grading's test run")
     alive = {cluster.head_node.node_id, *(n.node_id for n in cluster.worker_nodes)}
     assert lost not in alive
     # every instance once, in the stream and in the report; none graded on the lost node
@@ -157,15 +163,15 @@ def test_a_node_lost_mid_grading_every_instance_is_graded_once_with_the_verdicts
 REPRODUCES = "from calc.stats import mean\n\n\ndef test_mean_of_four():\n    assert mean([1, 2, 3, 4]) == 2.5\n"
 
 
-@pytest.mark.slow  # three nodes each build the environment from PyPI: minutes
-@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed (apt-get install bubblewrap)")
-def test_a_batch_with_tests_runs_them_on_several_nodes_from_the_repository_on_the_driver_s_node_alone(cluster, tmp_path):
+@contextlib.contextmanager
+def calc_batch(tmp_path, settings):
+    """A batch runner of three runs of the calc issue (the scripted team; the repository on the
+    driver's node alone), with its store and items."""
     from magis_ray.actors.model.gateway import GatewayConfig
     from magis_ray.actors.model.scripted_server import ScriptedServer
     from magis_ray.actors.model.scripted_team import ScriptedTeam
-    from magis_ray.actors.runtime.batch import BatchItem, BatchRunner, batch_settings
+    from magis_ray.actors.runtime.batch import BatchItem, BatchRunner
     from magis_ray.actors.runtime.deployment import Deployment
-    from magis_ray.events.schema import RunSettings
     from magis_ray.events.settings import EndpointSettings
     from scenarios import make_calc_repo
 
@@ -180,12 +186,21 @@ def test_a_batch_with_tests_runs_them_on_several_nodes_from_the_repository_on_th
                                                                 endpoint=EndpointSettings(concurrency=16)))
         try:
             with open_store(str(store_path), create=True) as store:
-                settings = batch_settings(RunSettings(top_k=4, model="m", tests=True, env_setup="python -m pip install pytest"),
-                                          "placed")
-                results = BatchRunner(deployment, store, settings, str(repos), workers=3).run(items)
-                logs = {info.run_id: store.read(info.run_id) for info in store.list_runs()}
+                yield BatchRunner(deployment, store, settings, str(repos), workers=3), store, items
         finally:
             deployment.close()
+
+
+@pytest.mark.slow  # three nodes each build the environment from PyPI: minutes
+@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed (apt-get install bubblewrap)")
+def test_a_batch_with_tests_runs_them_on_several_nodes_from_the_repository_on_the_driver_s_node_alone(cluster, tmp_path):
+    from magis_ray.actors.runtime.batch import batch_settings
+    from magis_ray.events.schema import RunSettings
+
+    settings = batch_settings(RunSettings(top_k=4, model="m", tests=True, env_setup="python -m pip install pytest"), "placed")
+    with calc_batch(tmp_path, settings) as (runner, store, items):
+        results = runner.run(items)
+        logs = {info.run_id: store.read(info.run_id) for info in store.list_runs()}
     assert [(r.status, r.outcome) for r in results] == [("finished", "patched")] * 3
     runs = {run_id: [r.event for r in events if isinstance(r.event, schema.TestsRan)] for run_id, events in logs.items()}
     alive = {cluster.head_node.node_id, *(n.node_id for n in cluster.worker_nodes)}
@@ -210,49 +225,21 @@ def test_a_batch_with_tests_runs_them_on_several_nodes_from_the_repository_on_th
 
 @pytest.mark.slow  # the nodes build the environment from PyPI, and the lost node's runs build it again elsewhere
 def test_a_node_lost_mid_batch_the_tests_of_its_runs_are_built_and_run_again_elsewhere_each_recorded_once(cluster, tmp_path):
-    from magis_ray.actors.model.gateway import GatewayConfig
-    from magis_ray.actors.model.scripted_server import ScriptedServer
-    from magis_ray.actors.model.scripted_team import ScriptedTeam
-    from magis_ray.actors.runtime.batch import BatchItem, BatchRunner, batch_settings
-    from magis_ray.actors.runtime.deployment import Deployment
+    from magis_ray.actors.runtime.batch import batch_settings
     from magis_ray.events.schema import RunSettings
-    from magis_ray.events.settings import EndpointSettings
-    from scenarios import make_calc_repo
 
-    repos = tmp_path / "repos"
-    _, base = make_calc_repo(repos / "calc__calc")
-    items = [BatchItem(f"calc__calc-{i}", calc_issue(repos / "calc__calc", base, instance_id=f"calc__calc-{i}"))
-             for i in (1, 2, 3)]
-    team = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, reproductions=[REPRODUCES])
-    store_path = tmp_path / "store"
     gate = Path(tempfile.gettempdir()) / f"mrp-gate-{uuid.uuid4().hex}"
     # every test run waits at the gate (unconfined, so that it sees the host's file); a build does not
     settings = batch_settings(RunSettings(top_k=4, model="m", tests=True, env_setup="python -m pip install pytest",
                                           sandbox="none", test_cmd=gated(gate)), "lost")
-    outcome: dict = {}
-    with ScriptedServer(team) as server:
-        deployment = Deployment(str(store_path), GatewayConfig(base_url=server.base_url, api_key="k", model="m",
-                                                                endpoint=EndpointSettings(concurrency=16)))
-        try:
-            with open_store(str(store_path), create=True) as store:
-                runner = BatchRunner(deployment, store, settings, str(repos), workers=3)
-                batch = threading.Thread(target=lambda: outcome.update(results=runner.run(items)))
-                batch.start()
-                try:
-                    # a run's test waits at the gate on a worker node, which holds that run's testbed
-                    victim = wait_until(lambda: waiting_on_a_worker(cluster, gate),
-                                        "a run's test waits at the gate on a worker node", timeout_s=1800, while_running=batch)
-                    lost = victim.node_id
-                    cluster.remove_node(victim, allow_graceful=False)
-                finally:
-                    gate.touch()
-                    batch.join(timeout=1800)  # a bound for a hang, not a timing
-                assert not batch.is_alive(), "the batch did not finish"
-                logs = {info.run_id: store.read(info.run_id) for info in store.list_runs()}
-        finally:
-            deployment.close()
-            gate.unlink(missing_ok=True)
-    assert [(r.status, r.outcome) for r in outcome["results"]] == [("finished", "patched")] * 3
+    try:
+        with calc_batch(tmp_path, settings) as (runner, store, items):
+            # a run's test waits at the gate on a worker node, which holds that run's testbed
+            lost, results = lose_a_worker_midway(cluster, gate, lambda: runner.run(items), "a run's test")
+            logs = {info.run_id: store.read(info.run_id) for info in store.list_runs()}
+    finally:
+        gate.unlink(missing_ok=True)
+    assert [(r.status, r.outcome) for r in results] == [("finished", "patched")] * 3
     alive = {cluster.head_node.node_id, *(n.node_id for n in cluster.worker_nodes)}
     assert lost not in alive
     runs = {run_id: [r.event for r in events if isinstance(r.event, schema.TestsRan)] for run_id, events in logs.items()}
