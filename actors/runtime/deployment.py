@@ -41,7 +41,7 @@ def settings_runtime_env(address: str, environ: dict[str, str]) -> dict | None:
     workers start from their node's, so a driver that joins one sends its settings along; under
     `ray job submit` the job's env_vars already reach every worker (and Ray refuses a driver that
     names them again). Only MAGIS_* variables go: never the API key, because a job's env_vars
-    are shown on the dashboard (docs/cluster.md keeps the key in the head's environment)."""
+    are shown on the dashboard (docs/guides/cluster.md keeps the key in the head's environment)."""
     if address == "local" or JOB_CONFIG_VARIABLE in environ:
         return None
     own = {NODE_ENV[name] for name in NODE_OWN}  # each node resolves these from its own environment
@@ -57,7 +57,7 @@ WORKER_NICENESS = 0
 
 
 def own_ray_config(address: str) -> dict:
-    """What a Ray we start gets (a cluster's was set when its nodes started, docs/cluster.md): its
+    """What a Ray we start gets (a cluster's was set when its nodes started, docs/guides/cluster.md): its
     workers import LEAN_WORKERS first and run at the driver's priority."""
     if address != "local":
         return {}
