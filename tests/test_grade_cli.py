@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from execfixtures import GOLD, TEST_PATCH, make_calc_repos, new_file_patch, record, write_dataset
-from waiting import wait_until
+from waiting import COMMAND_S, wait_until
 from magis_ray.actors.execution.sandbox import bwrap_path
 from magis_ray.events.schema import GradingStarted, InstanceGraded, InstanceGradingStarted
 from magis_ray.events.streams import StreamKind
@@ -378,3 +378,43 @@ def test_the_grading_service_grades_without_the_command(setup, tmp_path):
     with pytest.raises(GradingInputError) as refused:
         plan_grading(msgspec.structs.replace(options, workers=0))
     assert refused.value.option == "workers"
+
+
+def test_a_grading_stopped_by_sigterm_ends_at_once_and_the_same_command_resumes_it(setup, tmp_path):
+    """SIGTERM (`kill`, `timeout`, a CI cancel) to a grading on Ray whose test is running: it ends
+    then, as Ctrl-C ends it, with the line that says how to go on and the signal's exit code; its
+    Ray and the test end with it, and the same command grades the instance."""
+    from processes import cmdline_of, describe, in_session, under
+
+    gate = tmp_path / f"gate-{os.getpid()}"
+    dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"])])
+    store = tmp_path / "store"
+    # the test waits at the gate (unconfined, so that it sees the host's file)
+    args = [*grade_args(setup, dataset, store, "--gold", "--sandbox", "none"), "--test-cmd",
+            f"sh -c 'until [ -e {gate} ]; do sleep 0.05; done' && pytest -rA", "--timeout", "900"]
+    env = {**os.environ, "MAGIS_LOG_LEVEL": "warning"}
+    driver = subprocess.Popen([*MAGIS, *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    try:
+        # the waiting test's own process (the driver's command line names the gate too)
+        wait_until(lambda: any(cmdline_of(pid).startswith("sh -c until") for pid in under(str(gate))),
+                   "the instance's test waits at the gate", timeout_s=COMMAND_S, while_running=driver)
+        driver.send_signal(signal.SIGTERM)  # to the driver alone, as `kill PID` sends it
+        _, err = driver.communicate(timeout=COMMAND_S)  # a bound for a hang, not a timing
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    assert driver.returncode == 143, err
+    assert "Traceback" not in err and "SIGTERM received" not in err, err
+    assert "run the same command again to resume grading gold@calc" in err
+    left: list[int] = []
+
+    def nothing_left() -> bool:  # its Ray, and the test (a session of its own, as the sandbox starts it)
+        left[:] = sorted({*in_session(driver.pid), *under(str(gate))})
+        return not left
+
+    wait_until(nothing_left, lambda: "the stopped grading's processes end; left: " + "; ".join(f"{p} {describe(p)}" for p in left))
+    gate.touch()
+    again = magis(args, tmp_path)
+    assert again.returncode == 0 and "resolved: 1 of 1" in again.stdout, again.stdout + again.stderr

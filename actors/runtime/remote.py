@@ -264,6 +264,7 @@ GiB = 1024 ** 3
 NODE_LOSS_RETRIES = 3  # Ray's retries of a task whose worker or node died
 BUILD_TASK_OPTIONS = dict(num_cpus=1, memory=4 * GiB, max_retries=NODE_LOSS_RETRIES)
 TEST_TASK_OPTIONS = dict(num_cpus=1, memory=2 * GiB, max_retries=NODE_LOSS_RETRIES)
+WAIT_SLICE_S = 1.0  # how long the driver waits on Ray at once, so that a signal stops it promptly
 PLACEMENT_TRIES = 3  # how often an instance is built again elsewhere after its test's node was lost
 # What ray.get raises for a task that died with its worker or node, or that is pinned to a lost node.
 NODE_LOST = (ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError, ray.exceptions.TaskUnschedulableError,
@@ -524,7 +525,11 @@ class RayExecutor:
     def next_done(self, handles):
         by_ref = {instance.ref: instance for instance in handles}
         while True:
-            [ready], _ = ray.wait(list(by_ref), num_returns=1)
+            # in short waits: a signal's handler (Ctrl-C, SIGTERM) runs only between them
+            ready = []
+            while not ready:
+                ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=WAIT_SLICE_S)
+            [ready] = ready
             instance = by_ref.pop(ready)
             try:
                 node, value = ray.get(ready)

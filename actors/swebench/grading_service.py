@@ -171,6 +171,20 @@ def plan_grading(options: GradingOptions, notice: Callable[[str], None] = ignore
                        cache_root=str(Path(options.env_cache).expanduser().resolve()) if options.env_cache else None)
 
 
+def start_ray(plan: GradingPlan) -> None:
+    """The Ray that grades the plan: the cluster RAY_ADDRESS names (under `ray job submit`), else a
+    Ray of our own; nothing when the plan grades in this process's threads or Ray is up already."""
+    if not plan.use_ray:
+        return
+    from magis_ray.actors.runtime.deployment import ensure_ray
+
+    if plan.cache_root:
+        # A Ray of our own inherits this process's environment: its workers take this node's
+        # cache from there. A cluster's nodes keep their own.
+        set_node_setting("env_cache", plan.cache_root)
+    ensure_ray()
+
+
 def run_grading_plan(plan: GradingPlan,
                      on_result: Callable[[InstanceGraded, bool], None] = ignore) -> GradingOutcome:
     """Grade the plan's jobs, `plan.workers` at once, skipping those its stream holds a result of for
@@ -180,14 +194,9 @@ def run_grading_plan(plan: GradingPlan,
     from .grading_batch import environment_of, grade_after_build, prepare_environment, repository_of
 
     if plan.use_ray:
-        from magis_ray.actors.runtime.deployment import ensure_ray
         from magis_ray.actors.runtime.remote import RayExecutor
 
-        if plan.cache_root:
-            # A Ray of our own inherits this process's environment: its workers take this node's
-            # cache from there. A cluster's nodes keep their own.
-            set_node_setting("env_cache", plan.cache_root)
-        ensure_ray()  # RAY_ADDRESS (under `ray job submit`), else a Ray of our own
+        start_ray(plan)
         executor = RayExecutor(plan.worker_options, prepare_environment, grade_after_build, environment_of, repository_of)
     else:
         executor = ThreadExecutor(plan.worker_options, plan.workers, plan.cache_root)
