@@ -11,27 +11,43 @@ MB = 1024 ** 2
 NODES = ("head", "worker-1", "worker-2")
 
 
+def short_temp_dir(prefix: str) -> str:
+    """A temp dir for a cluster's sessions and logs, short: Ray's socket paths stay under 108
+    characters."""
+    return tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+
+
 @contextlib.contextmanager
-def nodes_with_own_caches(prefix: str):
-    """The cluster, joined by this process; `cluster.caches` maps each Ray node id to its cache root."""
+def local_cluster(temp_dir: str, head: dict, workers: list[dict]):
+    """A Ray cluster on this machine (a head with `head`'s arguments and a worker for each of
+    `workers`), its sessions in `temp_dir`, joined by this process; at the end it stops and
+    `temp_dir` goes. Cluster still names its address in /tmp/ray/ray_current_cluster while it runs;
+    magis-ray's drivers start Ray with address="local", so none joins it by mistake."""
     import ray
     from ray.cluster_utils import Cluster
 
     from magis_ray.actors.runtime import remote
 
-    temp_dir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # short: Ray's socket paths stay under 108 characters
-    caches = {name: Path(temp_dir) / "caches" / name for name in NODES}
-    common = {"num_cpus": 1, "object_store_memory": 80 * MB}
-    cluster = Cluster(initialize_head=True, head_node_args={
-        **common, "include_dashboard": False, "temp_dir": temp_dir, "env_vars": {"MAGIS_ENV_CACHE": str(caches["head"])}})
+    cluster = Cluster(initialize_head=True, head_node_args={"include_dashboard": False, "temp_dir": temp_dir, **head})
     try:
-        for name in NODES[1:]:
-            cluster.add_node(**common, env_vars={"MAGIS_ENV_CACHE": str(caches[name])})
+        for worker in workers:
+            cluster.add_node(**worker)
         ray.init(address=cluster.address, namespace="magis", log_to_driver=False)
-        cluster.caches = {node.node_id: caches[name] for name, node in zip(NODES, [cluster.head_node, *cluster.worker_nodes])}
         yield cluster
     finally:
         remote.forget_shared()
         ray.shutdown()
         cluster.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def nodes_with_own_caches(prefix: str):
+    """The cluster, joined by this process; `cluster.caches` maps each Ray node id to its cache root."""
+    temp_dir = short_temp_dir(prefix)
+    caches = {name: Path(temp_dir) / "caches" / name for name in NODES}
+    node = {name: {"num_cpus": 1, "object_store_memory": 80 * MB, "env_vars": {"MAGIS_ENV_CACHE": str(caches[name])}}
+            for name in NODES}
+    with local_cluster(temp_dir, node[NODES[0]], [node[name] for name in NODES[1:]]) as cluster:
+        cluster.caches = {n.node_id: caches[name] for name, n in zip(NODES, [cluster.head_node, *cluster.worker_nodes])}
+        yield cluster

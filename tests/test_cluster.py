@@ -6,14 +6,13 @@ recorded."""
 from __future__ import annotations
 
 import hashlib
-import shutil
-import tempfile
 import threading
 import time
 
 import msgspec
 import pytest
 from checks import assert_consistent_log
+from clusters import local_cluster, short_temp_dir
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, make_calc_repo
 from waiting import wait_until
 
@@ -69,29 +68,10 @@ def test_the_cluster_config_is_one_ray_up_accepts():
 @pytest.fixture(scope="module")
 def cluster():
     """A head (the driver's node: store, gateway, supervisors, Custodians) and two workers."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    from magis_ray.actors.runtime import remote
-
-    # a temp dir of its own for the sessions and logs, removed afterwards (short: Ray's socket paths
-    # stay under 108 characters). Cluster still names its address in /tmp/ray/ray_current_cluster
-    # while it runs; magis-ray's drivers start Ray with address="local", so none joins it by mistake.
-    temp_dir = tempfile.mkdtemp(prefix="mrc-", dir="/tmp")
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "object_store_memory": 80 * MB, "include_dashboard": False, "temp_dir": temp_dir,
-        "_system_config": {"worker_niceness": WORKER_NICENESS},  # as ray_cluster.yaml starts its nodes
-    })
-    try:
-        for _ in range(2):
-            cluster.add_node(num_cpus=1, object_store_memory=80 * MB)
-        ray.init(address=cluster.address, namespace="magis", log_to_driver=False)
-        yield cluster
-    finally:
-        remote.forget_shared()
-        ray.shutdown()
-        cluster.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    head = {"num_cpus": 1, "object_store_memory": 80 * MB,
+            "_system_config": {"worker_niceness": WORKER_NICENESS}}  # as ray_cluster.yaml starts its nodes
+    with local_cluster(short_temp_dir("mrc-"), head, [{"num_cpus": 1, "object_store_memory": 80 * MB}] * 2) as started:
+        yield started
 
 
 def head_id(cluster) -> str:

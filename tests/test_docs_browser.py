@@ -44,7 +44,7 @@ def site_url(tmp_path_factory):
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):
-            pass
+            """No access log: the test's output is its assertions."""
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
     thread = threading.Thread(target=server.serve_forever, name="docs-site", daemon=True)

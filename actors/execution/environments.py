@@ -64,10 +64,6 @@ class EnvironmentUnsupported(Exception):
 UV_BUILD_FAILED = re.compile(r"Failed to (?:download and )?build")
 
 
-class UvCannotBuild(Exception):
-    """uv cannot build one of the environment's source distributions (EnvironmentCache._build)."""
-
-
 def set_aside_attempt(folder: Path, name: str) -> None:
     """Empty a build's folder for another attempt, keeping the first attempt's logs as `name`."""
     for entry in folder.iterdir():
@@ -142,9 +138,10 @@ class Environment:
     def installer(self) -> str:
         """Who installed its packages (uv or pip), from its record: its build's (pip where uv could
         not build it), else its recipe's."""
+        folder = Path(self.path)
         try:
-            built = json.loads((Path(self.path) / "ready.json").read_text()).get("installer") if (Path(self.path) / "ready.json").is_file() else None
-            return built or json.loads((Path(self.path) / "recipe.json").read_text()).get("installer", PIP)
+            built = json.loads((folder / "ready.json").read_text()).get("installer")
+            return built or json.loads((folder / "recipe.json").read_text()).get("installer", PIP)
         except (OSError, ValueError):
             return ""
 
@@ -405,8 +402,8 @@ class EnvironmentCache:
         installer = self.installer(recipe.installer_name(version), version)
         try:
             return self._build_with(installer, recipe, python, version, folder)
-        except (EnvironmentBuildError, UvCannotBuild) as failed:
-            if installer.name != UV or recipe.installer != AUTO or not UV_BUILD_FAILED.search(str(failed) + getattr(failed, "log", "")):
+        except EnvironmentBuildError as failed:
+            if installer.name != UV or recipe.installer != AUTO or not UV_BUILD_FAILED.search(f"{failed}{failed.log}"):
                 raise
             why = str(failed).splitlines()[0][-300:]
         set_aside_attempt(folder, "uv-logs")
@@ -512,8 +509,8 @@ class EnvironmentCache:
                 notes.append(f"resolved {what} as of {when} {how}")
                 found = resolved
                 break
-            if installer.name == UV and UV_BUILD_FAILED.search(error):
-                raise UvCannotBuild(f"resolving {what} as of {when}: {error.strip().splitlines()[0]}")
+            if installer.name == UV and UV_BUILD_FAILED.search(error):  # no other attempt builds it either
+                raise EnvironmentBuildError("era", f"resolving {what} as of {when}: {error.strip().splitlines()[0]}")
             notes.append(f"resolving {what} failed: {error}")
         if not found:
             log.write_text("\n".join(notes) + "\nbuilding without the date limit\n")

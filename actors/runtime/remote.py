@@ -507,8 +507,9 @@ class RayExecutor:
         repo, commits = self._repository_of(job)
         shipped, users = self._shipped.get((repo, commits), (None, 0))
         if not users:
-            shipped = ship_repository(os.path.join(self._repos_dir, repo.replace("/", "__")), repo, commits,
-                                      mirrors=self._repos_dir)
+            from magis_ray.actors.code.commit_packs import folder_name
+
+            shipped = ship_repository(os.path.join(self._repos_dir, folder_name(repo)), repo, commits, mirrors=self._repos_dir)
         self._shipped[(repo, commits)] = (shipped, users + 1)
         instance = _Instance(job, str(self._environment_of(job)), shipped)
         self._start_build(instance)
