@@ -12,6 +12,9 @@
   another's; reused: another's install, no install run; from cache: made before this grading);
   and the two ratios, (testbeds + tests) / tests with the environments warm and
   (environments + testbeds + tests) / tests from nothing;
+- the environments this grading built: their median build and the ones over 120 s;
+- `--before STORE GRADING CACHE`: the per-repository ratios of another grading (the same instances
+  graded by other code, cold) beside this one's, before -> after;
 - the sandbox ratio, on instances whose testbeds are cached: an instance's whole run (the
   prediction applied and the harness's eval script) in bubblewrap over the same steps directly on
   the host (`--sandbox none`, which has no install step again), the median of alternating repeats
@@ -20,6 +23,7 @@
 
 Usage: python benchmarks/grading.py --dataset D --repos-dir R [--store S --grading NAME]
                                     [--instances ID ...] [--per-repo 1] [--repeats 3] [--env-cache DIR]
+                                    [--figures-only] [--before STORE GRADING CACHE]
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import argparse
 import json
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from magis_ray.actors.execution.environments import EnvironmentCache, default_cache_root
@@ -37,6 +42,7 @@ from magis_ray.actors.swebench.grading import grade, grading_limits, spec_for
 from magis_ray.actors.swebench.grading_batch import preparation_seconds
 from magis_ray.events.schema import GradingStarted, InstanceGraded
 from magis_ray.events.streams import StreamKind
+from magis_ray.store.base import UnknownRun
 
 DEFAULT_DATASET = Path(__file__).resolve().parents[2] / "shared" / "swebench" / "verified-tuning.jsonl"
 
@@ -49,14 +55,27 @@ def earlier_build_seconds(cache_root: Path, env_key: str) -> float | None:
         return None
 
 
-def grading_figures(store_path: str, name: str, cache_root: Path) -> None:
+def grading_records(store_path: str, name: str) -> list:
+    """The grading's records, or a one-line exit when the store has no such grading."""
     from magis_ray.store import open_store
 
-    with open_store(store_path) as store:
-        records = list(store.read(StreamKind.GRADING.stream_id(name)))
-    starts = [i for i, r in enumerate(records) if isinstance(r.event, GradingStarted)]
-    if not starts:
+    try:
+        with open_store(store_path) as store:
+            records = list(store.read(StreamKind.GRADING.stream_id(name)))
+    except UnknownRun:
+        records = []
+    if not any(isinstance(r.event, GradingStarted) for r in records):
         raise SystemExit(f"no grading {name!r} in {store_path}")
+    return records
+
+
+def graded_events(store_path: str, name: str) -> list[InstanceGraded]:
+    return [r.event for r in grading_records(store_path, name) if isinstance(r.event, InstanceGraded)]
+
+
+def grading_figures(store_path: str, name: str, cache_root: Path) -> None:
+    records = grading_records(store_path, name)
+    starts = [i for i, r in enumerate(records) if isinstance(r.event, GradingStarted)]
     # The figures of the grading's first invocation that graded anything (a rerun only skips).
     graded = [r for r in records if isinstance(r.event, InstanceGraded)]
     first = records[starts[0]]
@@ -79,8 +98,25 @@ def grading_figures(store_path: str, name: str, cache_root: Path) -> None:
               f"{statistics.median(testbeds) if testbeds else 0:.0f} | {len(events)} | "
               f"{statistics.median(tests) if tests else 0:.1f} | {max(tests) if tests else 0:.1f} |")
     print("\n\\* built before this grading, cached (its build time as the cache recorded it)")
+    environment_builds([r.event for r in graded])
     repository_figures([r.event for r in graded], cache_root)
     preparation_figures([r.event for r in graded], cache_root)
+
+
+def environment_builds(events: list[InstanceGraded]) -> None:
+    """The environments this grading built: how many, their median build, the longest, and
+    which took over 120 s."""
+    builds: dict[str, tuple[str, float]] = {}
+    for event in events:
+        if event.env_built_now:
+            builds[event.env_key] = (event.env_label, max(event.env_build_seconds, builds.get(event.env_key, ("", 0.0))[1]))
+    if not builds:
+        print("\nno environment was built by this grading")
+        return
+    seconds = sorted(s for _, s in builds.values())
+    slow = sorted(((s, label) for label, s in builds.values() if s > 120), reverse=True)
+    print(f"\nenvironments built: {len(seconds)}, median {statistics.median(seconds):.0f} s, longest {seconds[-1]:.0f} s; "
+          f"over 120 s: {', '.join(f'{label} {s:.0f}' for s, label in slow) or 'none'}")
 
 
 def repository_of(instance_id: str) -> str:
@@ -88,47 +124,100 @@ def repository_of(instance_id: str) -> str:
     return instance_id.rsplit("-", 1)[0].replace("__", "/")
 
 
-def repository_figures(events: list[InstanceGraded], cache_root: Path) -> None:
-    """Per repository: its environments' builds, its testbeds' builds, its tests; how each testbed
-    was made; and the two ratios: (testbeds + tests) / tests, this grading with its environments
-    warm, and (environments + testbeds + tests) / tests, a grading from nothing (an environment
-    this grading found cached counts with the build time its cache recorded)."""
-    print("\n### per repository\n")
-    print("| repository | instances | environments s | testbeds s | tests s | testbeds made | "
-          "(testbeds + tests) / tests | (environments + testbeds + tests) / tests |")
-    print("|---|---:|---:|---:|---:|---|---:|---:|")
+@dataclass
+class RepositoryCost:
+    """One repository's share of a grading, in seconds; testbeds made before it count at their
+    recorded build time in `earlier_testbeds`."""
+
+    instances: int = 0
+    environments: float = 0.0
+    testbeds: float = 0.0
+    earlier_testbeds: float = 0.0
+    tests: float = 0.0
+    made: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def add(self, other: "RepositoryCost") -> None:
+        self.instances += other.instances
+        self.environments += other.environments
+        self.testbeds += other.testbeds
+        self.earlier_testbeds += other.earlier_testbeds
+        self.tests += other.tests
+        for how, count in other.made.items():
+            self.made[how] += count
+
+    @property
+    def warm(self) -> str:
+        """(testbeds + tests) / tests: the environments already built."""
+        return ratio(self.testbeds + self.tests, self.tests)
+
+    @property
+    def cold(self) -> str:
+        """(environments + testbeds + tests) / tests: everything built from nothing."""
+        return ratio(self.environments + self.testbeds + self.earlier_testbeds + self.tests, self.tests)
+
+
+def repository_costs(events: list[InstanceGraded], cache_root: Path) -> dict[str, RepositoryCost]:
+    """Per repository (owner/name) and over all ("all"): its environments' builds (this grading's,
+    or for one it found cached, the build its cache recorded), its testbeds' builds, its tests, and
+    how each testbed was made."""
     by_repo: dict[str, list[InstanceGraded]] = defaultdict(list)
     for event in events:
         if event.ran:
             by_repo[repository_of(event.instance_id)].append(event)
-    totals = {"environments": 0.0, "testbeds": 0.0, "earlier testbeds": 0.0, "tests": 0.0}
-    all_made: dict[str, int] = defaultdict(int)
+    costs: dict[str, RepositoryCost] = {}
+    total = RepositoryCost()
     for repo in sorted(by_repo):
         group = by_repo[repo]
         environments: dict[str, float] = {}
         for event in group:
             seconds = event.env_build_seconds if event.env_built_now else earlier_build_seconds(cache_root, event.env_key)
             environments[event.env_key] = max(environments.get(event.env_key, 0.0), seconds or 0.0)
-        testbeds = sum(e.testbed_build_seconds for e in group if e.testbed_built_now)
-        earlier_testbeds = sum(earlier_build_seconds(cache_root / "testbeds", e.testbed_key) or 0.0
-                               for e in group if not e.testbed_built_now and e.testbed_key)
-        tests = sum(e.test_seconds for e in group)
-        made: dict[str, int] = defaultdict(int)
+        cost = RepositoryCost(
+            instances=len(group), environments=sum(environments.values()),
+            testbeds=sum(e.testbed_build_seconds for e in group if e.testbed_built_now),
+            earlier_testbeds=sum(earlier_build_seconds(cache_root / "testbeds", e.testbed_key) or 0.0
+                                 for e in group if not e.testbed_built_now and e.testbed_key),
+            tests=sum(e.test_seconds for e in group))
         for event in group:
             how = testbed_made(cache_root, event.testbed_key).split(" ")[0] if event.testbed_built_now else "from cache"
-            made[how] += 1
-            all_made[how] += 1
-        figures = {"environments": sum(environments.values()), "testbeds": testbeds, "earlier testbeds": earlier_testbeds,
-                   "tests": tests}
-        for name, value in figures.items():
-            totals[name] += value
-        print(f"| {repo} | {len(group)} | {figures['environments']:.0f} | {testbeds:.0f} | {tests:.0f} | "
-              f"{made_text(made)} | {ratio(testbeds + tests, tests)} | {ratio(sum(figures.values()), tests)} |")
-    print(f"| **all** | {sum(map(len, by_repo.values()))} | {totals['environments']:.0f} | {totals['testbeds']:.0f} | "
-          f"{totals['tests']:.0f} | {made_text(all_made)} | **{ratio(totals['testbeds'] + totals['tests'], totals['tests'])}** | "
-          f"**{ratio(sum(totals.values()), totals['tests'])}** |")
+            cost.made[how] += 1
+        costs[repo] = cost
+        total.add(cost)
+    costs["all"] = total
+    return costs
+
+
+def repository_figures(events: list[InstanceGraded], cache_root: Path) -> None:
+    """Per repository: its environments' builds, its testbeds' builds, its tests; how each testbed
+    was made; and the two ratios: (testbeds + tests) / tests, this grading with its environments
+    warm, and (environments + testbeds + tests) / tests, a grading from nothing."""
+    print("\n### per repository\n")
+    print("| repository | instances | environments s | testbeds s | tests s | testbeds made | "
+          "(testbeds + tests) / tests | (environments + testbeds + tests) / tests |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|")
+    for repo, cost in repository_costs(events, cache_root).items():
+        name, warm, cold = (("**all**", f"**{cost.warm}**", f"**{cost.cold}**") if repo == "all" else (repo, cost.warm, cost.cold))
+        print(f"| {name} | {cost.instances} | {cost.environments:.0f} | {cost.testbeds:.0f} | {cost.tests:.0f} | "
+              f"{made_text(cost.made)} | {warm} | {cold} |")
     print("\nenvironments s: each environment's build, this grading's or, cached, the one its cache recorded; the last "
           "ratio adds the recorded builds of testbeds taken from the cache too (a grading from nothing builds them)")
+
+
+def before_and_after(before: list[InstanceGraded], before_cache: Path, after: list[InstanceGraded], after_cache: Path) -> None:
+    """The per-repository ratios of two gradings of the same instances side by side, on the
+    instances both graded."""
+    both = {e.instance_id for e in before if e.ran} & {e.instance_id for e in after if e.ran}
+    then = repository_costs([e for e in before if e.instance_id in both], before_cache)
+    now = repository_costs([e for e in after if e.instance_id in both], after_cache)
+    print(f"\n### before -> after, per repository ({len(both)} instances both graded)\n")
+    print("| repository | instances | environments s | testbeds s | tests s | (testbeds + tests) / tests | "
+          "(environments + testbeds + tests) / tests |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for repo in now:
+        a, b = then[repo], now[repo]
+        name = "**all**" if repo == "all" else repo
+        print(f"| {name} | {b.instances} | {a.environments:.0f} -> {b.environments:.0f} | {a.testbeds:.0f} -> {b.testbeds:.0f} | "
+              f"{a.tests:.0f} -> {b.tests:.0f} | {a.warm} -> {b.warm} | {a.cold} -> {b.cold} |")
 
 
 def made_text(made: dict[str, int]) -> str:
@@ -217,9 +306,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--env-cache", type=Path, default=default_cache_root())
     parser.add_argument("--figures-only", action="store_true", help="the grading's figures, not the sandbox ratio")
+    parser.add_argument("--before", nargs=3, metavar=("STORE", "GRADING", "CACHE"),
+                        help="another grading of the same instances (its store, name and cache root), compared per repository")
     args = parser.parse_args()
+    if args.before and not (args.store and args.grading):
+        parser.error("--before needs --store and --grading: the grading it is compared with")
     if args.store and args.grading:
         grading_figures(args.store, args.grading, args.env_cache)
+        if args.before:
+            store, name, cache = args.before
+            before_and_after(graded_events(store, name), Path(cache), graded_events(args.store, args.grading), args.env_cache)
         if args.figures_only:
             return
     records = [json.loads(line) for line in args.dataset.read_text().splitlines() if line.strip()]
