@@ -78,6 +78,8 @@ def grading_figures(store_path: str, name: str, cache_root: Path) -> None:
     starts = [i for i, r in enumerate(records) if isinstance(r.event, GradingStarted)]
     # The figures of the grading's first invocation that graded anything (a rerun only skips).
     graded = [r for r in records if isinstance(r.event, InstanceGraded)]
+    if not graded:
+        raise SystemExit(f"the grading {name!r} has graded no instance yet")
     first = records[starts[0]]
     last = max(graded, key=lambda r: r.time)
     print(f"## the grading {name}: {len(graded)} instances, wall time {(last.time - first.time) / 60:.1f} min "
