@@ -380,17 +380,19 @@ def test_the_grading_service_grades_without_the_command(setup, tmp_path):
     assert refused.value.option == "workers"
 
 
-def test_a_grading_stopped_by_sigterm_ends_at_once_and_the_same_command_resumes_it(setup, tmp_path):
-    """SIGTERM (`kill`, `timeout`, a CI cancel) to a grading on Ray whose test is running: it ends
-    then, as Ctrl-C ends it, with the line that says how to go on and the signal's exit code; its
-    Ray and the test end with it, and the same command grades the instance."""
+@pytest.mark.parametrize("executor", [[], ["--no-ray"]], ids=["ray", "in-process"])
+def test_a_grading_stopped_by_sigterm_ends_at_once_and_the_same_command_resumes_it(setup, tmp_path, executor):
+    """SIGTERM (`kill`, `timeout`, a CI cancel) to a grading whose test is running, on Ray or in
+    this process's threads (--no-ray): it ends then, as Ctrl-C ends it, with the line that says how
+    to go on and the signal's exit code; its Ray and the test end with it, and the same command
+    grades the instance."""
     from processes import cmdline_of, describe, in_session, under
 
     gate = tmp_path / f"gate-{os.getpid()}"
     dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"])])
     store = tmp_path / "store"
     # the test waits at the gate (unconfined, so that it sees the host's file)
-    args = [*grade_args(setup, dataset, store, "--gold", "--sandbox", "none"), "--test-cmd",
+    args = [*grade_args(setup, dataset, store, "--gold", "--sandbox", "none"), *executor, "--test-cmd",
             f"sh -c 'until [ -e {gate} ]; do sleep 0.05; done' && pytest -rA", "--timeout", "900"]
     env = {**os.environ, "MAGIS_LOG_LEVEL": "warning"}
     driver = subprocess.Popen([*MAGIS, *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

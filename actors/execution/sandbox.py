@@ -40,8 +40,9 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -60,11 +61,17 @@ SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"
 SEEDS = "/.magis-seeds"  # where scratch folders' sources are mounted, read-only
 # The sandbox's processes, looked up by their PID namespace (never by name) this often.
 SAMPLE_S = 0.25
+STOP_CHECK_S = 0.5  # how soon a run sees its sandbox's stop
 CPU_GRACE_S = 5
 
 
 class SandboxUnavailable(Exception):
     """bubblewrap is missing or cannot create its namespaces here; the message is one line."""
+
+
+class SandboxStopped(Exception):
+    """The run was ended because its caller stopped (a grading interrupted): not the command's
+    outcome, so nothing may record it as a failed build or test."""
 
 
 @dataclass(frozen=True)
@@ -301,12 +308,16 @@ class Sandbox:
     mode: str = "bwrap"
     memory_control: str = "auto"
     scratch: str = "auto"
+    # Set by the caller to end every run of this sandbox (in-process workers of a stopped
+    # command, whose threads cannot be interrupted): each ends within STOP_CHECK_S, killed.
+    stop: threading.Event | None = field(default=None, compare=False)
 
     def run(self, script: str, *, cwd: str, mounts: list[Mount] = (), scratches: list[Scratch] = (),
             env: dict[str, str] | None = None, limits: Limits = Limits(), network: bool = False,
             log_path: str | os.PathLike | None = None, build: bool = False) -> Outcome:
         """Run `script` with /bin/sh; `cwd` is a path as seen inside the sandbox. `build` runs it as
         the builds' uid (the owner of the environment cache) rather than a uid of its own."""
+        self._check_stop()
         if self.mode == "bwrap" and bwrap_path() is None:
             raise SandboxUnavailable("bubblewrap (bwrap) is not installed; install it (apt-get install bubblewrap) or pass --sandbox none")
         env = dict(env or {})
@@ -321,6 +332,10 @@ class Sandbox:
             if self.mode == "none":
                 return self._run_direct(script, cwd, list(mounts), list(scratches), env, limits, log_path)
             return self._run_bwrap(script, cwd, list(mounts), list(scratches), env, limits, network, log_path, identity)
+
+    def _check_stop(self) -> None:
+        if self.stop is not None and self.stop.is_set():
+            raise SandboxStopped("stopped")
 
     def scratch_on_disk(self) -> bool:
         return self.mode == "bwrap" and self.scratch == "auto" and not scratch_disks.why_not_on_disk()
@@ -470,12 +485,14 @@ class Sandbox:
                 os.close(fd)
         capture = OutputCapture(output_read, log_path, limits.log_bytes, limits.output_bytes).start()
         status = OutputCapture(status_read, None, 0, 64 * 1024).start()
-        timed_out, over_budget, peak, namespace = False, False, 0, None
+        timed_out, over_budget, peak, namespace, stopped = False, False, 0, None, False
         deadline = start + limits.wall_seconds
         next_sample = start
         try:
             while True:
                 wait = SAMPLE_S if sample else max(deadline - time.monotonic(), 0.001)
+                if self.stop is not None:
+                    wait = min(wait, STOP_CHECK_S)
                 try:
                     process.wait(timeout=min(wait, budget.poll_s) if budget is not None else wait)
                     break
@@ -486,6 +503,9 @@ class Sandbox:
                     break
                 if time.monotonic() >= deadline:
                     timed_out = True
+                    break
+                if self.stop is not None and self.stop.is_set():
+                    stopped = True
                     break
                 if sample and time.monotonic() >= next_sample:
                     next_sample = time.monotonic() + SAMPLE_S
@@ -507,6 +527,8 @@ class Sandbox:
         duration = time.monotonic() - start
         capture.finish()
         status.finish()
+        if stopped:
+            raise SandboxStopped(f"stopped after {duration:.0f} s")
         text = capture.text()
         reports = [line[len(MARK):].split() for line in status.text().splitlines() if line.startswith(MARK)]
         exit_code = None if timed_out else process.returncode

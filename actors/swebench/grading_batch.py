@@ -5,6 +5,7 @@ only the instances without a result for the same patch, so a batch cut off by ki
 without grading a finished instance twice. Only the driver appends (workers return results)."""
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -56,20 +57,23 @@ class WorkerOptions:
     artifact_store: str = ""
 
 
-def testbed_cache(options: WorkerOptions, cache_root: str | None = None) -> TestbedCache:
+def testbed_cache(options: WorkerOptions, cache_root: str | None = None, stop: threading.Event | None = None) -> TestbedCache:
     """This node's testbeds, in its own cache (`cache_root`, else the node's setting), sharing
-    through the job's artifact store."""
-    envs = EnvironmentCache(sandbox=Sandbox(options.sandbox), pythons=dict(options.pythons),
+    through the job's artifact store; `stop` ends its builds (Sandbox.stop)."""
+    envs = EnvironmentCache(sandbox=Sandbox(options.sandbox, stop=stop), pythons=dict(options.pythons),
                             artifacts=open_artifact_store(options.artifact_store))
     if cache_root:
         envs.root = Path(cache_root)
     return TestbedCache(envs)
 
 
-def grade_job(job: GradeJob, options: WorkerOptions, cache_root: str | None = None) -> InstanceGraded:
-    """One instance, start to end, on whichever node runs it (its environment cache is that node's)."""
-    runner = TestRunner(Sandbox(options.sandbox), grading_limits(options.wall_seconds, options.memory_bytes), network=options.network)
-    return grade(job.record, job.patch, options.repos_dir, testbed_cache(options, cache_root), runner, job.model,
+def grade_job(job: GradeJob, options: WorkerOptions, cache_root: str | None = None,
+              stop: threading.Event | None = None) -> InstanceGraded:
+    """One instance, start to end, on whichever node runs it (its environment cache is that node's);
+    `stop` ends its builds and its test run (SandboxStopped)."""
+    runner = TestRunner(Sandbox(options.sandbox, stop=stop), grading_limits(options.wall_seconds, options.memory_bytes),
+                        network=options.network)
+    return grade(job.record, job.patch, options.repos_dir, testbed_cache(options, cache_root, stop), runner, job.model,
                  options.logs_dir, options.custom, run_empty=options.run_empty)
 
 
@@ -103,9 +107,10 @@ class ThreadExecutor:
         self._options = options
         self._cache_root = cache_root  # this process's node's cache (None: its node setting)
         self._pool = ThreadPoolExecutor(max_workers=workers)
+        self._stop = threading.Event()
 
     def start(self, job: GradeJob):
-        return self._pool.submit(grade_job, job, self._options, self._cache_root)
+        return self._pool.submit(grade_job, job, self._options, self._cache_root, self._stop)
 
     def next_done(self, handles: list):
         done, _ = wait(handles, return_when=FIRST_COMPLETED)
@@ -113,6 +118,10 @@ class ThreadExecutor:
         return handle, handle.result()
 
     def close(self) -> None:
+        # Jobs still running (the grading was interrupted) end now: their sandboxed builds and
+        # tests are killed, so the process's exit, which waits for the threads, does not wait
+        # for them. What they leave is graded again on resume.
+        self._stop.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
