@@ -1,7 +1,8 @@
 """Compiled code built once: a testbed install compiles through the node's ccache, so another
 commit's testbed, in a folder of its own, recompiles only the C source that changed. On a real C
 extension project (two .c files) in a real git repository, real environments, the real sandbox;
-the counts are ccache's own."""
+the counts are ccache's own. Once with headers from stable paths, once with numpy's headers from
+pip's build isolation (numpy's wheel from the package index), as astropy and scikit-learn build."""
 from __future__ import annotations
 
 import shutil
@@ -47,7 +48,25 @@ if __name__ == "__main__":
     test_value()
     print("test_value passed")
 """
-COMPILES = ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")
+# Built in pip's build isolation with numpy among the build requirements: the compiler is given
+# numpy's headers in a folder pip names at random at every install (/tmp/pip-build-env-XXXXXXXX).
+NUMPY_SETUP = """from numpy import get_include
+from setuptools import Extension, setup
+
+setup(name="duo", version="1.0", packages=["duo"],
+      ext_modules=[Extension("duo._fast", ["duo/one.c", "duo/two.c"], include_dirs=[get_include()])])
+"""
+NUMPY_PYPROJECT = """[build-system]
+requires = ["setuptools>=61", "numpy==1.26.4"]
+build-backend = "setuptools.build_meta"
+"""
+NUMPY_HEADERS = """#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+"""
+NUMPY_ONE = NUMPY_HEADERS + ONE.removeprefix("#include <Python.h>\n")
+NUMPY_TWO = NUMPY_HEADERS + """long two_value(void) { return (long)(npy_intp)%d; }
+"""
 
 
 def counts(cache) -> dict[str, int]:
@@ -56,16 +75,31 @@ def counts(cache) -> dict[str, int]:
             "misses": found.get("cache_miss", 0)}
 
 
-@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
-@pytest.mark.skipif(shutil.which("ccache") is None or not (COMPILER_LINKS / "gcc").exists(),
-                    reason="ccache is not installed (apt-get install ccache)")
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler (gcc)")
+compiling = pytest.mark.skipif(
+    bwrap_path() is None or shutil.which("ccache") is None or not (COMPILER_LINKS / "gcc").exists()
+    or shutil.which("gcc") is None,
+    reason="needs bubblewrap (bwrap), ccache (apt-get install ccache) and a C compiler (gcc)")
+
+
+@compiling
 def test_a_changed_c_source_recompiles_only_that_file_and_the_verdict_holds(tmp_path):
+    two_commits_recompile_only_the_changed_file(tmp_path, {"setup.py": SETUP, "pyproject.toml": PYPROJECT},
+                                                ONE, TWO)
+
+
+@compiling
+def test_a_build_isolations_headers_hit_the_cache_at_another_testbed(tmp_path):
+    """numpy's headers come from a build isolation named at random by each install: the front names
+    it the same at both, so one.c, which did not change, is still a hit."""
+    two_commits_recompile_only_the_changed_file(tmp_path, {"setup.py": NUMPY_SETUP, "pyproject.toml": NUMPY_PYPROJECT},
+                                                NUMPY_ONE, NUMPY_TWO)
+
+
+def two_commits_recompile_only_the_changed_file(tmp_path: Path, build: dict[str, str], one: str, two: str) -> None:
     repo, base = make_repo(tmp_path / "repos" / "duo__duo", {
-        "setup.py": SETUP, "pyproject.toml": PYPROJECT, "duo/__init__.py": "",
-        "duo/one.c": ONE, "duo/two.c": TWO % 1, "tests/test_duo.py": TEST % 1,
+        **build, "duo/__init__.py": "", "duo/one.c": one, "duo/two.c": two % 1, "tests/test_duo.py": TEST % 1,
     })
-    changed = commit_files(repo, {"duo/two.c": TWO % 2, "tests/test_duo.py": TEST % 2}, "two.c gives 2")
+    changed = commit_files(repo, {"duo/two.c": two % 2, "tests/test_duo.py": TEST % 2}, "two.c gives 2")
     testbeds = TestbedCache(EnvironmentCache(tmp_path / "envs"))
     env = Recipe(python="3.11", label="duo")
     recipes = [TestbedRecipe(env=env, repo="duo/duo", commit=commit, install=("python -m pip install -e .",), label="duo")
