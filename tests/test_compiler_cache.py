@@ -5,14 +5,16 @@ the counts are ccache's own. Once with headers from stable paths, once with nump
 pip's build isolation (numpy's wheel from the package index), as astropy and scikit-learn build."""
 from __future__ import annotations
 
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from gitfixtures import commit_files, make_repo
 from magis_ray.actors.execution import compiler_cache as compiler_cache_module
-from magis_ray.actors.execution.compiler_cache import COMPILER_LINKS, compiler_cache
+from magis_ray.actors.execution.compiler_cache import COMPILER_LINKS, compiler_cache, compiler_front
 from magis_ray.actors.execution.environments import EnvironmentCache, Recipe
 from magis_ray.actors.execution.runner import TestRunner
 from magis_ray.actors.execution.sandbox import Limits, Sandbox, bwrap_path
@@ -129,3 +131,60 @@ def test_without_ccache_installs_compile_as_before_with_one_notice(tmp_path, mon
     told = capsys.readouterr()
     assert (told.out + told.err).count(compiler_cache_module.ABSENT) == 1
     assert not (tmp_path / "envs").exists()
+
+
+def isolation(parent: Path, name: str, distributions: tuple[str, ...], layout: str = "overlay/") -> Path:
+    """A build isolation as pip (layout overlay/) or uv (a virtual environment: layout "") makes it,
+    with a header of its numpy."""
+    site = parent / name / f"{layout}lib/python3.11/site-packages"
+    for distribution in distributions:
+        (site / f"{distribution}.dist-info").mkdir(parents=True)
+    (site / "numpy/include").mkdir(parents=True)
+    (site / "numpy/include/npy.h").write_text("typedef long npy_intp;\n")
+    return parent / name
+
+
+def through_front(front: Path, compiler: str, *arguments: str, cwd: Path) -> str:
+    done = subprocess.run([compiler, *arguments], cwd=cwd, capture_output=True, text=True, check=True,
+                          env={"PATH": f"{front}:/usr/bin:/bin", "LC_ALL": "C"})
+    return done.stdout + done.stderr
+
+
+@pytest.mark.skipif(not (COMPILER_LINKS / "gcc").exists() or shutil.which("g++") is None,
+                    reason="needs ccache's links (apt-get install ccache) and g++")
+def test_the_front_names_a_build_isolation_the_same_at_every_install_and_apart_from_other_ones(tmp_path):
+    front = compiler_front(tmp_path / "front")
+    assert {link.name for link in COMPILER_LINKS.iterdir()} <= {entry.name for entry in front.iterdir()}
+    (tmp_path / "source.c").write_text('#include "npy.h"\nnpy_intp value(void) { return 1; }\n')
+    built = ("numpy-1.26.4", "setuptools-69.0.0")
+    first, second = (isolation(tmp_path, name, built) for name in ("pip-build-env-ab12cd34", "pip-build-env-zz98yy76"))
+    other = isolation(tmp_path, "pip-build-env-qq11ww22", ("numpy-1.21.6", "setuptools-69.0.0"))
+    uv = isolation(tmp_path / "uv/builds-v0", ".tmpAbC123", built, layout="")
+
+    def line_markers(folder: Path, compiler: str = "gcc", layout: str = "overlay/") -> str:
+        include = f"{folder}/{layout}lib/python3.11/site-packages/numpy/include"
+        out = through_front(front, compiler, "-E", "-x", "c", f"-I{include}", "source.c", cwd=tmp_path)
+        return "\n".join(line for line in out.splitlines() if line.startswith("#") and "npy.h" in line)
+
+    # The preprocessor names the headers of two installs' isolations by the same stable name...
+    named = line_markers(first)
+    assert named and first.name not in named and "/build-env." in named
+    assert line_markers(second, "x86_64-linux-gnu-g++") == named
+    # ... while the two isolations are there at once (one install building two packages); another
+    # isolation's distributions give another name, and uv's isolation one of its own too.
+    assert line_markers(other) not in ("", named) and line_markers(other).count("/build-env.") == 1
+    assert line_markers(uv, "cc", layout="") not in ("", named) and str(uv.parent) in line_markers(uv, "cc", layout="")
+
+    # Every argument naming the isolation, in every form, is given its stable name; the rest as they were.
+    commands = through_front(front, "gcc", "-###", f"-I{first}/overlay/a", "-I", f"{first}/overlay/b",
+                             "-isystem", f"{first}/overlay/c", f"-L{first}/overlay/lib",
+                             f"-Wl,-rpath,{first}/overlay/lib", "-Ilocal", "source.c", cwd=tmp_path)
+    stable = re.search(r"(/\S*/build-env\.\d+)/overlay/a", commands).group(1)
+    assert first.name not in commands and Path(stable).resolve() == first.resolve()
+    for expected in (f"-I {stable}/overlay/a", f"-I {stable}/overlay/b", f"-isystem {stable}/overlay/c",
+                     f"-L{stable}/overlay/lib", f"-rpath {stable}/overlay/lib", "-I local"):
+        assert expected in commands, (expected, commands)
+
+    # A link left by an earlier install (its isolation gone) is pointed at the isolation of now.
+    shutil.rmtree(first)
+    assert line_markers(second) == named and Path(stable).resolve() == second.resolve()
