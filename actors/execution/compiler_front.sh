@@ -25,13 +25,21 @@ for argument in "$@"; do
 done
 
 if [[ -n ${isolated-} && -d $isolated ]]; then
-    # pip's isolation: overlay/ and normal/ prefixes; uv's: a virtual environment.
-    held=("$isolated"/lib/python*/site-packages/*.dist-info "$isolated"/*/lib/python*/site-packages/*.dist-info)
-    key=$(printf '%s\n' "${held[@]#"$isolated"}" | cksum)
-    stable=${isolated%/*}/build-env.${key%% *}
-    if [[ ! -e $stable ]]; then
-        # A link left by an earlier install step (its isolation gone) is replaced at once (rename).
-        ln -s "$isolated" "$stable.$$" 2>/dev/null && mv -Tf "$stable.$$" "$stable" 2>/dev/null || stable=
+    for link in "${isolated%/*}"/build-env.*; do
+        # Made by an earlier compile of this isolation (no KEY to compute: shell builtins only).
+        [[ $link -ef $isolated ]] && stable=$link && break
+    done
+    if [[ -z ${stable-} ]]; then
+        # pip's isolation: overlay/ and normal/ prefixes; uv's: a virtual environment.
+        held=("$isolated"/lib/python*/site-packages/*.dist-info "$isolated"/*/lib/python*/site-packages/*.dist-info)
+        key=$(printf '%s\n' "${held[@]#"$isolated"}" | cksum)
+        stable=${isolated%/*}/build-env.${key%% *}
+        if [[ ! -e $stable ]]; then
+            # A link left by an earlier install step (its isolation gone) is replaced at once: made
+            # under a hidden name, then renamed.
+            draft=${isolated%/*}/.build-env.${key%% *}.$$
+            ln -s "$isolated" "$draft" 2>/dev/null && mv -Tf "$draft" "$stable" 2>/dev/null || stable=
+        fi
     fi
     if [[ -n $stable ]]; then
         rewritten=()
