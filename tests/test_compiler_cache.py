@@ -1,17 +1,20 @@
 """Compiled code built once: a testbed install compiles through the node's ccache, so another
 commit's testbed, in a folder of its own, recompiles only the C source that changed. On a real C
 extension project (two .c files) in a real git repository, real environments, the real sandbox;
-the counts are ccache's own."""
+the counts are ccache's own. Once with headers from stable paths, once with numpy's headers from
+pip's build isolation (numpy's wheel from the package index), as astropy and scikit-learn build."""
 from __future__ import annotations
 
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from gitfixtures import commit_files, make_repo
 from magis_ray.actors.execution import compiler_cache as compiler_cache_module
-from magis_ray.actors.execution.compiler_cache import COMPILER_LINKS, compiler_cache
+from magis_ray.actors.execution.compiler_cache import COMPILER_LINKS, compiler_cache, compiler_front
 from magis_ray.actors.execution.environments import EnvironmentCache, Recipe
 from magis_ray.actors.execution.runner import TestRunner
 from magis_ray.actors.execution.sandbox import Limits, Sandbox, bwrap_path
@@ -47,7 +50,25 @@ if __name__ == "__main__":
     test_value()
     print("test_value passed")
 """
-COMPILES = ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")
+# Built in pip's build isolation with numpy among the build requirements: the compiler is given
+# numpy's headers in a folder pip names at random at every install (/tmp/pip-build-env-XXXXXXXX).
+NUMPY_SETUP = """from numpy import get_include
+from setuptools import Extension, setup
+
+setup(name="duo", version="1.0", packages=["duo"],
+      ext_modules=[Extension("duo._fast", ["duo/one.c", "duo/two.c"], include_dirs=[get_include()])])
+"""
+NUMPY_PYPROJECT = """[build-system]
+requires = ["setuptools>=61", "numpy==1.26.4"]
+build-backend = "setuptools.build_meta"
+"""
+NUMPY_HEADERS = """#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+"""
+NUMPY_ONE = NUMPY_HEADERS + ONE.removeprefix("#include <Python.h>\n")
+NUMPY_TWO = NUMPY_HEADERS + """long two_value(void) { return (long)(npy_intp)%d; }
+"""
 
 
 def counts(cache) -> dict[str, int]:
@@ -56,16 +77,31 @@ def counts(cache) -> dict[str, int]:
             "misses": found.get("cache_miss", 0)}
 
 
-@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
-@pytest.mark.skipif(shutil.which("ccache") is None or not (COMPILER_LINKS / "gcc").exists(),
-                    reason="ccache is not installed (apt-get install ccache)")
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler (gcc)")
+compiling = pytest.mark.skipif(
+    bwrap_path() is None or shutil.which("ccache") is None or not (COMPILER_LINKS / "gcc").exists()
+    or shutil.which("gcc") is None,
+    reason="needs bubblewrap (bwrap), ccache (apt-get install ccache) and a C compiler (gcc)")
+
+
+@compiling
 def test_a_changed_c_source_recompiles_only_that_file_and_the_verdict_holds(tmp_path):
+    two_commits_recompile_only_the_changed_file(tmp_path, {"setup.py": SETUP, "pyproject.toml": PYPROJECT},
+                                                ONE, TWO)
+
+
+@compiling
+def test_a_build_isolations_headers_hit_the_cache_at_another_testbed(tmp_path):
+    """numpy's headers come from a build isolation named at random by each install: the front names
+    it the same at both, so one.c, which did not change, is still a hit."""
+    two_commits_recompile_only_the_changed_file(tmp_path, {"setup.py": NUMPY_SETUP, "pyproject.toml": NUMPY_PYPROJECT},
+                                                NUMPY_ONE, NUMPY_TWO)
+
+
+def two_commits_recompile_only_the_changed_file(tmp_path: Path, build: dict[str, str], one: str, two: str) -> None:
     repo, base = make_repo(tmp_path / "repos" / "duo__duo", {
-        "setup.py": SETUP, "pyproject.toml": PYPROJECT, "duo/__init__.py": "",
-        "duo/one.c": ONE, "duo/two.c": TWO % 1, "tests/test_duo.py": TEST % 1,
+        **build, "duo/__init__.py": "", "duo/one.c": one, "duo/two.c": two % 1, "tests/test_duo.py": TEST % 1,
     })
-    changed = commit_files(repo, {"duo/two.c": TWO % 2, "tests/test_duo.py": TEST % 2}, "two.c gives 2")
+    changed = commit_files(repo, {"duo/two.c": two % 2, "tests/test_duo.py": TEST % 2}, "two.c gives 2")
     testbeds = TestbedCache(EnvironmentCache(tmp_path / "envs"))
     env = Recipe(python="3.11", label="duo")
     recipes = [TestbedRecipe(env=env, repo="duo/duo", commit=commit, install=("python -m pip install -e .",), label="duo")
@@ -95,3 +131,60 @@ def test_without_ccache_installs_compile_as_before_with_one_notice(tmp_path, mon
     told = capsys.readouterr()
     assert (told.out + told.err).count(compiler_cache_module.ABSENT) == 1
     assert not (tmp_path / "envs").exists()
+
+
+def isolation(parent: Path, name: str, distributions: tuple[str, ...], layout: str = "overlay/") -> Path:
+    """A build isolation as pip (layout overlay/) or uv (a virtual environment: layout "") makes it,
+    with a header of its numpy."""
+    site = parent / name / f"{layout}lib/python3.11/site-packages"
+    for distribution in distributions:
+        (site / f"{distribution}.dist-info").mkdir(parents=True)
+    (site / "numpy/include").mkdir(parents=True)
+    (site / "numpy/include/npy.h").write_text("typedef long npy_intp;\n")
+    return parent / name
+
+
+def through_front(front: Path, compiler: str, *arguments: str, cwd: Path) -> str:
+    done = subprocess.run([compiler, *arguments], cwd=cwd, capture_output=True, text=True, check=True,
+                          env={"PATH": f"{front}:/usr/bin:/bin", "LC_ALL": "C"})
+    return done.stdout + done.stderr
+
+
+@pytest.mark.skipif(not (COMPILER_LINKS / "gcc").exists() or shutil.which("g++") is None,
+                    reason="needs ccache's links (apt-get install ccache) and g++")
+def test_the_front_names_a_build_isolation_the_same_at_every_install_and_apart_from_other_ones(tmp_path):
+    front = compiler_front(tmp_path / "front")
+    assert {link.name for link in COMPILER_LINKS.iterdir()} <= {entry.name for entry in front.iterdir()}
+    (tmp_path / "source.c").write_text('#include "npy.h"\nnpy_intp value(void) { return 1; }\n')
+    built = ("numpy-1.26.4", "setuptools-69.0.0")
+    first, second = (isolation(tmp_path, name, built) for name in ("pip-build-env-ab12cd34", "pip-build-env-zz98yy76"))
+    other = isolation(tmp_path, "pip-build-env-qq11ww22", ("numpy-1.21.6", "setuptools-69.0.0"))
+    uv = isolation(tmp_path / "uv/builds-v0", ".tmpAbC123", built, layout="")
+
+    def line_markers(folder: Path, compiler: str = "gcc", layout: str = "overlay/") -> str:
+        include = f"{folder}/{layout}lib/python3.11/site-packages/numpy/include"
+        out = through_front(front, compiler, "-E", "-x", "c", f"-I{include}", "source.c", cwd=tmp_path)
+        return "\n".join(line for line in out.splitlines() if line.startswith("#") and "npy.h" in line)
+
+    # The preprocessor names the headers of two installs' isolations by the same stable name...
+    named = line_markers(first)
+    assert named and first.name not in named and "/build-env." in named
+    assert line_markers(second, "x86_64-linux-gnu-g++") == named
+    # ... while the two isolations are there at once (one install building two packages); another
+    # isolation's distributions give another name, and uv's isolation one of its own too.
+    assert line_markers(other) not in ("", named) and line_markers(other).count("/build-env.") == 1
+    assert line_markers(uv, "cc", layout="") not in ("", named) and str(uv.parent) in line_markers(uv, "cc", layout="")
+
+    # Every argument naming the isolation, in every form, is given its stable name; the rest as they were.
+    commands = through_front(front, "gcc", "-###", f"-I{first}/overlay/a", "-I", f"{first}/overlay/b",
+                             "-isystem", f"{first}/overlay/c", f"-L{first}/overlay/lib",
+                             f"-Wl,-rpath,{first}/overlay/lib", "-Ilocal", "source.c", cwd=tmp_path)
+    stable = re.search(r"(/\S*/build-env\.\d+)/overlay/a", commands).group(1)
+    assert first.name not in commands and Path(stable).resolve() == first.resolve()
+    for expected in (f"-I {stable}/overlay/a", f"-I {stable}/overlay/b", f"-isystem {stable}/overlay/c",
+                     f"-L{stable}/overlay/lib", f"-rpath {stable}/overlay/lib", "-I local"):
+        assert expected in commands, (expected, commands)
+
+    # A link left by an earlier install (its isolation gone) is pointed at the isolation of now.
+    shutil.rmtree(first)
+    assert line_markers(second) == named and Path(stable).resolve() == second.resolve()
