@@ -15,7 +15,7 @@ def interrupted_exit_code() -> int:
 @contextmanager
 def stopped_by_signals():
     """SIGTERM and SIGHUP (`kill`, `timeout`, CI cancellation, systemd, a closed terminal) stop the
-    command as Ctrl-C does: KeyboardInterrupt in the main thread, so the run ends failed and
+    command as Ctrl-C does (SIGHUP not under `nohup`): KeyboardInterrupt in the main thread, so the run ends failed and
     resumable. The exit code then names the signal (143 for SIGTERM)."""
     import signal
 
@@ -23,7 +23,9 @@ def stopped_by_signals():
         _stopped_by.append(signal.Signals(signum).name)
         raise KeyboardInterrupt
 
-    names = ("SIGINT", "SIGTERM", "SIGHUP")
+    # A command started under `nohup` ignores SIGHUP, and keeps ignoring it: a closed terminal must not stop it.
+    names = [name for name in ("SIGINT", "SIGTERM", "SIGHUP")
+             if not (name == "SIGHUP" and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN)]
     previous = {name: signal.signal(getattr(signal, name), stop) for name in names}
     try:
         yield

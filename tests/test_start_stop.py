@@ -241,3 +241,26 @@ def test_a_ray_another_user_recorded_is_not_joined(tmp_path, monkeypatch):
         assert warm_local_ray(NodeSettings()) == address
         os.chown(recorded, 54321, 54321)
         assert warm_local_ray(NodeSettings()) is None
+
+
+@pytest.mark.parametrize("under_nohup", [False, True], ids=["terminal", "nohup"])
+def test_sighup_stops_a_command_unless_it_was_started_under_nohup(under_nohup):
+    """A closed terminal (SIGHUP) stops a command as Ctrl-C does, except one started with `nohup`,
+    which ignores SIGHUP and must go on ignoring it: the real handler, in a process of its own."""
+    program = (
+        "import os, signal, sys\n"
+        f"if {under_nohup}: signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+        "from magis_ray.cli.signals import stopped_by_signals\n"
+        "try:\n"
+        "    with stopped_by_signals():\n"
+        "        os.kill(os.getpid(), signal.SIGHUP)\n"
+        "        print('went on')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('stopped')\n"
+        "print('after:', 'ignored' if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else 'default')\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=GENEROUS_S)
+    assert done.returncode == 0, done.stderr
+    if under_nohup:
+        assert done.stdout.split() == ["went", "on", "after:", "ignored"]
+    else:
+        assert done.stdout.split() == ["stopped", "after:", "default"]
