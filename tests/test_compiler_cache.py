@@ -51,7 +51,7 @@ if __name__ == "__main__":
     print("test_value passed")
 """
 # Built in pip's build isolation with numpy among the build requirements: the compiler is given
-# numpy's headers in a folder pip names at random at every install (/tmp/pip-build-env-XXXXXXXX).
+# numpy's headers in a folder pip names at random at every install (/tmp/pip-build-env-<random>).
 NUMPY_SETUP = """from numpy import get_include
 from setuptools import Extension, setup
 

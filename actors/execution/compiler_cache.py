@@ -18,7 +18,7 @@ not hashed (hash_dir off: only debug information names it) and the compiler is k
 content, not its time stamp (a reinstalled gcc package hits the same entries when it is the same).
 
 A project built in pip's build isolation (pyproject.toml's build requirements, numpy's headers
-among them: astropy, scikit-learn) compiles with -I/tmp/pip-build-env-XXXXXXXX/overlay/...,
+among them: astropy 4 and later) compiles with -I/tmp/pip-build-env-<random>/overlay/...,
 a folder named at random by every install; the name would reach the preprocessor's line markers
 and ccache's manifests, and every source including those headers would miss. The front gives
 ccache the compile with that folder named through a link whose name depends only on the

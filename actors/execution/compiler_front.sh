@@ -2,7 +2,7 @@
 # The compiler front of testbed installs (compiler_cache.py). It runs under every name of ccache's
 # links (gcc, cc, g++, c++, x86_64-linux-gnu-gcc, ...), first on the install's PATH, and hands the
 # compile to the next of that name on the PATH (ccache's link) with one change: a build isolation's
-# folder (pip's TMP/pip-build-env-XXXXXXXX, uv's CACHE/builds-v0/.tmpXXXXXX), whose name is random
+# folder (pip's TMP/pip-build-env-<random>, uv's CACHE/builds-v0/.tmp<random>), whose name is random
 # at every install, is named through a link whose name is the same at every install that resolves
 # the same build requirements: build-env.KEY beside it, KEY from the distributions it holds. The
 # arguments, the preprocessor's line markers and ccache's manifests then name the same headers at
