@@ -5,6 +5,7 @@ the counts are ccache's own. Once with headers from stable paths, once with nump
 pip's build isolation (numpy's wheel from the package index), as astropy and scikit-learn build."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ from gitfixtures import commit_files, make_repo
 from magis_ray.actors.execution import compiler_cache as compiler_cache_module
 from magis_ray.actors.execution.compiler_cache import COMPILER_LINKS, compiler_cache, compiler_front
 from magis_ray.actors.execution.environments import EnvironmentCache, Recipe
+from magis_ray.actors.execution.interpreters import InterpreterMissing, find_python
 from magis_ray.actors.execution.runner import TestRunner
 from magis_ray.actors.execution.sandbox import Limits, Sandbox, bwrap_path
 from magis_ray.actors.execution.testbeds import BUILT, REINSTALLED, TestbedCache, TestbedRecipe
@@ -121,6 +123,72 @@ def two_commits_recompile_only_the_changed_file(tmp_path: Path, build: dict[str,
     for testbed, expected in ((first, 1), (second, 2)):
         run = runner.run(testbed, "python tests/test_duo.py", None)
         assert run.exit_code == 0 and "test_value passed" in run.output, (expected, run.output[-2000:])
+
+
+# As scikit-learn 0.2x builds: Python 3.6 (no audit hooks, so no install is ever reused), Cython
+# from the environment, no build isolation, distutils giving the compiler the testbed's own
+# python/include.
+CYTHON_SETUP = """from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+setup(name="duo", version="1.0", packages=["duo"],
+      ext_modules=cythonize([Extension("duo._fast", ["duo/fast.pyx", "duo/two.c"])], language_level=3))
+"""
+CYTHON_ONE = """cdef extern long two_value()
+
+
+def value():
+    return two_value()
+"""
+
+
+def has_python(version: str) -> bool:
+    try:
+        find_python(version)
+    except InterpreterMissing:
+        return False
+    return True
+
+
+@compiling
+@pytest.mark.skipif(not has_python("3.6"), reason="needs CPython 3.6 (pyenv install 3.6)")
+def test_an_untraced_install_takes_cythons_output_and_the_compiles_from_the_caches(tmp_path):
+    """On Python 3.6 the second commit's install runs again in full: Cython finds its C by
+    fingerprint in the node's cache, and the compile of it, given the testbed's own python/include,
+    is a ccache hit; only the changed two.c is compiled."""
+    repo, base = make_repo(tmp_path / "repos" / "duo__duo", {
+        "setup.py": CYTHON_SETUP, "duo/__init__.py": "", "duo/fast.pyx": CYTHON_ONE, "duo/two.c": TWO % 1,
+        "tests/test_duo.py": TEST % 1,
+    })
+    changed = commit_files(repo, {"duo/two.c": TWO % 2, "tests/test_duo.py": TEST % 2}, "two.c gives 2")
+    testbeds = TestbedCache(EnvironmentCache(tmp_path / "envs"))
+    env = Recipe(python="3.6", packages=("Cython==0.29.37", "setuptools==59.6.0", "wheel==0.37.1"), label="duo")
+    recipes = [TestbedRecipe(env=env, repo="duo/duo", commit=commit, install=(
+        "python -m pip install -v --no-use-pep517 --no-build-isolation -e .",), label="duo") for commit in (base, changed)]
+    cache = testbeds.compiler_cache()
+
+    first = testbeds.get(recipes[0], repo.workdir)
+    assert first.made == BUILT
+    assert "Cythonizing duo/fast.pyx" in install_log(first)
+    assert counts(cache) == {"hits": 0, "misses": 2}  # fast.c (Cython's) and two.c
+    second = testbeds.get(recipes[1], repo.workdir)
+    assert second.made == REINSTALLED and "no audit hooks" in " ".join(notes_of(second))
+    log = install_log(second)
+    assert "Found compiled duo/fast.pyx in cache" in log and "Cythonizing" not in log
+    assert counts(cache) == {"hits": 1, "misses": 3}
+
+    runner = TestRunner(Sandbox(), Limits(wall_seconds=300))
+    for testbed, expected in ((first, 1), (second, 2)):
+        run = runner.run(testbed, "python tests/test_duo.py", None)
+        assert run.exit_code == 0 and "test_value passed" in run.output, (expected, run.output[-2000:])
+
+
+def install_log(testbed) -> str:
+    return "".join(path.read_text(errors="replace") for path in sorted((Path(testbed.path) / "logs").glob("*-install-*.log")))
+
+
+def notes_of(testbed) -> list[str]:
+    return json.loads((Path(testbed.path) / "ready.json").read_text()).get("notes", [])
 
 
 def test_without_ccache_installs_compile_as_before_with_one_notice(tmp_path, monkeypatch, capsys):

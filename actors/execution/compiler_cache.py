@@ -9,11 +9,13 @@ folder. One cache for the node, under its cache root, shared by the testbeds of 
 written by the builds' uid.
 
 Cache entries of two testbeds must match although each installs from a folder of its own
-(TESTBEDS/KEY, whose python/include the compiler is given with -I): the install's shell is given
-PWD = TESTBEDS/KEY/tree, the same directory as its working directory /testbed (a bind mount of
-it), which ccache takes as the directory to make paths relative to; and base_dir is the node's
-cache root, so every path of a testbed, its environment or the tree becomes a path relative to the
-tree, the same for every testbed (../python/include/python3.9). The working directory itself is
+(TESTBEDS/KEY, whose python/include the compiler is given with -I on Pythons before 3.9): the
+install's shell is given PWD = TESTBEDS/KEY/tree, the same directory as its working directory
+/testbed (a bind mount of it), which ccache takes as the directory to make paths relative to,
+and base_dir is the node's cache root. ccache keeps a relative path only where it leads to the same
+file from the real working directory, so the testbed's prefix is mounted at /python as well:
+../python/include/python3.6m is then the same for every testbed. An environment's paths stay
+absolute, the same for every testbed of the environment. The working directory itself is
 not hashed (hash_dir off: only debug information names it) and the compiler is known by its
 content, not its time stamp (a reinstalled gcc package hits the same entries when it is the same).
 
@@ -45,6 +47,7 @@ COMPILER_LINKS = Path("/usr/lib/ccache")  # Debian's ccache package: links named
 CACHE_FOLDER = "ccache"  # under the node's cache root
 FRONT_FOLDER = "compiler-front"  # under the node's cache root: the front's script and its links
 FRONT_SCRIPT = Path(__file__).with_name("compiler_front.sh")
+PREFIX_FROM_TESTBED = "/python"  # ../python from /testbed: the testbed's prefix, beside its tree
 MAX_SIZE = "20G"  # scikit-learn and astropy at a few versions each fit many times over
 ABSENT = "ccache is not installed (apt-get install ccache): testbed installs compile their C in full"
 
@@ -67,8 +70,12 @@ class CompilerCache:
                 "CCACHE_BASEDIR": str(self.base), "CCACHE_NOHASHDIR": "1", "CCACHE_COMPILERCHECK": "content",
                 "CCACHE_MAXSIZE": MAX_SIZE, "CCACHE_TEMPDIR": str(self.folder / "tmp")}
 
-    def mounts(self) -> list[Mount]:
-        return [Mount(str(self.folder), str(self.folder), writable=True), Mount(str(self.front), str(self.front))]
+    def mounts(self, prefix: Path) -> list[Mount]:
+        """The cache and the front; and the testbed's interpreter prefix (TESTBEDS/KEY/python) at
+        /python too, where the relative path ccache makes of it (../python, from the tree) leads
+        from the working directory /testbed: ccache keeps a relative path only if it does."""
+        return [Mount(str(self.folder), str(self.folder), writable=True), Mount(str(self.front), str(self.front)),
+                Mount(str(prefix), PREFIX_FROM_TESTBED)]
 
     def statistics(self) -> dict[str, int]:
         """ccache's counters for this cache (--print-stats): direct_cache_hit,

@@ -66,6 +66,8 @@ LAYOUT = 8  # what a cached testbed holds; another number builds anew
 BUILT, REUSED, REINSTALLED = "built", "reused", "reinstalled"
 TRACE = "trace"  # the install's trace (install_trace_hook.py), in the testbed's folder
 TRACE_HOOK = "_magis_install_trace"
+CYTHON_HOOK = "_magis_cython_cache"  # cython_cache_hook.py, beside the trace hook while an install runs
+CYTHON_CACHE = "cython"  # under the node's cache root: the C Cython generated, by fingerprint
 CONFLICT_SIGNS = ("ResolutionImpossible", "conflicting dependencies", "Could not find a version that satisfies")
 
 
@@ -248,10 +250,11 @@ class TestbedCache:
         mounts = [*env.mounts(), Mount(str(folder), str(folder), writable=True), Mount(str(tree), TESTBED, writable=True),
                   Mount(objects_of(repo_path), objects_of(repo_path)),
                   Mount(str(self.envs.pip_cache), str(self.envs.pip_cache), writable=True)]
+        mounts.append(Mount(str(self.cython_cache()), str(self.cython_cache()), writable=True))
         compilers = self.compiler_cache()
         if compilers is not None:
             variables.update(compilers.variables(tree, path))
-            mounts += compilers.mounts()
+            mounts += compilers.mounts(prefix)
         return BuildSteps(self.envs.sandbox, folder, mounts, variables, cwd=TESTBED)
 
     def compiler_cache(self) -> CompilerCache | None:
@@ -261,6 +264,15 @@ class TestbedCache:
         if compilers is not None and identity.drop and compilers.folder.stat().st_uid != identity.uid:
             give_to(compilers.folder, identity)
         return compilers
+
+    def cython_cache(self) -> Path:
+        """The node's cache of Cython's generated C (cython_cache_hook.py), writable by the builds' uid."""
+        folder = self.envs.root / CYTHON_CACHE
+        folder.mkdir(parents=True, exist_ok=True)
+        identity = build_identity()
+        if identity.drop and folder.stat().st_uid != identity.uid:
+            give_to(folder, identity)
+        return folder
 
     def _install(self, recipe: TestbedRecipe, env: Environment, steps: BuildSteps, before: TreeState, folder: Path,
                  notes: list[str]) -> dict:
@@ -284,7 +296,7 @@ class TestbedCache:
                 give_own_files(writable, identity)
         started = time.time()
         used: list[str] = []
-        _start_trace(folder, prefix)
+        _start_hooks(folder, prefix, self.cython_cache())
         try:
             for number, command in enumerate(recipe.install, 1):
                 dated = self._resolve_install(recipe, env, steps, folder, number, command, notes) or constraints
@@ -309,7 +321,7 @@ class TestbedCache:
                     raise EnvironmentBuildError(f"install-{number}", f"{command!r} exit {outcome.exit_code}: {tail[-400:]} "
                                                 f"(log: {steps.logs})", outcome.output)
         finally:
-            _stop_trace(prefix)
+            _stop_hooks(prefix)
         requires = build_requirements(tree)
         self._fetch_wheelhouse(env, steps, folder, requires, notes)
         self._record(recipe, folder, before, started, used, requires, notes)
@@ -369,14 +381,14 @@ class TestbedCache:
             shutil.copy2(donor / name, folder / name)
         base = {"PIP_CONSTRAINT": env.constraints} if env.constraints else {}
         started = time.time()
-        _start_trace(folder, prefix)
+        _start_hooks(folder, prefix, self.cython_cache())
         try:
             for number, command in enumerate(recipe.install, 1):
                 own = f"install-{number}-constraints.txt"
                 dated = {"PIP_CONSTRAINT": str(folder / own)} if own in record.constraints else base
                 steps.run(f"install-{number}", pinned(command, dated), extra=unpinned_env(command, dated))
         finally:
-            _stop_trace(prefix)
+            _stop_hooks(prefix)
         drop_untouched(donor / "tree", tree, copied)
         found = distributions(prefix)
         if found != record.distributions:
@@ -482,21 +494,26 @@ def unpinned_env(command: str, constraints: dict[str, str]) -> dict[str, str]:
     return {} if PIP_INSTALL.match(command) else constraints
 
 
-def _start_trace(folder: Path, prefix: Path) -> None:
-    """The trace hook in the prefix while its install runs, started by its .pth line with where
-    to write and what to watch (every Python process of the install reads the .pth)."""
+def _start_hooks(folder: Path, prefix: Path, cython_cache: Path) -> None:
+    """The install's hooks in the prefix while its install runs, each started by its .pth line
+    (every Python process of the install reads the .pth files): the trace hook, with where to
+    write and what to watch, and the hook that gives Cython the node's cache of generated C."""
     site = Path(site_packages_of(prefix))
-    shutil.copy(Path(__file__).with_name("install_trace_hook.py"), site / f"{TRACE_HOOK}.py")
+    here = Path(__file__).parent
+    shutil.copy(here / "install_trace_hook.py", site / f"{TRACE_HOOK}.py")
     (site / f"{TRACE_HOOK}.pth").write_text(f"import {TRACE_HOOK}; {TRACE_HOOK}.start({str(folder / TRACE)!r}, [{TESTBED!r}])\n")
+    shutil.copy(here / "cython_cache_hook.py", site / f"{CYTHON_HOOK}.py")
+    (site / f"{CYTHON_HOOK}.pth").write_text(f"import {CYTHON_HOOK}; {CYTHON_HOOK}.start({str(cython_cache)!r})\n")
 
 
-def _stop_trace(prefix: Path) -> None:
-    """The prefix without the trace hook: test runs and other testbeds never see it."""
+def _stop_hooks(prefix: Path) -> None:
+    """The prefix without the install's hooks: test runs and other testbeds never see them."""
     site = Path(site_packages_of(prefix))
-    for path in (site / f"{TRACE_HOOK}.py", site / f"{TRACE_HOOK}.pth", *(site / "__pycache__").glob(f"{TRACE_HOOK}.*")):
-        path.unlink(missing_ok=True)
+    for hook in (TRACE_HOOK, CYTHON_HOOK):
+        for path in (site / f"{hook}.py", site / f"{hook}.pth", *(site / "__pycache__").glob(f"{hook}.*")):
+            path.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
-        (site / "__pycache__").rmdir()  # only when the hook's was all it held
+        (site / "__pycache__").rmdir()  # only when the hooks' was all it held
 
 
 def readable_by_all(root: Path) -> None:
