@@ -2,7 +2,8 @@
 commit's testbed, in a folder of its own, recompiles only the C source that changed. On a real C
 extension project (two .c files) in a real git repository, real environments, the real sandbox;
 the counts are ccache's own. Once with headers from stable paths, once with numpy's headers from
-pip's build isolation (numpy's wheel from the package index), as astropy and scikit-learn build."""
+pip's build isolation (numpy's wheel from the package index), as astropy 4 and later build, and
+once with a .pyx on Python 3.6, as scikit-learn 0.2x builds (Cython's output from its cache)."""
 from __future__ import annotations
 
 import json
