@@ -73,9 +73,10 @@ class CompilerCache:
     def mounts(self, prefix: Path) -> list[Mount]:
         """The cache and the front; and the testbed's interpreter prefix (TESTBEDS/KEY/python) at
         /python too, where the relative path ccache makes of it (../python, from the tree) leads
-        from the working directory /testbed: ccache keeps a relative path only if it does."""
+        from the working directory /testbed: ccache keeps a relative path only if it does. The
+        install makes the prefix: the steps before it (a spec's pre-install edits) run without."""
         return [Mount(str(self.folder), str(self.folder), writable=True), Mount(str(self.front), str(self.front)),
-                Mount(str(prefix), PREFIX_FROM_TESTBED)]
+                Mount(str(prefix), PREFIX_FROM_TESTBED, optional=True)]
 
     def statistics(self) -> dict[str, int]:
         """ccache's counters for this cache (--print-stats): direct_cache_hit,
