@@ -382,6 +382,18 @@ def test_the_node_s_cache_evicts_the_least_recently_used_first_never_one_in_use(
     assert cache_bound.evict_least_recent(tmp_path, 0) == []  # 0: no bound
 
 
+
+def test_an_entry_another_thread_evicted_first_is_passed_over(tmp_path):
+    """A grading's worker threads each list the entries, then evict: the second to reach one finds
+    it gone, and the grading goes on."""
+    hour = cache_bound.IN_USE_S
+    first = make_entry(tmp_path / "testbeds", "first", 300_000, 5 * hour)
+    second = make_entry(tmp_path / "testbeds", "second", 300_000, 4 * hour)
+    listed = cache_bound.entries(tmp_path)
+    assert cache_bound.evict_least_recent(tmp_path, 1) == [first, second]  # the other thread
+    assert [cache_bound._evict(entry.folder) for entry in listed] == [False, False]
+    assert not any(path.name.startswith(".evicted-") for path in (tmp_path / "testbeds").iterdir())
+
 def test_an_object_store_url_goes_through_fsspec(tmp_path):
     """memory:// (fsspec's own in-memory filesystem) as the store: a folder naming its cache root
     published, fetched under another root and relocated; a flipped byte dropped; the claim exclusive."""

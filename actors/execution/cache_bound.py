@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,8 +104,12 @@ def _evict(folder: Path) -> bool:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
-        gone = folder.parent / f".evicted-{folder.name}-{os.getpid()}"
-        os.rename(folder, gone)
+        # A grading's threads evict from one list each: another may have taken it out already.
+        gone = folder.parent / f".evicted-{folder.name}-{os.getpid()}-{threading.get_ident()}"
+        try:
+            os.rename(folder, gone)
+        except FileNotFoundError:
+            return False
     shutil.rmtree(gone, onerror=_writable_then_retry)
     return True
 
