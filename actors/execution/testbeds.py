@@ -250,7 +250,10 @@ class TestbedCache:
         mounts = [*env.mounts(), Mount(str(folder), str(folder), writable=True), Mount(str(tree), TESTBED, writable=True),
                   Mount(objects_of(repo_path), objects_of(repo_path)),
                   Mount(str(self.envs.pip_cache), str(self.envs.pip_cache), writable=True)]
-        mounts.append(Mount(str(self.cython_cache()), str(self.cython_cache()), writable=True))
+        cython = self.cython_cache
+        cython.mkdir(exist_ok=True)
+        _writable_by_builds(cython)
+        mounts.append(Mount(str(cython), str(cython), writable=True))
         compilers = self.compiler_cache()
         if compilers is not None:
             variables.update(compilers.variables(tree, path))
@@ -260,19 +263,14 @@ class TestbedCache:
     def compiler_cache(self) -> CompilerCache | None:
         """The node's compiler cache (compiler_cache.py), writable by the builds' uid; None without ccache."""
         compilers = compiler_cache(self.envs.root)
-        identity = build_identity()
-        if compilers is not None and identity.drop and compilers.folder.stat().st_uid != identity.uid:
-            give_to(compilers.folder, identity)
+        if compilers is not None:
+            _writable_by_builds(compilers.folder)
         return compilers
 
+    @property
     def cython_cache(self) -> Path:
-        """The node's cache of Cython's generated C (cython_cache_hook.py), writable by the builds' uid."""
-        folder = self.envs.root / CYTHON_CACHE
-        folder.mkdir(parents=True, exist_ok=True)
-        identity = build_identity()
-        if identity.drop and folder.stat().st_uid != identity.uid:
-            give_to(folder, identity)
-        return folder
+        """The node's cache of Cython's generated C (cython_cache_hook.py); an install's steps make it."""
+        return self.envs.root / CYTHON_CACHE
 
     def _install(self, recipe: TestbedRecipe, env: Environment, steps: BuildSteps, before: TreeState, folder: Path,
                  notes: list[str]) -> dict:
@@ -296,7 +294,7 @@ class TestbedCache:
                 give_own_files(writable, identity)
         started = time.time()
         used: list[str] = []
-        _start_hooks(folder, prefix, self.cython_cache())
+        _start_hooks(folder, prefix, self.cython_cache)
         try:
             for number, command in enumerate(recipe.install, 1):
                 dated = self._resolve_install(recipe, env, steps, folder, number, command, notes) or constraints
@@ -381,7 +379,7 @@ class TestbedCache:
             shutil.copy2(donor / name, folder / name)
         base = {"PIP_CONSTRAINT": env.constraints} if env.constraints else {}
         started = time.time()
-        _start_hooks(folder, prefix, self.cython_cache())
+        _start_hooks(folder, prefix, self.cython_cache)
         try:
             for number, command in enumerate(recipe.install, 1):
                 own = f"install-{number}-constraints.txt"
@@ -492,6 +490,13 @@ def pinned(command: str, constraints: dict[str, str]) -> str:
 def unpinned_env(command: str, constraints: dict[str, str]) -> dict[str, str]:
     """Another step (a user's own setup command) gets the constraints from the environment."""
     return {} if PIP_INSTALL.match(command) else constraints
+
+
+def _writable_by_builds(folder: Path) -> None:
+    """A cache folder of the node's that the builds' uid writes into."""
+    identity = build_identity()
+    if identity.drop and folder.stat().st_uid != identity.uid:
+        give_to(folder, identity)
 
 
 def _start_hooks(folder: Path, prefix: Path, cython_cache: Path) -> None:
