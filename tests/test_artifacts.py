@@ -394,6 +394,20 @@ def test_an_entry_another_thread_evicted_first_is_passed_over(tmp_path):
     assert [cache_bound._evict(entry.folder) for entry in listed] == [False, False]
     assert not any(path.name.startswith(".evicted-") for path in (tmp_path / "testbeds").iterdir())
 
+
+def test_an_entry_on_its_way_out_is_never_listed(tmp_path):
+    """An evicted entry keeps its ready.json under its hidden name while its removal goes on (its
+    recorded size may be gone first): another thread's listing passes it over rather than walk a
+    tree that vanishes under it, and never makes a lock beside it."""
+    hour = cache_bound.IN_USE_S
+    kept = make_entry(tmp_path / "testbeds", "kept", 300_000, 5 * hour)
+    leaving = make_entry(tmp_path / "testbeds", ".evicted-gone-1-2", 300_000, 6 * hour)
+    (leaving / cache_bound.SIZE).unlink()
+    assert [entry.folder for entry in cache_bound.entries(tmp_path)] == [kept]
+    assert cache_bound.evict_least_recent(tmp_path, 1) == [kept]
+    assert leaving.is_dir() and not (tmp_path / "testbeds" / f"{leaving.name}.lock").exists()
+    assert not (leaving / cache_bound.SIZE).exists()
+
 def test_an_object_store_url_goes_through_fsspec(tmp_path):
     """memory:// (fsspec's own in-memory filesystem) as the store: a folder naming its cache root
     published, fetched under another root and relocated; a flipped byte dropped; the claim exclusive."""

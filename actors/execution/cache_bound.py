@@ -58,22 +58,31 @@ def record_size(folder: Path) -> int:
 
 
 def entries(root: Path) -> list[Entry]:
-    """The cache's ready entries: its environments and its testbeds."""
+    """The cache's ready entries: its environments and its testbeds. Never one on its way out:
+    an evicted entry keeps its ready.json under its hidden name until its removal ends, and
+    another thread or process may evict one between the listing and its reading."""
     found = []
     for parent in (Path(root), Path(root) / "testbeds"):
         if not parent.is_dir():
             continue
         for folder in parent.iterdir():
-            if not (folder / "ready.json").is_file():
+            if folder.name.startswith(".") or not (folder / "ready.json").is_file():
                 continue
             try:
-                size = int((folder / SIZE).read_text())
-            except (OSError, ValueError):
-                size = record_size(folder)
-            used_mark = folder / USED
-            used = used_mark.stat().st_mtime if used_mark.exists() else (folder / "ready.json").stat().st_mtime
-            found.append(Entry(folder, used, size))
+                found.append(_entry(folder))
+            except FileNotFoundError:
+                continue
     return found
+
+
+def _entry(folder: Path) -> Entry:
+    try:
+        size = int((folder / SIZE).read_text())
+    except (OSError, ValueError):
+        size = record_size(folder)
+    used_mark = folder / USED
+    used = used_mark.stat().st_mtime if used_mark.exists() else (folder / "ready.json").stat().st_mtime
+    return Entry(folder, used, size)
 
 
 def evict_least_recent(root: Path, limit_bytes: int, keep: Path | None = None) -> list[Path]:
