@@ -1,5 +1,5 @@
-"""Environments made with uv and with pip: the same recipe gives the same distributions at the
-same versions, on a Python both serve. Real builds from PyPI in the bubblewrap sandbox."""
+"""Environments made with uv and with pip, and testbeds on them: the same recipe gives the same
+distributions at the same versions, on a Python both serve. Real builds from PyPI in the bubblewrap sandbox."""
 from __future__ import annotations
 
 import json
@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from execfixtures import pyproject
+from gitfixtures import make_repo
 from magis_ray.actors.execution.environments import EnvironmentCache, EnvironmentUnsupported, Recipe
-from magis_ray.actors.execution.installers import PIP, UV, installer_for
+from magis_ray.actors.execution.installers import AUTO, PIP, UV, installer_for
 from magis_ray.actors.execution.interpreters import InterpreterMissing, find_python
 from magis_ray.actors.execution.sandbox import bwrap_path
+from magis_ray.actors.execution.testbeds import TestbedCache, TestbedRecipe
 
 PY = "3.11"
 LISTING = ("import importlib.metadata as m, json; "
@@ -38,7 +41,10 @@ def test_uv_serves_python_3_6_and_later_and_pip_the_older():
 def test_uv_and_pip_build_the_same_distributions_from_one_recipe(tmp_path):
     """A requirements file, packages and pip packages as of a date, with an exact pin released
     after it (six 1.17.0 of 2024-12-04 moves the date there) and one of the requirements file
-    overridden by a later step's pin (iniconfig)."""
+    overridden by a later step's pin (iniconfig). Then a testbed on each, of a project asking for
+    what the environment lacks (idna, tomli): on the uv environment uv installs them at the
+    versions the date resolved and the spec's pip command installs the project alone; on the pip
+    environment pip installs all. The testbeds hold the same distributions too."""
     cache = EnvironmentCache(tmp_path / "envs")
     recipe = dict(python=PY, requirements="iniconfig\npluggy<2\n", packages=("attrs",),
                   pip_packages=("six==1.17.0", "iniconfig==1.1.1"), uploaded_before="2023-01-01T00:00:00Z")
@@ -54,6 +60,25 @@ def test_uv_and_pip_build_the_same_distributions_from_one_recipe(tmp_path):
     attrs = next(Path(with_uv.venv).glob("lib/python*/site-packages/attr/__init__.py"))
     assert attrs.stat().st_nlink > 1
     assert list(attrs.parent.glob("__pycache__/__init__.*.pyc"))
+
+    repo = tmp_path / "repos" / "dep__dep"
+    _, commit = make_repo(repo, {"pyproject.toml": pyproject("dep", ["idna", "tomli"]), "dep/__init__.py": "import idna, tomli\n"})
+    testbeds = TestbedCache(cache)
+    made = {}
+    for name, installer in (("pip", PIP), ("auto", AUTO)):
+        testbed = testbeds.get(TestbedRecipe(env=Recipe(**recipe, installer=installer, label=name), repo="dep/dep",
+                                             commit=commit, install=("python -m pip install -e .",)), repo)
+        prefix, logs = Path(testbed.path) / "python", Path(testbed.path) / "logs"
+        done = subprocess.run([str(prefix / "bin" / "python"), "-c", "import dep, idna; print(idna.__version__)"],
+                              capture_output=True, text=True, cwd=Path(testbed.path) / "tree")
+        assert done.stdout.strip() == "3.10", done.stderr  # the newest idna as of the date six's pin moved to
+        made[name] = (distributions(str(prefix)), {log.name for log in logs.iterdir()}, (logs / "testbed.log").read_text())
+    (pip_found, pip_logs, pip_notes), (uv_found, uv_logs, uv_notes) = made["pip"], made["auto"]
+    assert uv_found == pip_found
+    assert {("idna", "3.10"), ("dep", "0.1")} <= set(uv_found) and "tomli" in dict(uv_found), uv_found
+    assert any(log.endswith("install-1-dependencies.log") for log in uv_logs), uv_logs
+    assert "its 2 dependencies installed by uv at the resolved versions" in uv_notes
+    assert not any("dependencies" in log for log in pip_logs) and "installed by uv" not in pip_notes
 
 
 @pytest.mark.slow

@@ -162,6 +162,13 @@ class UvInstaller:
         return self.uv("pip", "install", "--python", str(venv / "bin" / "python"), *compile_, *self.dated(when, exact),
                        *held, *arguments), {}
 
+    def add_command(self, python: Path, pins: list[str]) -> str:
+        """Installs exactly `pins` (a resolution's `name==version`) for the interpreter `python`,
+        copied rather than linked: a testbed's prefix is a mount of its own, across which no link
+        from the cache holds."""
+        compile_ = ["--compile-bytecode"] if self.compiles_bytecode else []
+        return self.uv("pip", "install", "--python", str(python), "--no-deps", "--link-mode", "copy", *compile_, *pins)
+
     def finish_command(self, venv: Path) -> str | None:
         """On Python 3.6 the bytecode is compiled by the environment's own interpreter."""
         if self.compiles_bytecode:
