@@ -116,6 +116,23 @@ def test_a_resolution_for_an_older_python_decides_its_markers_for_that_python(tm
     assert versions["lxml"].startswith("4."), versions
 
 
+def test_a_resolution_never_pins_the_project_from_its_folder(tmp_path):
+    """pip's report names the project it installs from /testbed too, editable or not (`dir_info`
+    empty for `pip install .`, as requests' specs install): no pin for it, or uv would install its
+    namesake from PyPI before pip installs the commit's own."""
+    from magis_ray.actors.execution.era import constraints_from_report
+
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"install": [
+        {"metadata": {"name": "requests", "version": "1.1.0"}, "download_info": {"url": "file:///testbed", "dir_info": {}}},
+        {"metadata": {"name": "widget", "version": "0.1"},
+         "download_info": {"url": "file:///testbed", "dir_info": {"editable": True}}},
+        {"metadata": {"name": "lib", "version": "2.0"}, "download_info": {"url": "git+https://x/lib", "vcs_info": {}}},
+        {"metadata": {"name": "six", "version": "1.16.0"},
+         "download_info": {"url": "https://files.pythonhosted.org/six-1.16.0-py2.py3-none-any.whl", "archive_info": {}}}]}))
+    assert constraints_from_report(report) == ["six==1.16.0"]
+
+
 def test_what_an_install_asks_for_is_read_for_the_environment_s_python(tmp_path):
     from magis_ray.actors.execution.era import project_requirements_for
 

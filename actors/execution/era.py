@@ -264,13 +264,14 @@ def effective_date(date: str, pins: list[str], environ: dict[str, str] | None = 
 
 def constraints_from_report(report_path: str | os.PathLike) -> list[str]:
     """`name==version` for every distribution a `pip install --dry-run --report` would install
-    (those given by URL or path have no version to pin)."""
+    (those given by URL or path have no version to pin: the project itself, from its folder,
+    whose `dir_info` is empty unless the install is editable)."""
     with open(report_path) as handle:
         report = json.load(handle)
     pins = []
     for item in report.get("install", []):
         info = item.get("download_info", {})
-        if info.get("dir_info") or "vcs_info" in info:
+        if "dir_info" in info or "vcs_info" in info:
             continue
         pins.append(f"{item['metadata']['name']}=={item['metadata']['version']}")
     return sorted(pins, key=str.lower)
