@@ -16,7 +16,7 @@ from magis_ray.actors.execution.environments import EnvironmentCache, Recipe
 from magis_ray.actors.execution.install_inputs import DIFFERENT, INCREMENTAL, SAME, InstallInputs, Trace, TreeState
 from magis_ray.actors.execution.runner import TestRunner
 from magis_ray.actors.execution.sandbox import Limits, Sandbox, bwrap_path
-from magis_ray.actors.execution.testbed_reuse import installs_in_place
+from magis_ray.actors.execution.testbed_reuse import distributions, installs_in_place
 from magis_ray.actors.execution.testbeds import BUILT, REINSTALLED, REUSED, TestbedCache, TestbedRecipe
 from magis_ray.actors.swebench.grading_batch import GradeJob, next_job
 
@@ -137,6 +137,48 @@ def test_an_unchanged_install_is_reused_and_a_changed_input_installs_again(widge
     assert "requirements.txt differs; the files that declare its requirements differ" in (
         Path(pin.path) / "logs" / "testbed.log").read_text()
     assert tree_fingerprint(Path(donor.path)) == before  # nothing made from it changed it
+
+
+PLAIN_SETUP = """from setuptools import setup
+
+setup(name="plain", version="1.0", packages=["plain"], install_requires=%r)
+"""
+
+
+@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
+def test_a_project_with_nothing_to_compile_installs_again_when_its_setup_py_changes(tmp_path):
+    """A pure Python project whose setup.py asks for a version of iniconfig the environment's date
+    (late 2022) does not have: no resolution as of the date, the environment's pins conflict, and
+    its install runs unpinned, leaving iniconfig 2 of its own in the prefix. A commit that changes
+    setup.py but not what it asks for installs again on a copy of that prefix, unpinned as the
+    donor's was; one that asks for more installs again, finds other distributions, and is built."""
+    asks = ["iniconfig>=2"]
+    repo, base = make_repo(tmp_path / "repos" / "plain__plain", {
+        "setup.py": PLAIN_SETUP % asks, "plain/__init__.py": "import iniconfig\n"})
+    commits = {"base": base,
+               "setup.py": commit_files(repo, {"setup.py": PLAIN_SETUP % asks + "# the same requirements\n"}, "setup.py"),
+               "asks more": commit_files(repo, {"setup.py": PLAIN_SETUP % (asks + ["tomli"])}, "a requirement more")}
+    cache = TestbedCache(EnvironmentCache(tmp_path / "envs"))
+    env = Recipe(python="3.11", pip_packages=("iniconfig==1.1.1",), uploaded_before="2022-11-01T00:00:00Z", label="plain")
+
+    def made(name: str):
+        testbed = cache.get(TestbedRecipe(env=env, repo="plain/plain", commit=commits[name],
+                                          install=("python -m pip install -e .",), label="plain"), Path(repo.workdir))
+        found = distributions(Path(testbed.prefix))
+        return testbed, found, (Path(testbed.path) / "logs" / "testbed.log").read_text()
+
+    donor, found, notes = made("base")
+    assert donor.made == BUILT and "conflicts with the date's pins; installed without them" in notes, notes
+    assert found["iniconfig"].startswith("2."), found
+
+    again, found, notes = made("setup.py")
+    assert again.made == REINSTALLED and again.made_from == donor.key, notes
+    assert install_logs(again) == ["01-install-1.log"]  # one install, unpinned as the donor's was
+    assert found["iniconfig"].startswith("2.") and "tomli" not in found
+
+    more, found, notes = made("asks more")
+    assert more.made == BUILT and "did not give its dependencies" in notes and "tomli" in notes, notes
+    assert "tomli" in found
 
 
 def write_trace(folder: Path, pid: int, lines: list[str]) -> None:

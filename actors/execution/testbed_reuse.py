@@ -5,10 +5,11 @@
 - the same inputs but the version from git or other compiled sources (INCREMENTAL), or other
   inputs (DIFFERENT) with a pip install: the install runs again, on a copy of the donor's prefix,
   whose dependencies are then there already, and without the resolution as of the date and the
-  wheelhouse download that only the dependencies decide. Afterwards the installed distributions
-  must be the donor's and, where the donor's prefix holds dependencies of its own, the project's
-  requirements too (its egg-info's requires.txt, its Requires-Dist); if not, the testbed is built
-  in full (at once, where such a donor's files declaring requirements differ). Of the donor's
+  wheelhouse download that only the dependencies decide; each step pinned as the donor's was (or
+  not, where the donor's pins conflicted). Afterwards the installed distributions must be the
+  donor's and, where the donor's prefix holds dependencies of its own, the project's requirements
+  too (its egg-info's requires.txt, its Requires-Dist); if not, the testbed is built in full (at
+  once, where such a donor's install compiled and its files declaring requirements differ). Of the donor's
   egg-info, its PKG-INFO and entry points come along, which pip reads to uninstall the donor's
   install first, as it does when it upgrades an editable install in place; INCREMENTAL also
   copies the donor's other tree outputs, dated so that what their sources did not change is kept.
@@ -35,7 +36,7 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .environments import folder_lock
@@ -62,6 +63,7 @@ class InstallRecord:
     requirements: list[str]  # the project's own requirements, from its metadata
     distributions: dict[str, str]  # the prefix's distributions (name -> version), the project's own left out
     build_requires: list[str]  # what building the project needs (the wheelhouse's contents)
+    unpinned_steps: list[int] = field(default_factory=list)  # install steps run without pins (theirs conflicted)
 
     def write(self, folder: Path) -> None:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}

@@ -224,8 +224,10 @@ class TestbedCache:
             # Only pip uninstalls what an earlier install of the project left before it installs
             # (`setup.py install` would leave the donor's modules beside this commit's).
             why, donor = f"{why}, and its install is not pip's", None
-        if donor is not None and verdict == DIFFERENT and record.distributions and requirements_may_differ(record, before):
-            # Its dependencies would have to be the donor's: not worth an install (a compile) to find out.
+        if (donor is not None and verdict == DIFFERENT and record.distributions and record.inputs.compiled is not None
+                and requirements_may_differ(record, before)):
+            # Its dependencies would have to be the donor's: not worth an install that compiles to
+            # find out. Without a compiler the install is quick, and what it leaves is checked.
             why, donor = f"{why}; the files that declare its requirements differ and the donor's prefix has its own", None
         if donor is not None:
             try:
@@ -300,6 +302,7 @@ class TestbedCache:
                 give_own_files(writable, identity)
         started = time.time()
         used: list[str] = []
+        unpinned: list[int] = []
         _start_hooks(folder, prefix, self.cython_cache)
         try:
             for number, command in enumerate(recipe.install, 1):
@@ -319,6 +322,7 @@ class TestbedCache:
                         steps.run(f"install-{number}-dependencies-removed", "python -m pip uninstall --yes "
                                   + " ".join(shlex.quote(requirement_name(pin)) for pin in added))
                     outcome = steps.run(f"install-{number}-unpinned", command, required=False)
+                    unpinned.append(number)
                 if not outcome.ok:
                     unmirrored = [note for note in notes if "no local mirror" in note]
                     if unmirrored:
@@ -333,7 +337,7 @@ class TestbedCache:
             _stop_hooks(prefix)
         requires = build_requirements(tree)
         self._fetch_wheelhouse(env, steps, folder, requires, notes)
-        self._record(recipe, folder, before, started, used, requires, notes)
+        self._record(recipe, folder, before, started, used, unpinned, requires, notes)
         return {"notes": notes, "build_requires": list(requires)}
 
     def _dependency_installer(self, env: Environment) -> UvInstaller | None:
@@ -381,7 +385,7 @@ class TestbedCache:
             notes.append("the build requirements could not be fetched: a test run cannot install the project again offline")
 
     def _record(self, recipe: TestbedRecipe, folder: Path, before: TreeState, started: float, constraints: list[str],
-                requires: tuple[str, ...], notes: list[str]) -> InstallRecord:
+                unpinned_steps: list[int], requires: tuple[str, ...], notes: list[str]) -> InstallRecord:
         """What the install read and left behind (the testbed is a donor from now on), its log."""
         tree, prefix = folder / "tree", folder / "python"
         inputs = InstallInputs.from_trace(Trace.read(folder / TRACE), before, (TESTBED, str(tree)), str(prefix),
@@ -390,7 +394,8 @@ class TestbedCache:
             notes.append(f"other commits install again: {inputs.refusal}")
         made, removed = installed_files(tree, before)
         record = InstallRecord(inputs, made, removed, mentions_of(folder), before.files, started, constraints,
-                               project_requirements(folder, made, requested_extras(recipe.install)), distributions(prefix), list(requires))
+                               project_requirements(folder, made, requested_extras(recipe.install)), distributions(prefix), list(requires),
+                               unpinned_steps)
         record.write(folder)
         (folder / "logs" / "testbed.log").write_text("\n".join(notes) + "\n")
         readable_by_all(tree)  # test runs copy it as uids of their own
@@ -427,7 +432,10 @@ class TestbedCache:
         try:
             for number, command in enumerate(recipe.install, 1):
                 own = f"install-{number}-constraints.txt"
-                dated = {"PIP_CONSTRAINT": str(folder / own)} if own in record.constraints else base
+                if number in record.unpinned_steps:  # the donor's pins conflicted: this commit's would too
+                    dated = {}
+                else:
+                    dated = {"PIP_CONSTRAINT": str(folder / own)} if own in record.constraints else base
                 steps.run(f"install-{number}", pinned(command, dated), extra=unpinned_env(command, dated))
         finally:
             _stop_hooks(prefix)
@@ -450,7 +458,8 @@ class TestbedCache:
             link_folder(donor / "wheelhouse", folder / "wheelhouse")
         else:
             self._fetch_wheelhouse(env, steps, folder, requires, notes)
-        self._record(recipe, folder, before, started, list(record.constraints), requires, notes)
+        self._record(recipe, folder, before, started, list(record.constraints), list(record.unpinned_steps), requires,
+                     notes)
         return {"notes": notes, "build_requires": list(requires)}
 
     def _resolve_install(self, recipe: TestbedRecipe, env: Environment, steps: BuildSteps, folder: Path, number: int,
