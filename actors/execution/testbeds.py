@@ -434,8 +434,10 @@ class TestbedCache:
                 own = f"install-{number}-constraints.txt"
                 if number in record.unpinned_steps:  # the donor's pins conflicted: this commit's would too
                     dated = {}
+                elif own in record.constraints:
+                    dated = {"PIP_CONSTRAINT": str(folder / own)}
                 else:
-                    dated = {"PIP_CONSTRAINT": str(folder / own)} if own in record.constraints else base
+                    dated = base
                 steps.run(f"install-{number}", pinned(command, dated), extra=unpinned_env(command, dated))
         finally:
             _stop_hooks(prefix)
