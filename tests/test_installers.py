@@ -15,7 +15,7 @@ from magis_ray.actors.execution.environments import EnvironmentCache, Environmen
 from magis_ray.actors.execution.installers import AUTO, PIP, UV, installer_for
 from magis_ray.actors.execution.interpreters import InterpreterMissing, find_python
 from magis_ray.actors.execution.sandbox import bwrap_path
-from magis_ray.actors.execution.testbeds import TestbedCache, TestbedRecipe
+from magis_ray.actors.execution.testbeds import PIP_INSTALL, TestbedCache, TestbedRecipe, uv_requirements
 
 PY = "3.11"
 LISTING = ("import importlib.metadata as m, json; "
@@ -44,7 +44,8 @@ def test_uv_and_pip_build_the_same_distributions_from_one_recipe(tmp_path):
     overridden by a later step's pin (iniconfig). Then a testbed on each, of a project asking for
     what the environment lacks (idna, tomli): on the uv environment uv installs them at the
     versions the date resolved and the spec's pip command installs the project alone; on the pip
-    environment pip installs all. The testbeds hold the same distributions too."""
+    environment pip installs all. What the project adds is resolved as of the date by uv on the
+    one and by a pip that knows dates on the other. The testbeds hold the same distributions too."""
     cache = EnvironmentCache(tmp_path / "envs")
     recipe = dict(python=PY, requirements="iniconfig\npluggy<2\n", packages=("attrs",),
                   pip_packages=("six==1.17.0", "iniconfig==1.1.1"), uploaded_before="2023-01-01T00:00:00Z")
@@ -78,6 +79,7 @@ def test_uv_and_pip_build_the_same_distributions_from_one_recipe(tmp_path):
     assert {("idna", "3.10"), ("dep", "0.1")} <= set(uv_found) and "tomli" in dict(uv_found), uv_found
     assert any(log.endswith("install-1-dependencies.log") for log in uv_logs), uv_logs
     assert "its 2 dependencies installed by uv at the resolved versions" in uv_notes
+    assert "by uv, with the environment as it is" in uv_notes and "by pip, with the environment as it is" in pip_notes
     assert not any("dependencies" in log for log in pip_logs) and "installed by uv" not in pip_notes
 
 
@@ -138,3 +140,24 @@ def test_a_build_goes_on_when_another_entry_of_the_cache_goes_away(tmp_path):
     outcome = Sandbox().run(f"touch {root}/building/step-ran", cwd="/", mounts=mounts, limits=Limits(wall_seconds=120), build=True)
     assert outcome.ok, outcome.output
     assert (root / "building" / "step-ran").is_file()
+
+
+def test_every_pip_install_of_swebench_s_specs_is_resolved_by_uv_with_the_project_by_its_own_path():
+    """uv resolves a testbed's install step from its arguments: the spec table's every pip install
+    translates (verbosity and pip's choice of build interface dropped), the project named by the
+    tree's path; an argument it does not know leaves the resolution to pip."""
+    from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
+
+    tree = Path("/cache/testbeds/KEY/tree")
+    commands = {command for versions in MAP_REPO_VERSION_TO_SPECS.values() for spec in versions.values()
+                for command in ([spec["install"]] if isinstance(spec.get("install"), str) else [])
+                if PIP_INSTALL.match(command)}
+    assert len(commands) >= 8
+    for command in commands:
+        assert uv_requirements(PIP_INSTALL.match(command).group(1), tree) is not None, command
+    assert uv_requirements("-v --no-use-pep517 --no-build-isolation -e .", tree) == \
+        ([f"-e {tree}"], ("--no-build-isolation",))
+    assert uv_requirements("-e '.[dev]'", tree) == ([f"-e {tree}[dev]"], ())
+    assert uv_requirements(".", tree) == ([str(tree)], ())
+    assert uv_requirements("-r requirements.txt", tree) is None
+    assert uv_requirements("-e 'unclosed", tree) is None

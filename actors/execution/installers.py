@@ -66,10 +66,12 @@ class Installer(Protocol):
     def finish_command(self, venv: Path) -> str | None:
         """What completes the environment after its installs (None: nothing)."""
 
-    def resolve_command(self, venv: Path, wanted: Path, output: Path, when: str, exact: tuple[str, ...]) -> str | None:
+    def resolve_command(self, venv: Path, wanted: Path, output: Path, when: str, exact: tuple[str, ...],
+                        constraints: str = "", options: tuple[str, ...] = ()) -> str | None:
         """A command writing to `output` the pins of the requirements file `wanted` for the
-        environment's interpreter as of `when` (exact pins excepted); None when this installer
-        resolves otherwise (environments.EnvironmentCache._resolve_era)."""
+        environment's interpreter as of `when` (exact pins excepted), held to the `constraints`
+        file if one is given; None when this installer resolves otherwise
+        (environments.EnvironmentCache._resolve_era, testbeds.TestbedCache._resolve_install)."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,8 @@ class PipInstaller:
     def finish_command(self, venv: Path) -> str | None:
         return None
 
-    def resolve_command(self, venv: Path, wanted: Path, output: Path, when: str, exact: tuple[str, ...]) -> str | None:
+    def resolve_command(self, venv: Path, wanted: Path, output: Path, when: str, exact: tuple[str, ...],
+                        constraints: str = "", options: tuple[str, ...] = ()) -> str | None:
         return None
 
 
@@ -175,9 +178,11 @@ class UvInstaller:
             return None
         return f"{shlex.quote(str(venv / 'bin' / 'python'))} -m compileall -q -j 0 {shlex.quote(str(venv / 'lib'))} > /dev/null"
 
-    def resolve_command(self, venv: Path, wanted: Path, output: Path, when: str, exact: tuple[str, ...]) -> str | None:
-        return self.uv("pip", "compile", "--python", str(venv / "bin" / "python"), *self.dated(when, exact),
-                       "--no-header", "--no-annotate", "--quiet", "-o", str(output), str(wanted))
+    def resolve_command(self, venv: Path, wanted: Path, output: Path, when: str, exact: tuple[str, ...],
+                        constraints: str = "", options: tuple[str, ...] = ()) -> str | None:
+        held = ["-c", constraints] if constraints else []
+        return self.uv("pip", "compile", "--python", str(venv / "bin" / "python"), *self.dated(when, exact), *held,
+                       *options, "--no-header", "--no-annotate", "--quiet", "-o", str(output), str(wanted))
 
 
 def installer_named(name: str, root: Path, pip_cache: Path, python_version: str = "") -> Installer:

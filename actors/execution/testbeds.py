@@ -55,8 +55,8 @@ from .testbed_reuse import (INPUTS_FILE, Donors, InstallRecord, copy_installed, 
                             drop_untouched, requirements_may_differ, to_copy,
                             installed_files, link_folder, mentions_of, project_requirements,
                             installs_in_place, requested_extras)
-from .era import (constraints_from_report, pins_in, project_requirements_for, requirement_name, resolve_from_wheels,
-                  uv_binary, uv_variables)
+from .era import (constraints_from_report, distribution_of, pins_in, project_requirements_for, requirement_name,
+                  resolve_from_wheels, uv_binary, uv_variables)
 from .installers import UvInstaller
 from .sandbox import Mount
 from .workspaces import WorkspaceError, borrow_objects, checkout, git_env, objects_of
@@ -468,38 +468,79 @@ class TestbedCache:
                          command: str, notes: list[str]) -> dict[str, str]:
         """What a pip install step may add (this commit's own dependencies), resolved as of the
         environment's date on top of its pins: {"PIP_CONSTRAINT": file}, or {} (the step then
-        keeps to the environment's pins alone)."""
+        keeps to the environment's pins alone). uv resolves where it installs the testbed's
+        dependencies (Python 3.7 and later) and reads the step's arguments; else a pip that knows
+        dates, or the environment's own pip and uv from wheels (_resolve_install_from_wheels)."""
         match = PIP_INSTALL.match(command)
         when = env.uploaded_before
         if not (when and env.constraints and match):
             return {}
-        if not env.resolver:
+        uv = self._dependency_installer(env)
+        wanted = uv_requirements(match.group(1), folder / "tree") if uv is not None else None
+        if wanted is not None:
+            lines, options = wanted
+            resolve = self._uv_resolution(uv, env, steps, folder, number, lines, options)
+        elif env.resolver:
+            resolve = self._pip_resolution(env, steps, folder, number, match.group(1))
+        else:
             return self._resolve_install_from_wheels(env, steps, folder, number, match.group(1), notes)
-        report = folder / f"install-{number}-report.json"
-        base = (f"{shlex.quote(env.resolver)} -m pip install --dry-run --ignore-installed --quiet --report {report} "
-                f"--uploaded-prior-to {when} --find-links {shlex.quote(env.exact_pins)} ")
         # First held to the environment as it is: what the install adds comes in versions that
         # agree with it (seaborn's dev extras would otherwise pull NumPy 2 beside its pandas).
-        held = steps.run(f"install-{number}-era", base + f"-c {shlex.quote(env.constraints)} {match.group(1)}", required=False)
-        if held.ok and report.is_file():
-            pins = constraints_from_report(report)
-            how = "with the environment as it is"
-        else:
+        pins = resolve(True)
+        how = "with the environment as it is"
+        if pins is None:
             # The install asks for other versions of what the environment has (sphinx 3's setup.py
             # wants Jinja2<3.0 where the spec pins 3.0.3): pip replaces those, as in the harness's
             # image, and only what the environment lacks keeps to the date.
-            report.unlink(missing_ok=True)
-            free = steps.run(f"install-{number}-era-free", base + match.group(1), required=False)
-            if not free.ok or not report.is_file():
+            pins = resolve(False)
+            if pins is None:
                 notes.append(f"install step {number}: no resolution as of {when}; the environment's pins alone")
                 return {}
             installed = installed_names(env.venv)
-            pins = [pin for pin in constraints_from_report(report) if requirement_name(pin) not in installed]
+            pins = [pin for pin in pins if requirement_name(pin) not in installed]
             how = "replacing what the environment has where it asks for other versions"
         path = folder / f"install-{number}-constraints.txt"
         path.write_text("\n".join(pins) + "\n")
-        notes.append(f"install step {number}: resolved as of {when}, {how} (constraints: {path.name})")
+        by = "uv" if wanted is not None else "pip"
+        notes.append(f"install step {number}: resolved as of {when} by {by}, {how} (constraints: {path.name})")
         return {"PIP_CONSTRAINT": str(path)}
+
+    def _uv_resolution(self, uv: UvInstaller, env: Environment, steps: BuildSteps, folder: Path, number: int,
+                       lines: list[str], options: tuple[str, ...]):
+        """resolve(held) for _resolve_install: uv's pins of the step's requirements for the
+        environment's interpreter, held to its constraints or not; None when there are none."""
+        wanted, output = folder / f"install-{number}-wanted.in", folder / f"install-{number}-resolved.txt"
+        wanted.write_text("\n".join(lines) + "\n")
+        # The spec's exact pins as files, which carry no upload time, as pip's resolution has them:
+        # their other versions keep to the date (the environment's own resolution frees a pinned
+        # name from it altogether, where the pin leaves no other version to choose).
+        exact = Path(env.exact_pins)
+        if exact.is_dir() and any(distribution_of(entry.name) for entry in exact.iterdir()):
+            options = (*options, "--find-links", str(exact))
+
+        def resolve(held: bool) -> list[str] | None:
+            output.unlink(missing_ok=True)
+            command = uv.resolve_command(Path(env.venv), wanted, output, env.uploaded_before, (),
+                                         env.constraints if held else "", options)
+            outcome = steps.run(f"install-{number}-era" + ("" if held else "-free"), command, required=False)
+            return pins_in(output) if outcome.ok and output.is_file() else None
+        return resolve
+
+    def _pip_resolution(self, env: Environment, steps: BuildSteps, folder: Path, number: int, arguments: str):
+        """resolve(held) for _resolve_install by the environment's resolver, a pip that knows dates."""
+        report = folder / f"install-{number}-report.json"
+        base = (f"{shlex.quote(env.resolver)} -m pip install --dry-run --ignore-installed --quiet --report {report} "
+                f"--uploaded-prior-to {env.uploaded_before} --find-links {shlex.quote(env.exact_pins)} ")
+
+        def resolve(held: bool) -> list[str] | None:
+            report.unlink(missing_ok=True)
+            if held:
+                outcome = steps.run(f"install-{number}-era", base + f"-c {shlex.quote(env.constraints)} {arguments}",
+                                    required=False)
+            else:
+                outcome = steps.run(f"install-{number}-era-free", base + arguments, required=False)
+            return constraints_from_report(report) if outcome.ok and report.is_file() else None
+        return resolve
 
     def _resolve_install_from_wheels(self, env: Environment, steps: BuildSteps, folder: Path, number: int, arguments: str,
                                      notes: list[str]) -> dict[str, str]:
@@ -531,6 +572,40 @@ class TestbedCache:
         notes.append(f"install step {number}: resolved as of {when} for Python {env.python_version}, from wheels "
                      f"(constraints: {path.name})")
         return {"PIP_CONSTRAINT": str(path)}
+
+
+def uv_requirements(arguments: str, tree: Path) -> tuple[list[str], tuple[str, ...]] | None:
+    """A pip install step's arguments as what `uv pip compile` resolves: (requirement lines, uv's
+    options), or None for an argument this does not know (pip then resolves). The project is named
+    by the tree's own path, not /testbed: uv keeps a local project's metadata in its cache by path,
+    and every testbed's tree is /testbed in its sandbox. Verbosity and pip's choice of build
+    interface change nothing that is resolved."""
+    try:
+        words = shlex.split(arguments)
+    except ValueError:
+        return None
+
+    def located(requirement: str) -> str:
+        if requirement == "." or requirement.startswith((".[", "./")):
+            return str(tree) + requirement[1:]
+        return requirement
+
+    lines: list[str] = []
+    options: list[str] = []
+    words.reverse()
+    while words:
+        word = words.pop()
+        if word in ("-v", "--verbose", "-q", "--quiet", "--no-use-pep517"):
+            continue
+        if word == "--no-build-isolation":
+            options.append(word)
+        elif word in ("-e", "--editable") and words:
+            lines.append(f"-e {located(words.pop())}")
+        elif word.startswith("-"):
+            return None
+        else:
+            lines.append(located(word))
+    return (lines, tuple(options)) if lines else None
 
 
 def pinned(command: str, constraints: dict[str, str]) -> str:
