@@ -27,6 +27,7 @@ from execfixtures import new_file_patch, pyproject
 from gitfixtures import Submodule, commit_files, make_repo
 from magis_ray.actors.execution.conda import pip_equivalent
 from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, Recipe
+from magis_ray.actors.execution.installers import AUTO, PIP
 from magis_ray.actors.execution.interpreters import InterpreterMissing, find_python
 from magis_ray.actors.execution.runner import TestRunner
 from magis_ray.actors.execution.sandbox import Sandbox, bwrap_path
@@ -86,22 +87,24 @@ def test_a_an_exact_pin_wins_over_the_date_which_moves_to_its_release(caches):
     assert "six==1.17.0 was released 2024-12-04" in log and env.uploaded_before.startswith("2024-12-04")
 
 
-def test_h_an_install_on_a_python_too_old_for_a_resolver_keeps_to_the_date(caches):
+@pytest.mark.parametrize("installer, resolved_by", [(PIP, "for Python 3.8"), (AUTO, "by uv")])
+def test_h_an_install_on_a_python_too_old_for_a_resolver_keeps_to_the_date(caches, installer, resolved_by):
     """Below Python 3.9 no pip resolves as of a date in the environment itself (matplotlib 3.4 and
-    Django 3.0 run 3.8 and 3.6): what the project's install adds is resolved from wheels as of
-    the date all the same. matplotlib asks for setuptools_scm, whose today's release warns at
-    import, and its tests turn warnings into errors."""
+    Django 3.0 run 3.8 and 3.6): what the project's install adds is resolved as of the date all
+    the same, by uv where it built the environment, else from wheels. matplotlib asks for
+    setuptools_scm, whose today's release warns at import, and its tests turn warnings into errors."""
     testbeds, root = caches
     try:
         find_python("3.8")
     except InterpreterMissing:
         pytest.skip("no Python 3.8 on this machine")
-    _, base = make_repo(root / "repos" / "old__old", {"pyproject.toml": pyproject("pkg", ["six"]), "pkg/__init__.py": ""})
-    env = Recipe(python="3.8", pip_packages=("pytest",), uploaded_before="2023-01-01T00:00:00Z", label="era-38")
+    _, base = make_repo(root / "repos" / f"old__old-{installer}", {"pyproject.toml": pyproject("pkg", ["six"]), "pkg/__init__.py": ""})
+    env = Recipe(python="3.8", pip_packages=("pytest",), uploaded_before="2023-01-01T00:00:00Z", installer=installer,
+                 label=f"era-38-{installer}")
     testbed = testbeds.get(TestbedRecipe(env=env, repo="old/old", commit=base, install=("python -m pip install -e .",)),
-                           root / "repos" / "old__old")
+                           root / "repos" / f"old__old-{installer}")
     assert "six-1.16.0.dist-info" in site_packages(str(Path(testbed.path) / "python"))  # not 1.17.0 of 2024
-    assert "resolved as of 2023-01-01T00:00:00Z for Python 3.8" in (Path(testbed.path) / "logs" / "testbed.log").read_text()
+    assert f"resolved as of 2023-01-01T00:00:00Z {resolved_by}" in (Path(testbed.path) / "logs" / "testbed.log").read_text()
 
 
 def test_a_resolution_for_an_older_python_decides_its_markers_for_that_python(tmp_path):
