@@ -534,11 +534,9 @@ class TestbedCache:
 
         def resolve(held: bool) -> list[str] | None:
             report.unlink(missing_ok=True)
-            if held:
-                outcome = steps.run(f"install-{number}-era", base + f"-c {shlex.quote(env.constraints)} {arguments}",
-                                    required=False)
-            else:
-                outcome = steps.run(f"install-{number}-era-free", base + arguments, required=False)
+            constraints = f"-c {shlex.quote(env.constraints)} " if held else ""
+            outcome = steps.run(f"install-{number}-era" + ("" if held else "-free"), base + constraints + arguments,
+                                required=False)
             return constraints_from_report(report) if outcome.ok and report.is_file() else None
         return resolve
 
