@@ -249,7 +249,8 @@ def test_sighup_stops_a_command_unless_it_was_started_under_nohup(under_nohup):
     which ignores SIGHUP and must go on ignoring it: the real handler, in a process of its own."""
     program = (
         "import os, signal, sys\n"
-        f"if {under_nohup}: signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+        # As a terminal or nohup leaves it, whatever the test runner itself was started under.
+        f"signal.signal(signal.SIGHUP, signal.SIG_IGN if {under_nohup} else signal.SIG_DFL)\n"
         "from magis_ray.cli.signals import stopped_by_signals\n"
         "try:\n"
         "    with stopped_by_signals():\n"
