@@ -232,9 +232,17 @@ def test_d_pre_install_edits_run_and_a_system_package_must_be_on_the_machine(cac
     repo = root / "repos" / "edit__edit"
     _, base = make_repo(repo, {"tox.ini": "[testenv]\ncommands = pytest {posargs}\n", "pkg/__init__.py": ""})
     env = Recipe(python=PY, label="plain")
-    recipe = TestbedRecipe(env=env, repo="edit/edit", commit=base, pre_install=("sed -i 's/pytest/pytest -rA/' tox.ini",))
+    # The harness runs them as lines of one script: the `cd` carries to the line after it.
+    recipe = TestbedRecipe(env=env, repo="edit/edit", commit=base,
+                           pre_install=("sed -i 's/pytest/pytest -rA/' tox.ini", "cd pkg", "echo edited > marker.txt"))
     testbed = testbeds.get(recipe, repo)
     assert (Path(testbed.tree) / "tox.ini").read_text() == "[testenv]\ncommands = pytest -rA {posargs}\n"
+    assert (Path(testbed.tree) / "pkg" / "marker.txt").read_text() == "edited\n"
+    failing = TestbedRecipe(env=env, repo="edit/edit", commit=base,
+                            pre_install=("sed -i 's/pytest/pytest -x/' tox.ini", "false", "echo never > never.txt"))
+    with pytest.raises(EnvironmentBuildError, match="pre_install") as failed:
+        testbeds.get(failing, repo)
+    assert "+ false" in failed.value.log and "never.txt" not in failed.value.log
     missing = TestbedRecipe(env=env, repo="edit/edit", commit=base, system_packages=("magis-ray-no-such-package",))
     with pytest.raises(SystemPackagesMissing, match="needs system packages not on this machine: magis-ray-no-such-package"):
         testbeds.get(missing, repo)

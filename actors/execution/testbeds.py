@@ -212,8 +212,8 @@ class TestbedCache:
         give_to(folder, identity)
         self.envs.prepare_writable(folder, self._dependency_installer(env))
         steps = self._steps(env, folder, repo_path)
-        for number, command in enumerate(recipe.pre_install, 1):
-            steps.run(f"pre_install-{number}", command, network=False)
+        if recipe.pre_install:
+            steps.run("pre_install", pre_install_script(recipe.pre_install), network=False)
         before = TreeState.of(tree)
         verdict, donor, record, why = donors.match(before) if donors is not None else (DIFFERENT, None, None, "")
         made = {"objects": objects_of(repo_path), "label": recipe.label}
@@ -604,6 +604,13 @@ def uv_requirements(arguments: str, tree: Path) -> tuple[list[str], tuple[str, .
         else:
             lines.append(located(word))
     return (lines, tuple(options)) if lines else None
+
+
+def pre_install_script(commands: tuple[str, ...]) -> str:
+    """The spec's pre-install commands as lines of one script, as the harness's setup script has
+    them (`set -eux`, its bash's pipefail aside): it stops at the first that fails, a `cd` or a
+    variable carries to the next line, and the log shows each line as it runs."""
+    return "\n".join(("set -eux", *commands))
 
 
 def pinned(command: str, constraints: dict[str, str]) -> str:
