@@ -16,7 +16,7 @@ from magis_ray.actors.execution.environments import EnvironmentCache, Recipe
 from magis_ray.actors.execution.install_inputs import DIFFERENT, INCREMENTAL, SAME, InstallInputs, Trace, TreeState
 from magis_ray.actors.execution.runner import TestRunner
 from magis_ray.actors.execution.sandbox import Limits, Sandbox, bwrap_path
-from magis_ray.actors.execution.testbed_reuse import distributions, installs_in_place
+from magis_ray.actors.execution.testbed_reuse import InstallRecord, distributions, installs_in_place
 from magis_ray.actors.execution.testbeds import BUILT, REINSTALLED, REUSED, TestbedCache, TestbedRecipe
 from magis_ray.actors.swebench.grading_batch import GradeJob, next_job
 
@@ -320,3 +320,19 @@ def test_what_an_install_run_again_must_leave_as_the_donor_left_it(tmp_path):
                             "widget.egg-info/requires.txt [test] pytest", "widget: Requires-Dist: iniconfig==2.0.0",
                             "widget: Requires-Dist: pytest; extra == \"test\""])
     assert len(project_requirements(tmp_path, made, requested_extras(("python setup.py develop",)))) == 7  # all count
+
+
+def test_the_files_that_declare_requirements_are_those_projects_use():
+    """setup.py, setup.cfg, pyproject.toml, requirements files and pylint's __pkginfo__.py declare
+    requirements: one of them changed sends a commit to the resolution before its install runs
+    again; a module or a README does not."""
+    from magis_ray.actors.execution.testbed_reuse import requirements_may_differ
+
+    read = {"setup.py": "s1", "setup.cfg": "c1", "pylint/__pkginfo__.py": "p1", "requirements/test.txt": "r1",
+            "README.rst": "m1", "pylint/__init__.py": "i1"}
+    record = InstallRecord(InstallInputs(files=dict(read)), [], [], [], {}, 0.0, [], [], {}, [])
+    assert not requirements_may_differ(record, state(read))
+    for path in ("setup.py", "setup.cfg", "pylint/__pkginfo__.py", "requirements/test.txt"):
+        assert requirements_may_differ(record, state({**read, path: "changed"})), path
+    for path in ("README.rst", "pylint/__init__.py"):
+        assert not requirements_may_differ(record, state({**read, path: "changed"})), path

@@ -280,12 +280,15 @@ def distributions(prefix: Path) -> dict[str, str]:
     return found
 
 
-REQUIREMENT_FILES = re.compile(r"(?:^|/)(?:setup\.py|setup\.cfg|pyproject\.toml|[^/]*requirements[^/]*\.(?:txt|in))$")
+REQUIREMENT_FILES = re.compile(
+    r"(?:^|/)(?:setup\.py|setup\.cfg|pyproject\.toml|__pkginfo__\.py|[^/]*requirements[^/]*\.(?:txt|in)"
+    r"|requirements/[^/]+\.(?:txt|in))$")
 
 
 def requirements_may_differ(record: InstallRecord, state: TreeState) -> bool:
     """Whether a file where projects declare their requirements (setup.py, setup.cfg,
-    pyproject.toml, a requirements file), read by the donor's install, differs in `state`."""
+    pyproject.toml, a requirements file or one in a requirements/ folder, or __pkginfo__.py, where
+    pylint and astroid list theirs), read by the donor's install, differs in `state`."""
     return any(REQUIREMENT_FILES.search(path) and state.blob(path) != blob for path, blob in record.inputs.files.items())
 
 
