@@ -11,10 +11,11 @@
   too (its egg-info's requires.txt, its Requires-Dist); if not, the testbed is built in full (at
   once, where such a donor's install compiled and its files declaring requirements differ). Where
   those files differ, what the install adds is resolved as of the date first: the same pins as
-  the donor's stand for the same requirements; others build in full at once, on that resolution. Of the donor's
-  egg-info, its PKG-INFO and entry points come along, which pip reads to uninstall the donor's
-  install first, as it does when it upgrades an editable install in place; INCREMENTAL also
-  copies the donor's other tree outputs, dated so that what their sources did not change is kept.
+  the donor's stand for the same requirements; others build in full at once, on that resolution.
+  Of the donor's egg-info, its PKG-INFO and entry points come along, which pip reads to
+  uninstall the donor's install first, as it does when it upgrades an editable install in place;
+  INCREMENTAL also copies the donor's other tree outputs, dated so that what their sources did
+  not change is kept.
 
 What an install leaves behind, and where it goes here:
 - in the prefix: the editable link (an .egg-link and easy-install.pth, or a PEP 660 .pth and
