@@ -16,7 +16,7 @@ from magis_ray.actors.execution.environments import EnvironmentCache, Recipe
 from magis_ray.actors.execution.install_inputs import DIFFERENT, INCREMENTAL, SAME, InstallInputs, Trace, TreeState
 from magis_ray.actors.execution.runner import TestRunner
 from magis_ray.actors.execution.sandbox import Limits, Sandbox, bwrap_path
-from magis_ray.actors.execution.testbed_reuse import InstallRecord, distributions, installs_in_place
+from magis_ray.actors.execution.testbed_reuse import distributions, installs_in_place
 from magis_ray.actors.execution.testbeds import BUILT, REINSTALLED, REUSED, TestbedCache, TestbedRecipe
 from magis_ray.actors.swebench.grading_batch import GradeJob, next_job
 
@@ -181,39 +181,6 @@ def test_a_project_with_nothing_to_compile_installs_again_when_its_setup_py_chan
     assert "tomli" in found
 
 
-@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
-def test_what_an_install_adds_as_of_the_date_is_resolved_before_it_runs_again(tmp_path):
-    """A commit whose setup.py differs from the donor's is resolved as of the date first. Reworded
-    requirements that pin the same (iniconfig>=1 for iniconfig) install again on a copy of the
-    donor's prefix, its own iniconfig 1.1.1 kept; a requirement more is built in full at once,
-    with the resolution already made and no install run on a copy."""
-    repo, base = make_repo(tmp_path / "repos" / "dated__dated", {
-        "setup.py": PLAIN_SETUP % ["iniconfig"], "plain/__init__.py": "import iniconfig\n"})
-    commits = {"base": base,
-               "reworded": commit_files(repo, {"setup.py": PLAIN_SETUP % ["iniconfig>=1"]}, "reworded"),
-               "asks more": commit_files(repo, {"setup.py": PLAIN_SETUP % ["iniconfig", "tomli"]}, "a requirement more")}
-    cache = TestbedCache(EnvironmentCache(tmp_path / "envs"))
-    env = Recipe(python="3.11", pip_packages=("six==1.16.0",), uploaded_before="2022-11-01T00:00:00Z", label="dated")
-
-    def made(name: str):
-        testbed = cache.get(TestbedRecipe(env=env, repo="dated/dated", commit=commits[name],
-                                          install=("python -m pip install -e .",), label="dated"), Path(repo.workdir))
-        return testbed, distributions(Path(testbed.prefix)), (Path(testbed.path) / "logs" / "testbed.log").read_text()
-
-    donor, found, notes = made("base")
-    assert donor.made == BUILT and found == {"iniconfig": "1.1.1"}, (found, notes)
-
-    again, found, notes = made("reworded")
-    assert again.made == REINSTALLED and again.made_from == donor.key, notes
-    assert install_logs(again) == ["01-install-1-era.log", "02-install-1.log"]
-    assert found == {"iniconfig": "1.1.1"}
-
-    more, found, notes = made("asks more")
-    assert more.made == BUILT and "is not the donor's: tomli==" in notes and "did not give" not in notes, notes
-    assert [name for name in install_logs(more) if name.endswith("era.log")] == ["01-install-1-era.log"]
-    assert set(found) == {"iniconfig", "tomli"}
-
-
 def write_trace(folder: Path, pid: int, lines: list[str]) -> None:
     folder.mkdir(exist_ok=True)
     (folder / f"{pid}.trace").write_text("".join(line + "\n" for line in lines))
@@ -320,19 +287,3 @@ def test_what_an_install_run_again_must_leave_as_the_donor_left_it(tmp_path):
                             "widget.egg-info/requires.txt [test] pytest", "widget: Requires-Dist: iniconfig==2.0.0",
                             "widget: Requires-Dist: pytest; extra == \"test\""])
     assert len(project_requirements(tmp_path, made, requested_extras(("python setup.py develop",)))) == 7  # all count
-
-
-def test_the_files_that_declare_requirements_are_those_projects_use():
-    """setup.py, setup.cfg, pyproject.toml, requirements files and pylint's __pkginfo__.py declare
-    requirements: one of them changed sends a commit to the resolution before its install runs
-    again; a module or a README does not."""
-    from magis_ray.actors.execution.testbed_reuse import requirements_may_differ
-
-    read = {"setup.py": "s1", "setup.cfg": "c1", "pylint/__pkginfo__.py": "p1", "requirements/test.txt": "r1",
-            "README.rst": "m1", "pylint/__init__.py": "i1"}
-    record = InstallRecord(InstallInputs(files=dict(read)), [], [], [], {}, 0.0, [], [], {}, [])
-    assert not requirements_may_differ(record, state(read))
-    for path in ("setup.py", "setup.cfg", "pylint/__pkginfo__.py", "requirements/test.txt"):
-        assert requirements_may_differ(record, state({**read, path: "changed"})), path
-    for path in ("README.rst", "pylint/__init__.py"):
-        assert not requirements_may_differ(record, state({**read, path: "changed"})), path

@@ -9,13 +9,10 @@
   not, where the donor's pins conflicted). Afterwards the installed distributions must be the
   donor's and, where the donor's prefix holds dependencies of its own, the project's requirements
   too (its egg-info's requires.txt, its Requires-Dist); if not, the testbed is built in full (at
-  once, where such a donor's install compiled and its files declaring requirements differ). Where
-  those files differ, what the install adds is resolved as of the date first: the same pins as
-  the donor's stand for the same requirements; others build in full at once, on that resolution.
-  Of the donor's egg-info, its PKG-INFO and entry points come along, which pip reads to
-  uninstall the donor's install first, as it does when it upgrades an editable install in place;
-  INCREMENTAL also copies the donor's other tree outputs, dated so that what their sources did
-  not change is kept.
+  once, where such a donor's install compiled and its files declaring requirements differ). Of the donor's
+  egg-info, its PKG-INFO and entry points come along, which pip reads to uninstall the donor's
+  install first, as it does when it upgrades an editable install in place; INCREMENTAL also
+  copies the donor's other tree outputs, dated so that what their sources did not change is kept.
 
 What an install leaves behind, and where it goes here:
 - in the prefix: the editable link (an .egg-link and easy-install.pth, or a PEP 660 .pth and
@@ -44,7 +41,6 @@ from pathlib import Path
 
 from .environments import folder_lock
 from .relocation import rewrite_files, retarget_links, write_like
-from .era import pins_in, requirement_name
 from .install_inputs import DIFFERENT, SAME, InstallInputs, TreeState
 
 INPUTS_FILE = "inputs.json"  # a donor's inputs, beside its ready.json
@@ -281,36 +277,13 @@ def distributions(prefix: Path) -> dict[str, str]:
     return found
 
 
-REQUIREMENT_FILES = re.compile(
-    r"(?:^|/)(?:setup\.py|setup\.cfg|pyproject\.toml|__pkginfo__\.py|[^/]*requirements[^/]*\.(?:txt|in)"
-    r"|requirements/[^/]+\.(?:txt|in))$")
+REQUIREMENT_FILES = re.compile(r"(?:^|/)(?:setup\.py|setup\.cfg|pyproject\.toml|[^/]*requirements[^/]*\.(?:txt|in))$")
 
 
 def requirements_may_differ(record: InstallRecord, state: TreeState) -> bool:
     """Whether a file where projects declare their requirements (setup.py, setup.cfg,
-    pyproject.toml, a requirements file or one in a requirements/ folder, or __pkginfo__.py, where
-    pylint and astroid list theirs), read by the donor's install, differs in `state`."""
+    pyproject.toml, a requirements file), read by the donor's install, differs in `state`."""
     return any(REQUIREMENT_FILES.search(path) and state.blob(path) != blob for path, blob in record.inputs.files.items())
-
-
-def additions_compared(folder: Path, donor: Path, record: InstallRecord, steps: int) -> tuple[bool | None, str]:
-    """Whether the resolutions as of the date of `steps` install steps, made in `folder`, pin what
-    the donor's did: (True, ""), (False, the pins of one and not the other), or (None, "") when a
-    step has no resolution on either side to compare."""
-    for number in range(1, steps + 1):
-        name = f"install-{number}-constraints.txt"
-        ours, theirs = folder / name, donor / name
-        if not (ours.is_file() and name in record.constraints and theirs.is_file()):
-            return None, ""
-        differing = _pinned(ours) ^ _pinned(theirs)
-        if differing:
-            return False, "; ".join(sorted(differing, key=str.lower)[:4])
-    return True, ""
-
-
-def _pinned(path: Path) -> set[str]:
-    """A resolution's pins, each name as pip and uv both normalize it."""
-    return {f"{requirement_name(pin)}=={pin.split('==', 1)[1].strip()}" for pin in pins_in(path)}
 
 
 def installs_in_place(commands: tuple[str, ...]) -> bool:

@@ -51,8 +51,8 @@ from .environments import (SYSTEM_PREFIXES, BuildSteps, Environment, Environment
                            EnvironmentUnsupported, Recipe, folder_lock, held_by_system, locked_build, write_ready)
 from .identities import build_identity, give_to
 from .install_inputs import DIFFERENT, INCREMENTAL, SAME, InstallInputs, Trace, TreeState
-from .testbed_reuse import (INPUTS_FILE, Donors, InstallRecord, additions_compared, copy_installed, copy_prefix,
-                            date_unchanged, distributions, drop_untouched, requirements_may_differ, to_copy,
+from .testbed_reuse import (INPUTS_FILE, Donors, InstallRecord, copy_installed, copy_prefix, date_unchanged, distributions,
+                            drop_untouched, requirements_may_differ, to_copy,
                             installed_files, link_folder, mentions_of, project_requirements,
                             installs_in_place, requested_extras)
 from .era import (constraints_from_report, distribution_of, pins_in, project_requirements_for, requirement_name,
@@ -229,21 +229,10 @@ class TestbedCache:
             # Its dependencies would have to be the donor's: not worth an install that compiles to
             # find out. Without a compiler the install is quick, and what it leaves is checked.
             why, donor = f"{why}; the files that declare its requirements differ and the donor's prefix has its own", None
-        resolved: dict[int, dict[str, str]] | None = None
-        same_additions = None
-        if donor is not None and verdict == DIFFERENT and not record.unpinned_steps and requirements_may_differ(record, before):
-            # What the install adds as of the date says whether the donor's prefix will do: found
-            # out before an install runs, and kept for the build in full when it will not.
-            resolved = {number: self._resolve_install(recipe, env, steps, folder, number, command, notes)
-                        for number, command in enumerate(recipe.install, 1)}
-            same_additions, differing = additions_compared(folder, donor, record, len(recipe.install))
-            if same_additions is False:
-                why, donor = f"{why}, and what its install adds as of the date is not the donor's: {differing}", None
         if donor is not None:
             try:
                 info = self._reinstall(recipe, env, steps, donor, record, before, folder, verdict == INCREMENTAL,
-                                       notes + [f"installed again on a copy of testbed {donor.name}: {why}"],
-                                       same_additions=bool(same_additions))
+                                       notes + [f"installed again on a copy of testbed {donor.name}: {why}"])
                 return {**info, **made, "made": REINSTALLED, "made_from": donor.name}
             except EnvironmentBuildError as exc:
                 # When in doubt, build: the install in full, as if there were no donor.
@@ -254,7 +243,7 @@ class TestbedCache:
                                     f"({exc}); built in full",))
         if why:
             notes.append(f"its own install: {why}")
-        info = self._install(recipe, env, steps, before, folder, notes, resolved)
+        info = self._install(recipe, env, steps, before, folder, notes)
         return {**info, **made, "made": BUILT}
 
     def _steps(self, env: Environment, folder: Path, repo_path: Path) -> BuildSteps:
@@ -292,9 +281,8 @@ class TestbedCache:
         return self.envs.root / CYTHON_CACHE
 
     def _install(self, recipe: TestbedRecipe, env: Environment, steps: BuildSteps, before: TreeState, folder: Path,
-                 notes: list[str], resolved: dict[int, dict[str, str]] | None = None) -> dict:
-        """The install in full, traced: the testbed may then be a donor. `resolved`: each step's
-        resolution as of the date (_resolve_install), where it was made already."""
+                 notes: list[str]) -> dict:
+        """The install in full, traced: the testbed may then be a donor."""
         identity = build_identity()
         tree, prefix = folder / "tree", folder / "python"
         constraints = {"PIP_CONSTRAINT": env.constraints} if env.constraints else {}
@@ -318,8 +306,7 @@ class TestbedCache:
         _start_hooks(folder, prefix, self.cython_cache)
         try:
             for number, command in enumerate(recipe.install, 1):
-                dated = (resolved[number] if resolved is not None
-                         else self._resolve_install(recipe, env, steps, folder, number, command, notes)) or constraints
+                dated = self._resolve_install(recipe, env, steps, folder, number, command, notes) or constraints
                 added: list[str] = []
                 if dated.get("PIP_CONSTRAINT", "").startswith(str(folder)):
                     used.append(Path(dated["PIP_CONSTRAINT"]).name)
@@ -427,12 +414,10 @@ class TestbedCache:
         return {"notes": notes, "build_requires": record.build_requires}
 
     def _reinstall(self, recipe: TestbedRecipe, env: Environment, steps: BuildSteps, donor: Path, record: InstallRecord,
-                   before: TreeState, folder: Path, incremental: bool, notes: list[str], same_additions: bool = False) -> dict:
+                   before: TreeState, folder: Path, incremental: bool, notes: list[str]) -> dict:
         """The install run again, traced, on a copy of the donor's prefix (and, `incremental`, of
-        what it wrote into its tree): EnvironmentBuildError when it fails or when the installed
-        distributions are not the donor's, or the project's requirements, unless `same_additions`
-        (this commit's resolution as of the date pins what the donor's did: the donor's prefix is
-        what its own install would make, whatever the requirements say)."""
+        what it wrote into its tree): EnvironmentBuildError when it fails or when the project's
+        requirements or the installed distributions are not the donor's."""
         tree, prefix = folder / "tree", folder / "python"
         copy_prefix(donor, folder, record.mentions, copy_own=True)
         copied = to_copy(record, incremental)
@@ -462,7 +447,7 @@ class TestbedCache:
             changed = sorted(f"{n} {record.distributions.get(n, '-')} -> {found.get(n, '-')}"
                              for n in set(found) | set(record.distributions) if found.get(n) != record.distributions.get(n))
             raise EnvironmentBuildError("reinstall", f"the install changed the dependencies: {'; '.join(changed[:3])}")
-        if record.distributions and not same_additions:
+        if record.distributions:
             # The donor's prefix holds dependencies of its own (what the environment lacks or has in
             # other versions), which this commit's requirements might not ask for: they must be the same.
             made, _ = installed_files(tree, before)
