@@ -149,6 +149,24 @@ def test_an_output_flood_of_over_2_gib_leaves_the_caller_small(tmp_path):
     assert any(limit.startswith("output cut at 64 MiB") for limit in result["limits"]), result
 
 
+def test_a_scratch_folder_is_the_same_folder_at_its_other_names(seed, tmp_path):
+    """What is written under one name is there under the other, over the read-only folder that was
+    at that name; only on disk (a folder of the sandbox's memory has no host path to bind twice)."""
+    if not Sandbox().scratch_on_disk():
+        pytest.skip("scratch folders stay in memory here (no loop devices)")
+    shown = tmp_path / "testbeds" / "key"
+    (shown / "tree").mkdir(parents=True)
+    (shown / "tree" / "original").write_text("read-only\n")
+    tmp_path.chmod(0o755)
+    outcome = Sandbox().run("echo written > /testbed/new && cat tree/new tree/README && ls tree && [ tree -ef /testbed ] && echo same",
+                            cwd=str(shown), mounts=[Mount(str(shown), str(shown))],
+                            scratches=[Scratch("/testbed", str(seed), aliases=(str(shown / "tree"),))],
+                            limits=Limits(wall_seconds=120))
+    assert outcome.exit_code == 0, outcome.output
+    assert outcome.output.split() == ["written", "the", "workspace", "README", "new", "same"]
+    assert not (shown / "tree" / "new").exists()
+
+
 def test_tmp_is_bounded(seed):
     outcome = run("head -c 300000000 /dev/zero > /tmp/fill; echo exit=$?; head -c 300000000 /dev/zero > /dev/shm/fill",
                   seed, tmp_bytes=64 * MiB)

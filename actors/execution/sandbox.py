@@ -109,6 +109,9 @@ class Scratch:
     target: str
     seed: str | None = None
     host: str | None = None  # without a sandbox: the (empty) host folder that stands for it
+    # Other paths the same folder appears at, mounted over what is there. Only a scratch folder on
+    # disk has them: one in memory (a tmpfs of the sandbox's own) is not a host folder to bind twice.
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -363,7 +366,8 @@ class Sandbox:
             argv += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
         mounts = [*mounts, *(_resolver_mounts() if network else ())]
         seeded = [f"{SEEDS}/{n}" for n, scratch in enumerate(scratches) if scratch.seed is not None]
-        for folder in _parents([m.target for m in mounts] + [s.target for s in scratches] + seeded):
+        targets = [m.target for m in mounts] + [t for s in scratches for t in (s.target, *s.aliases)]
+        for folder in _parents(targets + seeded):
             argv += ["--perms", "0755", "--dir", folder]
         for mount in mounts:
             kind = "--bind" if mount.writable else "--ro-bind"
@@ -372,7 +376,8 @@ class Sandbox:
         in_memory = {"/dev/shm": limits.tmp_bytes} if on_disk else {"/dev/shm": limits.tmp_bytes, "/tmp": limits.tmp_bytes}
         for number, scratch in enumerate(scratches):
             if on_disk:
-                argv += ["--bind", f"{disks[number + 1][2]}/{scratch_disks.ROOT}", scratch.target]
+                for target in (scratch.target, *scratch.aliases):
+                    argv += ["--bind", f"{disks[number + 1][2]}/{scratch_disks.ROOT}", target]
             else:
                 argv += ["--perms", "1777", "--size", str(limits.scratch_bytes), "--tmpfs", scratch.target]
                 in_memory[scratch.target] = limits.scratch_bytes
