@@ -3,7 +3,8 @@ commit's testbed, in a folder of its own, recompiles only the C source that chan
 extension project (two .c files) in a real git repository, real environments, the real sandbox;
 the counts are ccache's own. Once with headers from stable paths, once with numpy's headers from
 pip's build isolation (numpy's wheel from the package index), as astropy 4 and later build, and
-once with a .pyx on Python 3.6, as scikit-learn 0.2x builds (Cython's output from its cache)."""
+once with a .pyx on Python 3.6, as scikit-learn 0.2x builds (Cython's output from its cache). Each
+time, a test run that installs again with a patched C source reads the cache without writing it."""
 from __future__ import annotations
 
 import json
@@ -125,6 +126,30 @@ def two_commits_recompile_only_the_changed_file(tmp_path: Path, build: dict[str,
         run = runner.run(testbed, "python tests/test_duo.py", None)
         assert run.exit_code == 0 and "test_value passed" in run.output, (expected, run.output[-2000:])
 
+    a_test_runs_install_reads_the_cache(runner, second, cache, two % 3, recipes[1].install[0])
+
+
+def a_test_runs_install_reads_the_cache(runner: TestRunner, testbed, cache, two: str, install: str) -> None:
+    """A test run that installs again, as the harness's eval script does, with a patch to two.c: its
+    install reads the cache (the other source is a hit) and compiles the patched two.c, whose value
+    the test then sees; the cache is left as it was, the patch's object in it nowhere."""
+    kept = cache_contents(cache.folder), counts(cache)
+    run = runner.run(testbed, "cp /.magis-inputs/two.c duo/two.c && cp /.magis-inputs/test_duo.py tests/ && "
+                     f"CCACHE_LOGFILE=/tmp/ccache.log {install} && python tests/test_duo.py && "
+                     "grep -o 'Result: [a-z_]*' /tmp/ccache.log", None,
+                     inputs={"two.c": two, "test_duo.py": TEST % 3})
+    assert run.exit_code == 0 and "test_value passed" in run.output, run.output[-3000:]
+    outcomes = [found for found in re.findall(r"Result: ([a-z_]+)", run.output)
+                if found in ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")]
+    assert sorted(outcomes) == ["cache_miss", "direct_cache_hit"], run.output[-3000:]
+    assert (cache_contents(cache.folder), counts(cache)) == kept
+
+
+def cache_contents(folder: Path) -> dict[str, int]:
+    """ccache's stored results (file -> size), its counters and temporary files left out."""
+    return {str(path.relative_to(folder)): path.stat().st_size for path in folder.rglob("*")
+            if path.is_file() and not path.name.startswith("stats") and "tmp" not in path.relative_to(folder).parts}
+
 
 # As scikit-learn 0.2x builds: Python 3.6 (no audit hooks, so no install is ever reused), Cython
 # from the environment, no build isolation, distutils giving the compiler the testbed's own
@@ -182,6 +207,9 @@ def test_an_untraced_install_takes_cythons_output_and_the_compiles_from_the_cach
     for testbed, expected in ((first, 1), (second, 2)):
         run = runner.run(testbed, "python tests/test_duo.py", None)
         assert run.exit_code == 0 and "test_value passed" in run.output, (expected, run.output[-2000:])
+    # The compiler is given the testbed's own python/include here: its relative name (../python)
+    # is the same in the test run only where the run's copy of the tree has the tree's name too.
+    a_test_runs_install_reads_the_cache(runner, second, cache, TWO % 3, recipes[1].install[0])
 
 
 def install_log(testbed) -> str:
@@ -208,6 +236,8 @@ def isolation(parent: Path, name: str, distributions: tuple[str, ...], layout: s
     site = parent / name / f"{layout}lib/python3.11/site-packages"
     for distribution in distributions:
         (site / f"{distribution}.dist-info").mkdir(parents=True)
+        header = "numpy/include/npy.h,sha256=x,27\n" if distribution.startswith("numpy-") else ""
+        (site / f"{distribution}.dist-info/RECORD").write_text(f"{distribution.split('-')[0]}/__init__.py,,\n{header}")
     (site / "numpy/include").mkdir(parents=True)
     (site / "numpy/include/npy.h").write_text("typedef long npy_intp;\n")
     return parent / name
@@ -228,6 +258,8 @@ def test_the_front_names_a_build_isolation_the_same_at_every_install_and_apart_f
     built = ("numpy-1.26.4", "setuptools-69.0.0")
     first, second = (isolation(tmp_path, name, built) for name in ("pip-build-env-ab12cd34", "pip-build-env-zz98yy76"))
     other = isolation(tmp_path, "pip-build-env-qq11ww22", ("numpy-1.21.6", "setuptools-69.0.0"))
+    # A test run's install isolates other versions of the distributions without headers.
+    other_tools = isolation(tmp_path, "pip-build-env-tt55uu66", ("numpy-1.26.4", "setuptools-82.0.0", "wheel-0.48.0"))
     uv = isolation(tmp_path / "uv/builds-v0", ".tmpAbC123", built, layout="")
 
     def line_markers(folder: Path, compiler: str = "gcc", layout: str = "overlay/") -> str:
@@ -239,6 +271,7 @@ def test_the_front_names_a_build_isolation_the_same_at_every_install_and_apart_f
     named = line_markers(first)
     assert named and first.name not in named and "/build-env." in named
     assert line_markers(second, "x86_64-linux-gnu-g++") == named
+    assert line_markers(other_tools) == named
     # ... while the two isolations are there at once (one install building two packages); another
     # isolation's distributions give another name, and uv's isolation one of its own too.
     assert line_markers(other) not in ("", named) and line_markers(other).count("/build-env.") == 1

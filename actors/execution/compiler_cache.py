@@ -10,9 +10,9 @@ written by the builds' uid.
 
 Cache entries of two testbeds must match although each installs from a folder of its own
 (TESTBEDS/KEY, whose python/include the compiler is given with -I on Pythons before 3.9): the
-install's shell is given PWD = TESTBEDS/KEY/tree, the same directory as its working directory
-/testbed (a bind mount of it), which ccache takes as the directory to make paths relative to,
-and base_dir is the node's cache root. ccache keeps a relative path only where it leads to the same
+front gives ccache PWD = TESTBEDS/KEY/tree (MAGIS_TESTBED_TREE), the same directory as the
+working directory /testbed (a bind mount of it), which ccache takes as the directory to make
+paths relative to, and base_dir is the node's cache root. ccache keeps a relative path only where it leads to the same
 file from the real working directory, so the testbed's prefix is mounted at /python as well:
 ../python/include/python3.6m is then the same for every testbed. An environment's paths stay
 absolute, the same for every testbed of the environment. The working directory itself is
@@ -28,7 +28,14 @@ distributions the isolation holds (/tmp/build-env.KEY, in the sandbox's private 
 isolations likewise), so the same build requirements give the same names at every testbed.
 
 A commit whose compiled sources did not change then compiles nothing: each compile is a hit.
-Without ccache the installs compile as before (no front either), and one line says so."""
+Without ccache the installs compile as before (no front either), and one line says so.
+
+A test run that installs again (the harness's eval script ends its set-up with the spec's
+install, which for astropy 4.3 and later builds every extension anew in a temporary folder) reads
+the cache and never writes it: the run holds the patch under test, and what it compiles must not
+reach another testbed. Its copy of the tree is mounted at TESTBEDS/KEY/tree as well, so its
+compiles name the paths the testbed's own install named: a source the patch did not touch is a
+hit, one it changed is compiled."""
 from __future__ import annotations
 
 import os
@@ -49,6 +56,7 @@ FRONT_FOLDER = "compiler-front"  # under the node's cache root: the front's scri
 FRONT_SCRIPT = Path(__file__).with_name("compiler_front.sh")
 PREFIX_FROM_TESTBED = "/python"  # ../python from /testbed: the testbed's prefix, beside its tree
 MAX_SIZE = "20G"  # scikit-learn and astropy at a few versions each fit many times over
+READER_TEMP = "/tmp/ccache"  # a test run's ccache files of its own, in its private /tmp
 ABSENT = "ccache is not installed (apt-get install ccache): testbed installs compile their C in full"
 
 log = structlog.get_logger()
@@ -63,19 +71,23 @@ class CompilerCache:
     base: Path  # CCACHE_BASEDIR: the node's cache root, which holds every testbed and environment
     front: Path  # the compiler front: its script and a link to it under each name of ccache's links
 
-    def variables(self, tree: Path, path: str) -> dict[str, str]:
+    def variables(self, tree: Path, path: str, read_only: bool = False) -> dict[str, str]:
         """An install's variables, for the testbed whose tree is `tree` (mounted at /testbed) and
-        whose PATH is `path`."""
-        return {"PATH": f"{self.front}:{COMPILER_LINKS}:{path}", "PWD": str(tree), "CCACHE_DIR": str(self.folder),
-                "CCACHE_BASEDIR": str(self.base), "CCACHE_NOHASHDIR": "1", "CCACHE_COMPILERCHECK": "content",
-                "CCACHE_MAXSIZE": MAX_SIZE, "CCACHE_TEMPDIR": str(self.folder / "tmp")}
+        whose PATH is `path`; `read_only` for a test run's install."""
+        found = {"PATH": f"{self.front}:{COMPILER_LINKS}:{path}", "MAGIS_TESTBED_TREE": str(tree),
+                 "CCACHE_DIR": str(self.folder), "CCACHE_BASEDIR": str(self.base), "CCACHE_NOHASHDIR": "1",
+                 "CCACHE_COMPILERCHECK": "content", "CCACHE_MAXSIZE": MAX_SIZE,
+                 "CCACHE_TEMPDIR": str(self.folder / "tmp")}
+        if read_only:
+            found.update(CCACHE_READONLY="1", CCACHE_TEMPDIR=READER_TEMP)
+        return found
 
-    def mounts(self, prefix: Path) -> list[Mount]:
+    def mounts(self, prefix: Path, read_only: bool = False) -> list[Mount]:
         """The cache and the front; and the testbed's interpreter prefix (TESTBEDS/KEY/python) at
         /python too, where the relative path ccache makes of it (../python, from the tree) leads
         from the working directory /testbed: ccache keeps a relative path only if it does. The
         install makes the prefix: the steps before it (a spec's pre-install edits) run without."""
-        return [Mount(str(self.folder), str(self.folder), writable=True), Mount(str(self.front), str(self.front)),
+        return [Mount(str(self.folder), str(self.folder), writable=not read_only), Mount(str(self.front), str(self.front)),
                 Mount(str(prefix), PREFIX_FROM_TESTBED, optional=True)]
 
     def statistics(self) -> dict[str, int]:

@@ -130,8 +130,16 @@ class TestRunner:
             # editable install (which points at /testbed), and the prefix is used where it is.
             variables["PYTHONPATH"] = _source_of(testbed.tree)
             return testbed.mounts(), [Scratch(TESTBED, testbed.tree, host=workspace)], variables
-        copies = [Scratch(path, path) for path in testbed.writable] if installs else []
-        return testbed.mounts(), [Scratch(TESTBED, testbed.tree), *copies], variables
+        mounts = testbed.mounts()
+        if not installs:
+            return mounts, [Scratch(TESTBED, testbed.tree)], variables
+        copies = [Scratch(path, path) for path in testbed.writable]
+        if testbed.compilers is not None:
+            # An install in the run compiles through the node's cache, reading it only; the copy of
+            # the tree at the tree's own name too, where the testbed's install compiled it.
+            variables.update(testbed.compilers.variables(Path(testbed.tree), variables["PATH"], read_only=True))
+            mounts += testbed.compilers.mounts(Path(testbed.prefix), read_only=True)
+        return mounts, [Scratch(TESTBED, testbed.tree, aliases=(testbed.tree,)), *copies], variables
 
 
 def _source_of(tree: str) -> str:

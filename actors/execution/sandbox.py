@@ -36,7 +36,6 @@ from __future__ import annotations
 import os
 import re
 import resource
-import shlex
 import shutil
 import signal
 import subprocess
@@ -400,11 +399,8 @@ class Sandbox:
             tail += ["setpriv", f"--reuid={identity.uid}", f"--regid={identity.gid}", "--clear-groups",
                      "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
         checked = ["/tmp", "/dev/shm", *(s.target for s in scratches)]
-        # bubblewrap sets PWD to --chdir's path; a PWD of the caller's (the same folder by another
-        # name, as the compiler cache gives it) is put back for the command.
-        given = f"PWD={shlex.quote(env['PWD'])}; export PWD; " if "PWD" in env else ""
         tail += ["/bin/sh", "-c", _INIT, "magis-init", *checked, "--", *seeds, "--", "/bin/sh", "-c",
-                 f'mkdir -p "$HOME"; {given}{script}']
+                 f'mkdir -p "$HOME"; {script}']
         processes = limits.processes if identity.drop or not limits.processes else limits.processes + _own_process_count()
         try:
             return self._execute(argv, data_fds, tail, "/", {"PATH": process_environment().get("PATH", "")}, limits, processes, log_path,

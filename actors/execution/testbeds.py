@@ -115,6 +115,7 @@ class Testbed:
     made: str = BUILT  # how: BUILT (its install ran), REUSED (another's install, no install run), REINSTALLED
     made_from: str = ""  # the testbed it was made from (REUSED, REINSTALLED)
     obtained: str = CACHED  # how this node has it: BUILT now, FETCHED from the artifact store, or CACHED
+    compilers: CompilerCache | None = None  # the node's compiler cache, which a test run's install reads
 
     @property
     def tree(self) -> str:
@@ -177,7 +178,7 @@ class TestbedCache:
         if not Path(objects).is_dir():
             objects = self._borrow_anew(folder, repo_path, recipe.commit)
         return Testbed(env, key, str(folder), objects, seconds, built_now, recipe.label or env.label,
-                       info.get("made", BUILT), info.get("made_from", ""), info["obtained"])
+                       info.get("made", BUILT), info.get("made_from", ""), info["obtained"], self.compiler_cache())
 
     def _borrow_anew(self, folder: Path, repo_path: Path, commit: str) -> str:
         """The testbed outlived the repository it was built from (a temporary clone, a moved
