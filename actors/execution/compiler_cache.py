@@ -12,11 +12,11 @@ Cache entries of two testbeds must match although each installs from a folder of
 (TESTBEDS/KEY, whose python/include the compiler is given with -I on Pythons before 3.9): the
 front gives ccache PWD = TESTBEDS/KEY/tree (MAGIS_TESTBED_TREE), the same directory as the
 working directory /testbed (a bind mount of it), which ccache takes as the directory to make
-paths relative to, and base_dir is the node's cache root. ccache keeps a relative path only where it leads to the same
-file from the real working directory, so the testbed's prefix is mounted at /python as well:
-../python/include/python3.6m is then the same for every testbed. An environment's paths stay
-absolute, the same for every testbed of the environment. The working directory itself is
-not hashed (hash_dir off: only debug information names it) and the compiler is known by its
+paths relative to, and base_dir is the node's cache root. ccache keeps a relative path only where
+it leads to the same file from the real working directory, so the testbed's prefix is mounted at
+/python as well: ../python/include/python3.6m is then the same for every testbed. An
+environment's paths stay absolute, the same for every testbed of the environment. The working
+directory itself is not hashed (hash_dir off: only debug information names it) and the compiler is known by its
 content, not its time stamp (a reinstalled gcc package hits the same entries when it is the same).
 
 A project built in pip's build isolation (pyproject.toml's build requirements, numpy's headers
