@@ -110,7 +110,7 @@ def two_commits_recompile_only_the_changed_file(tmp_path: Path, build: dict[str,
     env = Recipe(python="3.11", label="duo")
     recipes = [TestbedRecipe(env=env, repo="duo/duo", commit=commit, install=("python -m pip install -e .",), label="duo")
                for commit in (base, changed)]
-    cache = testbeds.compiler_cache()
+    cache = testbeds.compilers
     runner = TestRunner(Sandbox(), Limits(wall_seconds=300))
 
     first = testbeds.get(recipes[0], repo.workdir)
@@ -191,7 +191,7 @@ def test_an_untraced_install_takes_cythons_output_and_the_compiles_from_the_cach
     env = Recipe(python="3.6", packages=("Cython==0.29.37", "setuptools==59.6.0", "wheel==0.37.1"), label="duo")
     recipes = [TestbedRecipe(env=env, repo="duo/duo", commit=commit, install=(
         "python -m pip install -v --no-use-pep517 --no-build-isolation -e .",), label="duo") for commit in (base, changed)]
-    cache = testbeds.compiler_cache()
+    cache = testbeds.compilers
 
     first = testbeds.get(recipes[0], repo.workdir)
     assert first.made == BUILT

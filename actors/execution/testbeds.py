@@ -32,6 +32,7 @@ interpreter's own files, linked (read-only to the sandbox's users); a system int
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -178,7 +179,7 @@ class TestbedCache:
         if not Path(objects).is_dir():
             objects = self._borrow_anew(folder, repo_path, recipe.commit)
         return Testbed(env, key, str(folder), objects, seconds, built_now, recipe.label or env.label,
-                       info.get("made", BUILT), info.get("made_from", ""), info["obtained"], self.compiler_cache())
+                       info.get("made", BUILT), info.get("made_from", ""), info["obtained"], self.compilers)
 
     def _borrow_anew(self, folder: Path, repo_path: Path, commit: str) -> str:
         """The testbed outlived the repository it was built from (a temporary clone, a moved
@@ -259,7 +260,7 @@ class TestbedCache:
         cython.mkdir(exist_ok=True)
         _writable_by_builds(cython)
         mounts.append(Mount(str(cython), str(cython), writable=True))
-        compilers = self.compiler_cache()
+        compilers = self.compilers
         if compilers is not None:
             variables.update(compilers.variables(tree, path))
             mounts += compilers.mounts(prefix)
@@ -269,8 +270,10 @@ class TestbedCache:
             mounts += [Mount(str(uv.cache), str(uv.cache), writable=True), Mount(uv_binary(), uv_binary())]
         return BuildSteps(self.envs.sandbox, folder, mounts, variables, cwd=TESTBED)
 
-    def compiler_cache(self) -> CompilerCache | None:
-        """The node's compiler cache (compiler_cache.py), writable by the builds' uid; None without ccache."""
+    @functools.cached_property
+    def compilers(self) -> CompilerCache | None:
+        """The node's compiler cache (compiler_cache.py), writable by the builds' uid; None without
+        ccache. Made ready once: every testbed this cache hands out carries it."""
         compilers = compiler_cache(self.envs.root)
         if compilers is not None:
             _writable_by_builds(compilers.folder)
