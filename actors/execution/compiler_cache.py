@@ -16,8 +16,9 @@ paths relative to, and base_dir is the node's cache root. ccache keeps a relativ
 it leads to the same file from the real working directory, so the testbed's prefix is mounted at
 /python as well: ../python/include/python3.6m is then the same for every testbed. An
 environment's paths stay absolute, the same for every testbed of the environment. The working
-directory itself is not hashed (hash_dir off: only debug information names it) and the compiler is known by its
-content, not its time stamp (a reinstalled gcc package hits the same entries when it is the same).
+directory itself is not hashed (hash_dir off: only debug information names it) and the compiler
+is known by its content, not its time stamp (a reinstalled gcc package hits the same entries
+when it is the same).
 
 A project built in pip's build isolation (pyproject.toml's build requirements, numpy's headers
 among them: astropy 4 and later) compiles with -I/tmp/pip-build-env-<random>/overlay/...,

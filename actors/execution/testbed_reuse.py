@@ -9,10 +9,11 @@
   not, where the donor's pins conflicted). Afterwards the installed distributions must be the
   donor's and, where the donor's prefix holds dependencies of its own, the project's requirements
   too (its egg-info's requires.txt, its Requires-Dist); if not, the testbed is built in full (at
-  once, where such a donor's install compiled and its files declaring requirements differ). Of the donor's
-  egg-info, its PKG-INFO and entry points come along, which pip reads to uninstall the donor's
-  install first, as it does when it upgrades an editable install in place; INCREMENTAL also
-  copies the donor's other tree outputs, dated so that what their sources did not change is kept.
+  once, where such a donor's install compiled and its files declaring requirements differ). Of
+  the donor's egg-info, its PKG-INFO and entry points come along, which pip reads to uninstall
+  the donor's install first, as it does when it upgrades an editable install in place;
+  INCREMENTAL also copies the donor's other tree outputs, dated so that what their sources did
+  not change is kept.
 
 What an install leaves behind, and where it goes here:
 - in the prefix: the editable link (an .egg-link and easy-install.pth, or a PEP 660 .pth and
