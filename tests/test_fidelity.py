@@ -107,6 +107,24 @@ def test_h_an_install_on_a_python_too_old_for_a_resolver_keeps_to_the_date(cache
     assert f"resolved as of 2023-01-01T00:00:00Z {resolved_by}" in (Path(testbed.path) / "logs" / "testbed.log").read_text()
 
 
+def test_h_a_test_run_installing_again_builds_with_the_tools_the_testbeds_install_built_with(caches):
+    """The install's pip isolates its build with the index's newest setuptools, whatever the
+    environment's date (its pip knows no dates); the test run installs again offline from the
+    testbed's wheelhouse, as the harness's eval script does online: with the same setuptools."""
+    testbeds, root = caches
+    repo = root / "repos" / "tools__tools"
+    setup = 'import pathlib, setuptools\npathlib.Path("built_with.txt").write_text(setuptools.__version__)\nsetuptools.setup()\n'
+    _, base = make_repo(repo, {"pyproject.toml": pyproject("tools"), "setup.py": setup, "tools/__init__.py": ""})
+    env = Recipe(python=PY, pip_packages=("attrs",), uploaded_before="2023-01-01T00:00:00Z", label="era")
+    testbed = testbeds.get(TestbedRecipe(env=env, repo="tools/tools", commit=base, install=("python -m pip install -e .",)), repo)
+    built_with = (Path(testbed.tree) / "built_with.txt").read_text()
+    assert int(built_with.split(".")[0]) > 65  # newer than the date's (65.6.3 of December 2022)
+    assert list(Path(testbed.wheelhouse).glob(f"setuptools-{built_with}-*.whl"))
+    run = TestRunner(Sandbox(), grading_limits(300, 4 * 1024 ** 3)).run(
+        testbed, "rm built_with.txt && python -m pip install -e . >/dev/null && cat built_with.txt", None)
+    assert run.exit_code == 0 and run.output.strip().endswith(built_with), run.output[-2000:]
+
+
 def test_a_resolution_for_an_older_python_decides_its_markers_for_that_python(tmp_path):
     """pikepdf 8.11.1 asks for `lxml<5; python_version < "3.10"`: resolved for Python 3.8 from this
     3.11 process, the marker holds (lxml 5.0.0 of 2023-12-29 would conflict at the install)."""

@@ -340,7 +340,7 @@ class TestbedCache:
         finally:
             _stop_hooks(prefix)
         requires = build_requirements(tree)
-        self._fetch_wheelhouse(env, steps, folder, requires, notes)
+        self._fetch_wheelhouse(steps, folder, requires, notes)
         self._record(recipe, folder, before, started, used, unpinned, requires, notes)
         return {"notes": notes, "build_requires": list(requires)}
 
@@ -377,14 +377,13 @@ class TestbedCache:
         notes.append(f"install step {number}: its {len(pins)} dependencies installed by uv at the resolved versions")
         return pins
 
-    def _fetch_wheelhouse(self, env: Environment, steps: BuildSteps, folder: Path, requires: tuple[str, ...],
-                          notes: list[str]) -> None:
-        """The build requirements as of the date (the resolver knows dates; the install's pip may
-        not), free of the environment's pins, as a build's own environment is."""
-        fetch = f"{shlex.quote(env.resolver)} -m pip download --uploaded-prior-to {env.uploaded_before}" \
-            if env.resolver and env.uploaded_before else "python -m pip download"
-        fetched = steps.run("wheelhouse", f"{fetch} --quiet -d " + shlex.quote(str(folder / "wheelhouse")) + " "
-                            + " ".join(shlex.quote(r) for r in requires), required=False)
+    def _fetch_wheelhouse(self, steps: BuildSteps, folder: Path, requires: tuple[str, ...], notes: list[str]) -> None:
+        """The build requirements as the install's own pip just chose them for its build isolation
+        (the index's newest for this Python, free of the environment's pins), so that a test run
+        installing again offline builds with the same tools. The harness's eval script, online,
+        gets the index's newest too."""
+        fetched = steps.run("wheelhouse", "python -m pip download --quiet -d " + shlex.quote(str(folder / "wheelhouse"))
+                            + " " + " ".join(shlex.quote(r) for r in requires), required=False)
         if not fetched.ok:
             notes.append("the build requirements could not be fetched: a test run cannot install the project again offline")
 
@@ -463,7 +462,7 @@ class TestbedCache:
         if list(requires) == record.build_requires:
             link_folder(donor / "wheelhouse", folder / "wheelhouse")
         else:
-            self._fetch_wheelhouse(env, steps, folder, requires, notes)
+            self._fetch_wheelhouse(steps, folder, requires, notes)
         self._record(recipe, folder, before, started, list(record.constraints), list(record.unpinned_steps), requires,
                      notes)
         return {"notes": notes, "build_requires": list(requires)}
