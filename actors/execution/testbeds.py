@@ -35,6 +35,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import math
 import os
 import re
 import shlex
@@ -72,6 +73,8 @@ TRACE_HOOK = "_magis_install_trace"
 CYTHON_HOOK = "_magis_cython_cache"  # cython_cache_hook.py, beside the trace hook while an install runs
 CYTHON_CACHE = "cython"  # under the node's cache root: the C Cython generated, by fingerprint
 CONFLICT_SIGNS = ("ResolutionImpossible", "conflicting dependencies", "Could not find a version that satisfies")
+# What a compiler leaves in the tree, which distutils dates against its sources
+BUILT_OBJECTS = (".so", ".pyd", ".o", ".a", ".dylib")
 
 
 @dataclass(frozen=True)
@@ -402,6 +405,7 @@ class TestbedCache:
         record.write(folder)
         (folder / "logs" / "testbed.log").write_text("\n".join(notes) + "\n")
         readable_by_all(tree)  # test runs copy it as uids of their own
+        wait_past_the_second_of([tree / path for path in made if path.endswith(BUILT_OBJECTS)])
         return record
 
     def _reuse(self, donor: Path, record: InstallRecord, folder: Path, notes: list[str]) -> dict:
@@ -607,6 +611,17 @@ def uv_requirements(arguments: str, tree: Path) -> tuple[list[str], tuple[str, .
         else:
             lines.append(located(word))
     return (lines, tuple(options)) if lines else None
+
+
+def wait_past_the_second_of(objects: list[Path]) -> None:
+    """Return once the clock is past the whole second in which the newest of `objects` was written.
+    distutils takes an extension as up to date unless one of its sources is newer in whole seconds:
+    a test run that patched a C source within the second the testbed's install wrote the extension
+    would have the eval script's install keep the unpatched one. The harness's image is always
+    older than the patch."""
+    newest = max((path.stat().st_mtime for path in objects if path.is_file()), default=None)
+    if newest is not None:
+        time.sleep(max(0.0, math.floor(newest) + 1 - time.time()))
 
 
 def pre_install_script(commands: tuple[str, ...]) -> str:
