@@ -392,7 +392,8 @@ class TestbedCache:
 
     def _record(self, recipe: TestbedRecipe, folder: Path, before: TreeState, started: float, constraints: list[str],
                 unpinned_steps: list[int], requires: tuple[str, ...], notes: list[str]) -> InstallRecord:
-        """What the install read and left behind (the testbed is a donor from now on), its log."""
+        """What the install read and left behind (the testbed is a donor from now on), its log.
+        Returns once the clock is past the second of the compiled objects it left in the tree."""
         tree, prefix = folder / "tree", folder / "python"
         inputs = InstallInputs.from_trace(Trace.read(folder / TRACE), before, (TESTBED, str(tree)), str(prefix),
                                           editable=installs_in_place(recipe.install))
