@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from .errors import BadInput
+from magis_ray.events.errors import BadInput
 from .options import store_option
 
 

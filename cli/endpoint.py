@@ -9,7 +9,9 @@ from typing import NamedTuple
 
 from magis_ray.events.settings import LLM_KINDS
 
-from .errors import BadInput, require_extra
+from magis_ray.events.errors import BadInput
+
+from .errors import require_extra
 
 # Where the openai client sends requests when no base URL is given (OPENAI_BASE_URL is a setting)
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"

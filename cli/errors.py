@@ -1,20 +1,8 @@
-"""The errors a user sees: one line on stderr, exit code 2, no traceback."""
+"""The optional extras a command may need, and the line that says which one is missing. The errors
+themselves have one root (events/errors.py), translated to the user's line in cli/main.py."""
 from __future__ import annotations
 
-import click
-
-
-class BadInput(Exception):
-    """Input the user gave that we cannot use; shown as one line, exit code 2."""
-
-
-class UserError(click.ClickException):
-    """A one-line error with exit code 2 and no traceback."""
-
-    exit_code = 2
-
-    def show(self, file=None) -> None:
-        click.echo(f"magis-ray: error: {self.format_message()}", err=True)
+from magis_ray.events.errors import Unavailable
 
 
 # The optional extras (pyproject.toml) and the modules whose absence says one is not installed.
@@ -25,13 +13,13 @@ PROVIDES = {"serve": "the inspector's web server", "grade": "the SWE-bench harne
 
 
 def require_extra(extra: str, needs: str) -> None:
-    """BadInput naming the extra and its install command when a module of it is missing; `needs`
-    says what asked for it ("magis-ray serve")."""
+    """Unavailable, naming the extra and its install command, when a module of it is missing;
+    `needs` says what asked for it ("magis-ray serve")."""
     import importlib.util
 
     missing = [name for name in EXTRAS[extra] if importlib.util.find_spec(name) is None]
     if missing:
-        raise BadInput(missing_extra(extra, needs, missing))
+        raise Unavailable(missing_extra(extra, needs, missing))
 
 
 def missing_extra(extra: str, needs: str, missing: list[str]) -> str:

@@ -333,7 +333,7 @@ def eval_command(store_path: str, dataset: Path, runs: tuple[str, ...], repos_di
     from magis_ray.events.projections import fold, prediction
     from magis_ray.store import open_store
 
-    from .errors import BadInput
+    from magis_ray.events.errors import BadInput
 
     try:
         instances, errors = load_dataset(dataset)

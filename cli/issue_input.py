@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from .errors import BadInput
+from magis_ray.events.errors import BadInput
 
 
 class PreparedIssue(NamedTuple):

@@ -7,7 +7,8 @@ import sys
 import click
 
 from .divergence import describe_side, first_difference
-from .errors import UserError
+from magis_ray.events.errors import BadInput, MagisError, Unavailable
+
 from .options import store_option
 
 
@@ -147,7 +148,7 @@ def replay_command(run, repo, store_path) -> None:
     from magis_ray.store import open_store
     from magis_ray.store.memory import InMemoryStore
 
-    from .errors import BadInput
+    from magis_ray.events.errors import BadInput
     from .source import load_run, repo_of
 
     events = load_run(store_path, run)
@@ -192,7 +193,7 @@ def stop_command(force: bool, store_path: str) -> None:
     from magis_ray.actors.runtime.liveness import describe_holder, holder_state
     from magis_ray.store import NotAStore, open_store
 
-    from .errors import BadInput
+    from magis_ray.events.errors import BadInput
 
     try:
         with open_store(store_path) as store:
@@ -250,45 +251,32 @@ def main(argv: list[str] | None = None) -> None:
 
         click.echo("magis-ray: interrupted", err=True)
         sys.exit(interrupted_exit_code())
-    except click.ClickException as exc:
+    except click.ClickException as exc:  # a usage error click found (an unknown flag, a missing argument)
         click.echo(f"magis-ray: error: {exc.format_message()}", err=True)
         sys.exit(2)
-    except Exception as exc:  # noqa: BLE001 - every known user-facing failure becomes one line
-        user_error = _as_user_error(exc)
-        if user_error is None:
+    except Exception as exc:  # noqa: BLE001 - every failure of ours becomes one line; anything else is a bug
+        failure = as_magis_error(exc)
+        if failure is None:
             raise
-        user_error.show()
-        sys.exit(2)
+        click.echo(f"magis-ray: error: {failure.line}", err=True)
+        sys.exit(failure.exit_status)
 
 
-def _as_user_error(exc: Exception) -> UserError | None:
-    from magis_ray.store import StoreError
+def as_magis_error(exc: Exception) -> MagisError | None:
+    """The one place a failure becomes the user's line: one of ours as it is; a missing module of
+    an optional extra, a file the system refused and a Ray that failed as the kind they are; None
+    for anything else (a bug, which keeps its traceback)."""
+    from .errors import extra_of, missing_extra
 
-    from .errors import BadInput, extra_of, missing_extra
-
-    if isinstance(exc, (StoreError, BadInput)):
-        return UserError(str(exc))
+    if isinstance(exc, MagisError):
+        return exc
     if isinstance(exc, ModuleNotFoundError) and (extra := extra_of(exc)):
-        return UserError(missing_extra(extra, "this command", [exc.name]))
+        return Unavailable(missing_extra(extra, "this command", [exc.name]))
     if isinstance(exc, OSError):
-        return UserError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
-    deployment = sys.modules.get("magis_ray.actors.runtime.deployment")
-    if deployment is not None and isinstance(exc, deployment.RayStartFailed):
-        return UserError(str(exc))
-    if "ray" in sys.modules and isinstance(exc, sys.modules["ray"].exceptions.RayError):
-        return UserError(_ray_error_line(exc))
-    return None
+        return BadInput(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
+    from magis_ray.actors.runtime.deployment import ray_failure
 
-
-def _ray_error_line(exc: Exception) -> str:
-    """A Ray error as one line: its root cause's first line (Ray wraps it in tracebacks)."""
-    from magis_ray.actors.runtime.services import root_cause
-
-    cause = root_cause(exc)
-    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
-    # Ray's own errors put "Traceback"/frames after a first line that names the failure
-    first = next((line for line in lines if not line.startswith(("Traceback", "File ", "^"))), type(cause).__name__)
-    return f"Ray: {type(cause).__name__}: {first}"[:300]
+    return ray_failure(exc)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ def resume_command(ctx, run, repo, store_path, local_port, **_settings) -> None:
     from magis_ray.store import open_store
 
     from .config import effective_settings, given_flags
-    from .errors import BadInput
+    from magis_ray.events.errors import BadInput
     from .source import repo_of, resolve_run_id
     from .progress import Progress
     from .signals import stopped_by_signals

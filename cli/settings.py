@@ -30,12 +30,13 @@ from typing import Any, Callable, Mapping
 
 import msgspec
 
+from magis_ray.events.errors import BadInput
 from magis_ray.events.settings import (
     LLM_KINDS, LLM_PATTERN, NODE_ENV, RECORDED_ONLY, ROLES, SIZE_PATTERN, EndpointSettings, GradeSettings, NodeSettings,
     RoleModel, RunSettings, node_refusals, node_values,
 )
 
-from .errors import BadInput
+from magis_ray.events.errors import BadInput
 
 try:
     import tomllib
@@ -112,7 +113,7 @@ def shown(value: Any) -> str:
 # --- checking one value against its field -----------------------------------------------------
 
 
-class Refused(ValueError):
+class Refused(BadInput):
     """A value its field does not take; the message says what the field takes, in the user's words."""
 
 

@@ -9,7 +9,7 @@ from magis_ray.events.codec import DecodeError, decode_recorded
 from magis_ray.events.schema import Recorded
 from magis_ray.store import EventLog, Leases, UnknownRun, open_store
 
-from .errors import BadInput
+from magis_ray.events.errors import BadInput
 
 
 class RunsAndLeases(EventLog, Leases, Protocol):

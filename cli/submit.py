@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from .endpoint import check_endpoint, default_model, gateway_config, model_endpoint, resolve_llm
-from .errors import BadInput, UserError
+from magis_ray.events.errors import BadInput, Failed
 from .options import DEFAULT_STORE, RUN, model_options, settings_options, store_option
 from .signals import interrupted_exit_code, stopped_by_signals
 
@@ -80,7 +80,7 @@ def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instanc
 
 def check_artifact_store(effective) -> None:
     """The artifact store the settings name can be used here, or BadInput saying why (one line)."""
-    from magis_ray.actors.execution.artifacts import ArtifactStoreUnusable, open_artifact_store
+    from magis_ray.actors.execution.sharing.artifacts import ArtifactStoreUnusable, open_artifact_store
 
     try:
         open_artifact_store(effective.settings.artifact_store)
@@ -161,7 +161,7 @@ def conclude(store_path: str, run_id: str, end) -> None:
         if end.reason == INTERRUPTED:
             click.echo(f"magis-ray: interrupted{hint}", err=True)
             sys.exit(interrupted_exit_code())
-        raise UserError(f"run {run_id} failed: {end.reason}{hint}")
+        raise Failed(f"run {run_id} failed: {end.reason}{hint}")
 
 
 def ensure_store(store_path: str) -> None:
@@ -180,7 +180,7 @@ def start_ray(store_path: str, run_id: str) -> None:
     from magis_ray.actors.runtime.deployment import RayStartFailed, ensure_ray, ray_address
     from magis_ray.events.settings import node_settings
 
-    from .errors import BadInput
+    from magis_ray.events.errors import BadInput
     from .progress import Progress
 
     node = node_settings()

@@ -6,6 +6,7 @@ import uuid
 
 import msgspec
 
+from magis_ray.events.errors import MagisError
 from .schema import SCHEMA_VERSION, AnyEvent, NewEvent, Recorded
 from .upcasting import upcast
 
@@ -24,7 +25,7 @@ _raw_decoder = msgspec.json.Decoder()
 _event_decoder = msgspec.json.Decoder(AnyEvent)
 
 
-class DecodeError(ValueError):
+class DecodeError(MagisError, ValueError):
     """A stored or given line is not a valid event."""
 
 

@@ -7,11 +7,12 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import msgspec
 
+from magis_ray.events.errors import MagisError
 from magis_ray.events.schema import NewEvent, Recorded
 from magis_ray.events.summaries import MemoryEntry, SummaryMemory  # noqa: F401 - the store's callers find every port here
 
 
-class StoreError(Exception):
+class StoreError(MagisError):
     """Any failure of the store that the user should see as one line."""
 
 

@@ -14,6 +14,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Sequence
 
+from magis_ray.events.errors import MagisError
 from magis_ray.events.schema import SCHEMA_VERSION
 
 MARKER = "magis_store"  # meta key: this SQLite file is a magis store
@@ -109,7 +110,7 @@ MIGRATIONS: tuple[Migration, ...] = (LOG_AND_MEMORY, LEASES, SUMMARIES_BY_MODEL,
 FORMAT = len(MIGRATIONS)  # the format this magis-ray makes and reads
 
 
-class NewerFormat(Exception):
+class NewerFormat(MagisError):
     def __init__(self, found: int):
         super().__init__(f"a magis store of format {found}; this magis-ray reads formats up to {FORMAT}: upgrade magis-ray")
         self.found = found

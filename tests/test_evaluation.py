@@ -24,7 +24,7 @@ from magis_ray.actors.swebench.instances import (
     Instance, apply_patch, check_applies, gold_files, load_dataset, parse_test_list, run_tests,
 )
 from magis_ray.cli.evaluate import coverage_svg, eval_command, recall_svg
-from magis_ray.cli.errors import BadInput
+from magis_ray.events.errors import BadInput
 from magis_ray.actors.swebench.metrics import (
     complexity, complexity_summary, file_recall, histogram, hunk_counts, line_coverage, recall_curve, scopes,
 )

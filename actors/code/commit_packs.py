@@ -10,7 +10,7 @@ own cache, named by the commits, so it receives a commit's objects once.
 The commits' git submodules travel with them: the commit each submodule's gitlink names, packed
 from the submodule's mirror in the repositories folder where the repository is (owner__name, as
 --repos-dir holds them), and unpacked beside the repository's copy under the same name, so that a
-testbed's checkout finds its mirror there as it would in --repos-dir (testbeds.check_out_submodules)."""
+testbed's checkout finds its mirror there as it would in --repos-dir (workspaces.check_out_submodules)."""
 from __future__ import annotations
 
 import hashlib
@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from magis_ray.events.errors import MagisError
+
 # A repository (owner/name) and commits of it: what one pack holds.
 Commits = tuple[str, tuple[str, ...]]
 GITLINK = "160000"  # the tree entry mode of a submodule's commit
 
 
-class CommitPackError(Exception):
+class CommitPackError(MagisError):
     """The commits cannot be packed or unpacked; the message is one line."""
 
 

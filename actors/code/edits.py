@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import difflib
 
+from magis_ray.events.errors import MagisError
 from magis_ray.events.schema import Edit, LineRange
 
 
-class InvalidEdits(ValueError):
+class InvalidEdits(MagisError, ValueError):
     """Ranges that cannot be applied; the message says what to fix, for the model to read."""
 
 

@@ -14,12 +14,14 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileMode, RepositoryOpenFlag
 
+from magis_ray.events.errors import BadInput
 
-class RepoError(Exception):
+
+class RepoError(BadInput):
     """A repository, commit or file that cannot be read; the message is one line."""
 
 
-class UnsafePath(ValueError):
+class UnsafePath(BadInput):
     """A path that must not be used inside a repository (absolute, escaping, in .git)."""
 
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from magis_ray.events.errors import Unavailable
+
 # What installs the harness, for the messages that name it.
 EXTRA = "grade"
 INSTALL = "pip install 'magis-ray[grade]'"
 
 
-class HarnessMissing(Exception):
+class HarnessMissing(Unavailable):
     """The optional `swebench` package is not installed; the message is one line, without the
     words of what needed it (the caller says that)."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol, TypeVar
 
+from magis_ray.events.errors import MagisError, Unavailable
 from magis_ray.events.schema import AnyEvent, LLMExchanged, Message, TestsRan
 
 from magis_ray.actors.model.answers import Answer, json_schema, parse_answer
@@ -13,11 +14,11 @@ from magis_ray.actors.model.prompting import render
 A = TypeVar("A", bound=Answer)
 
 
-class NoUsableAnswer(Exception):
+class NoUsableAnswer(MagisError):
     """The model gave no usable answer for a step; the role records why and carries on without it."""
 
 
-class ModelUnavailable(Exception):
+class ModelUnavailable(Unavailable):
     """The model gave no answer because of the transport (unreachable, timed out, 429 or 5xx after
     every retry, ...), not because of what it said; the run stops, resumably, naming the cause."""
 
@@ -31,7 +32,7 @@ class NoScriptedAnswer(ModelUnavailable):
         self.purpose = purpose
 
 
-class BudgetExceeded(Exception):
+class BudgetExceeded(MagisError):
     """A request would push a token budget past its limit; raised before anything is sent."""
 
 

@@ -25,6 +25,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from magis_ray.events.errors import Unavailable
 from magis_ray.events.settings import forget_variables
 
 INSTALL_HINT = "pip install 'magis-ray[local]'"
@@ -36,7 +37,7 @@ SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette
 LOG_TAIL_LINES = 8
 
 
-class LocalModelError(Exception):
+class LocalModelError(Unavailable):
     """The local model cannot serve; the message says why (and what to do) for the user."""
 
 

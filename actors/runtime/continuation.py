@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from magis_ray.events.errors import BadInput
 from magis_ray.events.history import effective
 from magis_ray.events.schema import LLMExchanged, Recorded, RunFailed, RunFinished, RunResumed, RunStarted
 
 from magis_ray.actors.model.failures import unanswered
 
 
-class CannotResume(Exception):
+class CannotResume(BadInput):
     pass
 
 

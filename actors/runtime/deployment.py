@@ -10,6 +10,7 @@ from pathlib import Path
 
 import ray
 
+from magis_ray.events.errors import MagisError, Unavailable
 from magis_ray.events.codec import new_event
 from magis_ray.events.schema import LLMExchanged, Recorded, RunFailed, RunFinished, RunSettings
 
@@ -64,8 +65,23 @@ def own_ray_config(address: str) -> dict:
     return {"_system_config": {"preload_python_modules": [LEAN_WORKERS], "worker_niceness": WORKER_NICENESS}}
 
 
-class RayStartFailed(Exception):
+class RayStartFailed(Unavailable):
     """Ray did not start (or the Ray named could not be joined); the message is the one line the user sees."""
+
+
+def ray_failure(exc: BaseException) -> MagisError | None:
+    """A failure of Ray itself (an actor or a node gone, a task that could not run) as the one line
+    the user sees: its root cause's first line (Ray wraps it in tracebacks); None for anything
+    else. One of ours that crossed an actor is its own root cause, and stays itself."""
+    if not isinstance(exc, ray.exceptions.RayError):
+        return None
+    cause = root_cause(exc)
+    if isinstance(cause, MagisError):
+        return cause
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    # Ray's own errors put "Traceback"/frames after a first line that names the failure
+    first = next((line for line in lines if not line.startswith(("Traceback", "File ", "^"))), type(cause).__name__)
+    return Unavailable(f"Ray: {type(cause).__name__}: {first}"[:300])
 
 
 def warm_local_ray(node: NodeSettings) -> str | None:

@@ -11,6 +11,8 @@ import re
 
 import msgspec
 
+from magis_ray.events.errors import BadInput
+
 
 class IssueRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     instance_id: str
@@ -31,7 +33,7 @@ class IssueRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
         return self.problem_statement.strip()
 
 
-class BadIssue(ValueError):
+class BadIssue(BadInput):
     pass
 
 

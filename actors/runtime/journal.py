@@ -10,6 +10,7 @@ from typing import Iterable, Protocol, Sequence
 
 import msgspec
 
+from magis_ray.events.errors import MagisError
 from magis_ray.events.codec import new_event
 from magis_ray.events.schema import (
     SCHEMA_VERSION, TERMINAL_EVENTS, AnyEvent, LLMExchanged, NewEvent, Recorded, RunResumed, RunStarted, TestsRan,
@@ -20,7 +21,7 @@ from magis_ray.store import EventLog
 from magis_ray.actors.model.fitting import fitted_from
 
 
-class Divergence(Exception):
+class Divergence(MagisError):
     """Re-execution produced an event other than the one the log holds for that lane."""
 
     def __init__(self, lane: str, expected: Recorded | None, got: AnyEvent | None):
@@ -31,7 +32,7 @@ class Divergence(Exception):
         super().__init__(f"lane {lane}{at}: the log holds {want}, re-execution gave {have}")
 
 
-class RunClosed(Exception):
+class RunClosed(MagisError):
     """The run's log already ends with RunFinished or RunFailed; only a RunResumed may follow."""
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from magis_ray.events.errors import BadInput
 from magis_ray.events.history import effective
 from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import TERMINAL_EVENTS, Recorded, RunStarted
@@ -19,7 +20,7 @@ from magis_ray.actors.roles.custodian import Custodian
 from magis_ray.actors.runtime.team import Team
 
 
-class CannotReplay(Exception):
+class CannotReplay(BadInput):
     pass
 
 

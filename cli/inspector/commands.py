@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import click
 
-from ..errors import BadInput, require_extra
+from magis_ray.events.errors import BadInput
+
+from ..errors import require_extra
 from ..options import store_option
 
 

@@ -16,7 +16,7 @@ from magis_ray.events.projections.tests import verdict as test_verdict, view_tal
 from magis_ray.events.projections.catalog import BatchSummary, Catalog, RunSummary
 from magis_ray.store import Lease
 
-from ..errors import BadInput
+from magis_ray.events.errors import BadInput
 from ..progress import PhaseTicker
 from ..source import RunsAndLeases, resolve_run_id
 from ..wording import count, duration, money
