@@ -26,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from magis_ray.actors.execution.archives import members
-from magis_ray.actors.execution.archives import pack as store_pack
-from magis_ray.actors.execution.archives import unpack as store_unpack
-from magis_ray.actors.execution.artifacts import NOT_ARCHIVED, interpreter_file
+from magis_ray.actors.execution.sharing.archives import members
+from magis_ray.actors.execution.sharing.archives import pack as store_pack
+from magis_ray.actors.execution.sharing.archives import unpack as store_unpack
+from magis_ray.actors.execution.sharing.artifacts import NOT_ARCHIVED, interpreter_file
 from magis_ray.actors.execution.environments import default_cache_root
 
 

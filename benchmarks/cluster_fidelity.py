@@ -98,7 +98,7 @@ def main() -> int:
         graded = events(args.out / "store", f"cluster-{mode}")
         nodes = collections.Counter(event.node[:8] for event in graded)
         obtained = collections.Counter((kind, how) for event in graded
-                                       for kind, how in (("environment", event.env_obtained), ("testbed", event.testbed_obtained)))
+                                       for kind, how in (("environment", event.environment.obtained), ("testbed", event.testbed.obtained)))
         print(f"{mode}: {len(reports[mode].get('resolved_ids', []))} of {len(ids)} resolved; tests on nodes {dict(nodes)}; "
               + ", ".join(f"{kind}s {how} {count}" for (kind, how), count in sorted(obtained.items())))
         if one_node_path is None:

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from archive_formats import interpreter_prefix_of
 
-from magis_ray.actors.execution.artifacts import ENVIRONMENTS, TESTBEDS, ArtifactStore
-from magis_ray.actors.execution.cache_bound import disk_bytes
+from magis_ray.actors.execution.sharing.artifacts import ENVIRONMENTS, TESTBEDS, ArtifactStore
+from magis_ray.actors.execution.sharing.cache_bound import disk_bytes
 from magis_ray.actors.execution.environments import default_cache_root
 
 INSTANCES, ENVIRONMENT_COUNT = 500, 60  # SWE-bench Verified: 500 instances over about 60 (repo, version) environments

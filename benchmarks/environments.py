@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from magis_ray.actors.execution.environments import Environment, EnvironmentCache, default_cache_root
-from magis_ray.actors.execution.installers import PIP, UV
+from magis_ray.actors.execution.environments.installers import PIP, UV
 from magis_ray.actors.execution.sandbox import Sandbox
 from magis_ray.actors.swebench.grading import spec_for
 

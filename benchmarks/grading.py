@@ -88,14 +88,14 @@ def grading_figures(store_path: str, name: str, cache_root: Path) -> None:
     print("|---|---:|---:|---:|---:|---:|---:|")
     by_env: dict[str, list[InstanceGraded]] = defaultdict(list)
     for record in graded:
-        by_env[record.event.env_label or "(none)"].append(record.event)
+        by_env[record.event.environment.label or "(none)"].append(record.event)
     for label in sorted(by_env):
         events = by_env[label]
-        built = [e.env_build_seconds for e in events if e.env_built_now]
-        earlier = None if built else earlier_build_seconds(cache_root, next((e.env_key for e in events if e.env_key), ""))
+        built = [e.environment.build_seconds for e in events if e.environment.built_now]
+        earlier = None if built else earlier_build_seconds(cache_root, next((e.environment.key for e in events if e.environment.key), ""))
         first = f"{max(built):.0f}" if built else (f"{earlier:.0f}*" if earlier is not None else "-")
-        testbeds = [e.testbed_build_seconds for e in events if e.testbed_built_now]
-        tests = [e.test_seconds for e in events if e.test_seconds]
+        testbeds = [e.testbed.build_seconds for e in events if e.testbed.built_now]
+        tests = [e.run.seconds for e in events if e.run.seconds]
         print(f"| {label} | {first} | {len(testbeds)} | "
               f"{statistics.median(testbeds) if testbeds else 0:.0f} | {len(events)} | "
               f"{statistics.median(tests) if tests else 0:.1f} | {max(tests) if tests else 0:.1f} |")
@@ -110,8 +110,8 @@ def environment_builds(events: list[InstanceGraded]) -> None:
     which took over 120 s."""
     builds: dict[str, tuple[str, float]] = {}
     for event in events:
-        if event.env_built_now:
-            builds[event.env_key] = (event.env_label, max(event.env_build_seconds, builds.get(event.env_key, ("", 0.0))[1]))
+        if event.environment.built_now:
+            builds[event.environment.key] = (event.environment.label, max(event.environment.build_seconds, builds.get(event.environment.key, ("", 0.0))[1]))
     if not builds:
         print("\nno environment was built by this grading")
         return
@@ -172,16 +172,16 @@ def repository_costs(events: list[InstanceGraded], cache_root: Path) -> dict[str
         group = by_repo[repo]
         environments: dict[str, float] = {}
         for event in group:
-            seconds = event.env_build_seconds if event.env_built_now else earlier_build_seconds(cache_root, event.env_key)
-            environments[event.env_key] = max(environments.get(event.env_key, 0.0), seconds or 0.0)
+            seconds = event.environment.build_seconds if event.environment.built_now else earlier_build_seconds(cache_root, event.environment.key)
+            environments[event.environment.key] = max(environments.get(event.environment.key, 0.0), seconds or 0.0)
         cost = RepositoryCost(
             instances=len(group), environments=sum(environments.values()),
-            testbeds=sum(e.testbed_build_seconds for e in group if e.testbed_built_now),
-            earlier_testbeds=sum(earlier_build_seconds(cache_root / "testbeds", e.testbed_key) or 0.0
-                                 for e in group if not e.testbed_built_now and e.testbed_key),
-            tests=sum(e.test_seconds for e in group))
+            testbeds=sum(e.testbed.build_seconds for e in group if e.testbed.built_now),
+            earlier_testbeds=sum(earlier_build_seconds(cache_root / "testbeds", e.testbed.key) or 0.0
+                                 for e in group if not e.testbed.built_now and e.testbed.key),
+            tests=sum(e.run.seconds for e in group))
         for event in group:
-            how = testbed_made(cache_root, event.testbed_key).split(" ")[0] if event.testbed_built_now else "from cache"
+            how = testbed_made(cache_root, event.testbed.key).split(" ")[0] if event.testbed.built_now else "from cache"
             cost.made[how] += 1
         costs[repo] = cost
         total.add(cost)
@@ -239,12 +239,12 @@ def preparation_figures(events: list[InstanceGraded], cache_root: Path) -> None:
     for event in sorted(events, key=lambda e: e.instance_id):
         if not event.ran:
             continue
-        made = testbed_made(cache_root, event.testbed_key) if event.testbed_built_now else "cached"
+        made = testbed_made(cache_root, event.testbed.key) if event.testbed.built_now else "cached"
         prep = preparation_seconds(event)
-        prepared, tested = prepared + prep, tested + event.test_seconds
-        ratio = f"{(prep + event.test_seconds) / event.test_seconds:.2f}" if event.test_seconds else "-"
-        print(f"| {event.instance_id} | {event.env_build_seconds * event.env_built_now:.1f} | "
-              f"{event.testbed_build_seconds * event.testbed_built_now:.1f} | {made} | {event.test_seconds:.1f} | {ratio} |")
+        prepared, tested = prepared + prep, tested + event.run.seconds
+        ratio = f"{(prep + event.run.seconds) / event.run.seconds:.2f}" if event.run.seconds else "-"
+        print(f"| {event.instance_id} | {event.environment.build_seconds * event.environment.built_now:.1f} | "
+              f"{event.testbed.build_seconds * event.testbed.built_now:.1f} | {made} | {event.run.seconds:.1f} | {ratio} |")
     total = f"{(prepared + tested) / tested:.2f}" if tested else "-"
     print(f"| **all** | | | | **{tested:.1f}** | **{total}** |")
     print(f"\npreparation {prepared:.1f} s, tests {tested:.1f} s: (preparation + tests) / tests = {total}")
@@ -285,7 +285,7 @@ def sandbox_ratios(records: list[dict], repos_dir: Path, cache_root: Path, repea
         for _ in range(repeats):
             for mode, (runner, install_again) in modes.items():
                 result = grade(record, record["patch"], repos_dir, testbeds, runner, install_again=install_again)
-                times[mode].append(result.test_seconds)
+                times[mode].append(result.run.seconds)
                 resolved[mode] = result.resolved
         direct, sandboxed, graded = (statistics.median(times[mode]) for mode in modes)
         ratios.append(sandboxed / direct)

@@ -29,10 +29,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from magis_ray.actors.execution.environments import EnvironmentCache, default_cache_root
-from magis_ray.actors.execution.memory_budget import why_no_cgroup
+from magis_ray.actors.execution.sandbox.memory_budget import why_no_cgroup
 from magis_ray.actors.execution.runner import TestRunner
 from magis_ray.actors.execution.sandbox import GiB, Limits, Sandbox, Scratch
-from magis_ray.actors.execution.scratch_disks import why_not_on_disk
+from magis_ray.actors.execution.sandbox.scratch_disks import why_not_on_disk
 from magis_ray.actors.execution.testbeds import TestbedCache
 from magis_ray.actors.swebench.grading import grade, grading_limits, spec_for
 
@@ -78,8 +78,8 @@ def test_runs(records: list[dict], repos_dir: Path, cache_root: Path, repeats: i
             for name, (sandbox, memory) in SANDBOXES.items():
                 runner = TestRunner(sandbox, grading_limits(1800, memory))
                 result = grade(record, record["patch"], repos_dir, testbeds, runner)
-                times[name].append(result.test_seconds)
-                peaks[name] = max(peaks[name], result.peak_memory_mb)
+                times[name].append(result.run.seconds)
+                peaks[name] = max(peaks[name], result.memory.peak_mb)
                 resolved.add(result.resolved)
         medians = {name: statistics.median(times[name]) for name in names}
         for name in names[1:]:

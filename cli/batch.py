@@ -20,7 +20,7 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
     from magis_ray.actors.runtime.deployment import Deployment
     from magis_ray.store import open_store
 
-    from .errors import BadInput
+    from magis_ray.events.errors import BadInput
     from .signals import interrupted_exit_code, stopped_by_signals
 
     try:
@@ -35,11 +35,11 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
     if workers < 1:
         raise BadInput("--workers must be at least 1")
     if run_config.tests:
-        from magis_ray.actors.runtime.bench import TEST_LIMITS
+        from magis_ray.events.settings import size_bytes
 
         from .grade import workers_for_memory
 
-        workers = workers_for_memory(workers, TEST_LIMITS.memory_bytes, "tests on")
+        workers = workers_for_memory(workers, size_bytes(run_config.test_memory), "tests on")
     with model_endpoint(run_config.endpoint.llm, run_config.endpoint.base_url or None, store_path, local_port) as endpoint:
         check_endpoint(endpoint, run_config.model, run_config.endpoint.models)  # before Ray: a wrong endpoint costs seconds
         open_store(store_path, create=True).close()

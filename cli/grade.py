@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from magis_ray.events.settings import GradeSettings, size_bytes
+from magis_ray.events.settings import GradeSettings
 
-from .errors import BadInput, missing_extra
+from magis_ray.events.errors import BadInput, Unavailable
+
+from .errors import missing_extra
 from .options import store_option
 
 if TYPE_CHECKING:
@@ -25,11 +27,6 @@ if TYPE_CHECKING:
 
     from .settings import Effective
 
-# The grading option -> the setting that gave it, for errors about its value (GradingInputError.option):
-# they are said as the user gave it ("--memory 64G: ...", "MAGIS_GRADE_MEMORY='64G': ..."), not as the
-# service holds them.
-SETTING_OF_OPTION = {"workers": "grade.workers", "timeout_s": "grade.timeout", "memory_bytes": "grade.memory",
-                     "artifact_store": "artifact-store"}
 # The run's settings a grading shares: where the cluster's nodes share built environments
 SHARED_KEYS = ("artifact-store",)
 GRADE = GradeSettings()  # the flags' defaults, shown in --help; only a flag given on the command line is a layer
@@ -47,7 +44,7 @@ def parse_pythons(values: tuple[str, ...]) -> dict[str, str]:
 def workers_for_memory(workers: int, budget: int, what: str) -> int:
     """--workers lowered to what the machine's memory holds at `budget` bytes a sandbox, said in
     one line; BadInput when not even one fits."""
-    from magis_ray.actors.execution.memory_budget import workers_within_memory
+    from magis_ray.actors.execution.sandbox.memory_budget import workers_within_memory
 
     fit, note = workers_within_memory(workers, budget)
     if not fit:
@@ -59,7 +56,7 @@ def workers_for_memory(workers: int, budget: int, what: str) -> int:
 
 def grading_options(flags: dict, grade: GradeSettings, artifact_store: str = "") -> GradingOptions:
     """The grading's options from the command's flags (click's parameter names) for what is
-    graded and where, and the resolved grade section (its flags included) for how."""
+    graded and where, and the resolved grade section (its flags included), whole, for how."""
     from magis_ray.actors.swebench.grading_service import GradingOptions
 
     chosen = [patches for patches, given in (("predictions", flags["predictions"]), ("gold", flags["gold"]),
@@ -69,10 +66,8 @@ def grading_options(flags: dict, grade: GradeSettings, artifact_store: str = "")
     return GradingOptions(
         dataset=str(flags["dataset"]), repos_dir=str(flags["repos_dir"]), store=str(flags["store_path"]),
         patches=chosen[0], predictions=str(flags["predictions"] or ""), instances=tuple(flags["instances"]),
-        workers=grade.workers, name=flags["name"] or "", sandbox=grade.sandbox, timeout_s=grade.timeout,
-        network=grade.network, memory_bytes=size_bytes(grade.memory), pythons=parse_pythons(flags["pythons"]),
-        env_cache=flags["env_cache"] or None, artifact_store=artifact_store, env_setup=grade.env_setup or None,
-        test_cmd=grade.test_cmd or None, env_python=grade.env_python,
+        name=flags["name"] or "", grade=grade, pythons=parse_pythons(flags["pythons"]),
+        env_cache=flags["env_cache"] or None, artifact_store=artifact_store,
         report=str(flags["report"]) if flags["report"] else None, use_ray=not flags["no_ray"],
     )
 
@@ -128,7 +123,6 @@ def grade_command(ctx: click.Context, **flags) -> None:
     table, ~/.config/magis-ray/config.toml's, in that order (`magis-ray config` shows them)."""
     from tqdm import tqdm
 
-    from magis_ray.actors.execution.sandbox import SandboxUnavailable
     from magis_ray.actors.code.swebench_harness import HarnessMissing
     from magis_ray.actors.swebench.grading_service import GradingInputError, plan_grading, run_grading_plan, start_ray
 
@@ -139,14 +133,13 @@ def grade_command(ctx: click.Context, **flags) -> None:
     try:
         plan = plan_grading(options, notice=lambda line: click.echo(f"magis-ray: notice: {line}", err=True))
     except GradingInputError as exc:
-        if exc.option == "repos_dir":
+        # said as the user gave it ("--memory 64G: ...", "MAGIS_GRADE_MEMORY='64G': ..."); the
+        # repositories' folder is a flag of this command alone, no setting
+        if exc.setting == "repos-dir":
             raise BadInput(f"--repos-dir {flags['repos_dir']}: {exc}") from None
-        setting = SETTING_OF_OPTION.get(exc.option)
-        raise BadInput(f"{effective.given(setting)}: {exc}" if setting else str(exc)) from None
+        raise BadInput(f"{effective.given(exc.setting)}: {exc}" if exc.setting else str(exc)) from None
     except HarnessMissing:
-        raise BadInput(missing_extra("grade", "magis-ray grade", ["swebench"])) from None
-    except SandboxUnavailable as exc:
-        raise BadInput(str(exc)) from None
+        raise Unavailable(missing_extra("grade", "magis-ray grade", ["swebench"])) from None
     start_ray(plan)  # before the signals' handlers: Ray sets its own when it starts
     with tqdm(total=len(plan.jobs), unit="instance", desc=f"grade {plan.name}", file=sys.stderr) as bar:
         def progress(event, skipped: bool) -> None:
@@ -203,10 +196,10 @@ def summary_table(results) -> str:
     header = ("INSTANCE", "RESOLVED", "F2P", "P2P", "ENV", "PREP s", "TESTS s", "NOTE")
     rows = []
     for r in results:
-        f2p = f"{len(r.fail_to_pass_success)}/{len(r.fail_to_pass_success) + len(r.fail_to_pass_failure)}"
-        p2p = f"{len(r.pass_to_pass_success)}/{len(r.pass_to_pass_success) + len(r.pass_to_pass_failure)}"
+        f2p, p2p = (f"{len(o.success)}/{len(o.success) + len(o.failure)}"
+                    for o in (r.tests_status.fail_to_pass, r.tests_status.pass_to_pass))
         built = preparation_seconds(r)
-        build = f"{built:.1f}" if (r.env_built_now or r.testbed_built_now) else ("cached" if r.env_key else "-")
+        build = f"{built:.1f}" if (r.environment.built_now or r.testbed.built_now) else ("cached" if r.environment.key else "-")
         if not r.ran:
             note = "empty patch: not run"
         elif r.error_step:
@@ -215,7 +208,7 @@ def summary_table(results) -> str:
             note = "needs the internet"
         else:
             note = "; ".join([*r.limits, *r.warnings]) if not r.resolved else ""
-        rows.append((r.instance_id, "yes" if r.resolved else "no", f2p, p2p, r.env_label or "-", build,
-                     f"{r.test_seconds:.1f}", note[:100]))
+        rows.append((r.instance_id, "yes" if r.resolved else "no", f2p, p2p, r.environment.label or "-", build,
+                     f"{r.run.seconds:.1f}", note[:100]))
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in [header, *rows])

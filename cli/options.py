@@ -65,6 +65,10 @@ def settings_options(f):
                                                      "(default: SWE-bench's spec, or `pip install -e . pytest`)."),
         click.option("--sandbox", type=click.Choice(["bwrap", "none"]), default=RUN.sandbox, show_default=True,
                      help="Tests: bubblewrap (no network, read-only system), or none (unconfined; only for code you trust)."),
+        click.option("--test-timeout", type=float, default=RUN.test_timeout, show_default=True,
+                     help="Tests: seconds each test run may take."),
+        click.option("--test-memory", default=RUN.test_memory, show_default=True,
+                     help="Tests: the memory budget of each test run, its processes and in-memory scratch together (0: no limit)."),
         click.option("--artifact-store", default=RUN.artifact_store,
                      help="Tests on a cluster: where the nodes share built environments and testbeds, a folder on a "
                           "shared filesystem or an s3:// or gs:// URL (none: each node builds its own)."),

@@ -15,6 +15,10 @@ moved into `settings.endpoint` under the names the settings give them (`llm`, `t
 Version 4: a node is named by its Ray node id (`TestsRan.node`, `InstanceGraded.node`), its host
 name beside it (`host`), where version 3 wrote the host name as `InstanceGraded.node`; older
 records are upcast.
+Version 5: `InstanceGraded` holds its parts as structs (tests_status, environment, testbed, run,
+memory) where version 4 wrote 40 flat fields; `completed` and each part's `obtained` are always
+written, where older records left them out (None, "") for a reader to work out; older records are
+upcast.
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ import msgspec
 
 from .settings import EndpointSettings, RoleModel, RunSettings  # noqa: F401 - the settings a run records
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 class Event(msgspec.Struct, frozen=True, tag_field="type", forbid_unknown_fields=False):
@@ -320,8 +324,60 @@ class InstanceGradingStarted(Event, frozen=True, tag="InstanceGradingStarted"):
 
 
 # The harness's tests_status keys; InstanceGraded holds each as two lists, e.g. fail_to_pass_success.
-TESTS_STATUS_KEYS = ("FAIL_TO_PASS", "PASS_TO_PASS", "FAIL_TO_FAIL", "PASS_TO_FAIL")
-TEST_OUTCOMES = ("success", "failure")
+class Outcomes(msgspec.Struct, frozen=True):
+    """The tests of one of the harness's lists that passed (success) and that did not (failure)."""
+
+    success: list[str] = []
+    failure: list[str] = []
+
+
+class TestsStatus(msgspec.Struct, frozen=True):
+    """The harness's tests_status: each list of the instance's tests, by what became of them."""
+
+    __test__ = False
+
+    fail_to_pass: Outcomes = Outcomes()
+    pass_to_pass: Outcomes = Outcomes()
+    fail_to_fail: Outcomes = Outcomes()
+    pass_to_fail: Outcomes = Outcomes()
+
+    def as_harness(self) -> dict[str, dict[str, list[str]]]:
+        """As the harness's report writes it: {"FAIL_TO_PASS": {"success": [...], "failure": [...]}, ...}."""
+        return {name.upper(): msgspec.to_builtins(getattr(self, name)) for name in self.__struct_fields__}
+
+    @classmethod
+    def of_harness(cls, tests_status: dict) -> TestsStatus:
+        """The harness's tests_status (keys it leaves out: empty lists)."""
+        return msgspec.convert({name: tests_status.get(name.upper(), {}) for name in cls.__struct_fields__}, cls)
+
+
+class PartUse(msgspec.Struct, frozen=True):
+    """An instance's environment or testbed as the grading's node had it."""
+
+    key: str = ""
+    label: str = ""
+    build_seconds: float = 0.0  # what building (or fetching) it cost this grading; 0 from the node's cache
+    built_now: bool = False
+    obtained: str = ""  # "built", "fetched" (from the cluster's artifact store) or "cached" (the node's own)
+
+
+class MemoryUse(msgspec.Struct, frozen=True):
+    """What held the test run's memory budget ("cgroup v1", "cgroup v2", "watchdog"; "": none),
+    and the most the run held at once (what cannot be reclaimed)."""
+
+    control: str = ""
+    peak_mb: int = 0
+
+
+class TestRunTiming(msgspec.Struct, frozen=True):
+    """The instance's test run: how long it took, how it ended, how many tests it gave."""
+
+    __test__ = False
+
+    seconds: float = 0.0
+    exit_code: int | None = None
+    timed_out: bool = False
+    tests_parsed: int = 0
 
 
 class InstanceGraded(Event, frozen=True, tag="InstanceGraded"):
@@ -335,55 +391,21 @@ class InstanceGraded(Event, frozen=True, tag="InstanceGraded"):
     patch_is_None: bool = False
     patch_exists: bool = False
     patch_successfully_applied: bool = False
-    fail_to_pass_success: list[str] = []
-    fail_to_pass_failure: list[str] = []
-    pass_to_pass_success: list[str] = []
-    pass_to_pass_failure: list[str] = []
+    tests_status: TestsStatus = TestsStatus()
     error_step: str = ""  # "" when every step ran; else spec / environment / checkout / patch / test_patch / tests
     error: str = ""
-    env_key: str = ""
-    env_label: str = ""
-    env_build_seconds: float = 0.0
-    env_built_now: bool = False
-    test_seconds: float = 0.0
-    test_exit_code: int | None = None
-    timed_out: bool = False
-    tests_parsed: int = 0
+    environment: PartUse = PartUse()
+    testbed: PartUse = PartUse()
+    run: TestRunTiming = TestRunTiming()
+    memory: MemoryUse = MemoryUse()
     output_tail: str = ""
     node: str = ""  # the Ray node id that graded it ("" without Ray)
+    host: str = ""  # the host name of the node that graded it
     warnings: list[str] = []  # e.g. files of the base commit the repository lacks
-    # Whether the harness would have written the instance's report.json (its "completed"); None in
-    # logs written before this field, whose results count by the rule of their time.
-    completed: bool | None = None
+    completed: bool = False  # whether the harness would have written the instance's report.json
     ran: bool = True  # False: an empty prediction, which the harness does not run
     needs_internet: bool = False  # its tests fail for want of the network (or its install fetches)
     limits: list[str] = []  # the sandbox's limits the run ran into, in words
-    fail_to_fail_success: list[str] = []
-    fail_to_fail_failure: list[str] = []
-    pass_to_fail_success: list[str] = []
-    pass_to_fail_failure: list[str] = []
-    testbed_key: str = ""
-    testbed_build_seconds: float = 0.0
-    testbed_built_now: bool = False
-    # How the grading's node had each: "built", "fetched" (from the cluster's artifact store) or
-    # "cached" (its own cache); "" in logs written before, where built_now alone says it.
-    env_obtained: str = ""
-    testbed_obtained: str = ""
-    memory_control: str = ""  # what held the test run's memory budget: "cgroup v1", "cgroup v2", "watchdog"
-    peak_memory_mb: int = 0  # the most memory the test run held at once (what cannot be reclaimed)
-    host: str = ""  # the host name of the node that graded it (`node` is its Ray node id)
-
-    @property
-    def tests_status(self) -> dict[str, dict[str, list[str]]]:
-        """The harness's tests_status: {"FAIL_TO_PASS": {"success": [...], "failure": [...]}, ...}."""
-        return {key: {outcome: list(getattr(self, f"{key.lower()}_{outcome}")) for outcome in TEST_OUTCOMES}
-                for key in TESTS_STATUS_KEYS}
-
-    @staticmethod
-    def tests_status_fields(tests_status: dict) -> dict[str, list[str]]:
-        """The fields that hold the harness's `tests_status` (keys it leaves out: empty lists)."""
-        return {f"{key.lower()}_{outcome}": list(tests_status.get(key, {}).get(outcome, []))
-                for key in TESTS_STATUS_KEYS for outcome in TEST_OUTCOMES}
 
 
 AnyEvent = Union[

@@ -76,6 +76,8 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
     env_setup: str = ""  # the user's install step for the test environment ("": SWE-bench's spec, or the default)
     test_cmd: str = ""  # the user's test command, followed by the tests to run ("": the spec's runner, or pytest)
     sandbox: Literal["bwrap", "none"] = "bwrap"  # "none" runs tests unconfined (the user asked for it)
+    test_timeout: Seconds = 600.0  # seconds each of the team's test runs may take
+    test_memory: Size = "4G"  # each of the team's test runs' memory budget: its processes and in-memory scratch ("0": no limit)
     token_budget: NotNegative = 0  # most tokens the run may spend (0: no limit)
     batch_budget: NotNegative = 0  # most tokens a batch's runs may spend together (0: no limit)
     # The ablations (the paper's table): off, a role or an input is left out

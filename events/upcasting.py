@@ -59,6 +59,38 @@ def _v3_instance_graded(event: dict) -> dict:
     return event
 
 
+_V4_STATUS = ("fail_to_pass", "pass_to_pass", "fail_to_fail", "pass_to_fail")
+_V4_PARTS = {"environment": ("env_key", "env_label", "env_build_seconds", "env_built_now", "env_obtained"),
+             "testbed": ("testbed_key", None, "testbed_build_seconds", "testbed_built_now", "testbed_obtained")}
+_V4_RUN = {"test_seconds": "seconds", "test_exit_code": "exit_code", "timed_out": "timed_out", "tests_parsed": "tests_parsed"}
+
+
+def _v4_instance_graded(event: dict) -> dict:
+    """Version 4 wrote InstanceGraded's parts as flat fields, left `completed` out of results
+    logged before it was kept (they count by the rule of their time) and each part's `obtained`
+    out before it was said (a part built now was built, else cached)."""
+    if "tests_status" in event:
+        return event
+    status = {}
+    for name in _V4_STATUS:
+        lists = {outcome: event.pop(f"{name}_{outcome}") for outcome in ("success", "failure") if f"{name}_{outcome}" in event}
+        if lists:
+            status[name] = lists
+    event["tests_status"] = status
+    for part, (key, label, seconds, built_now, obtained) in _V4_PARTS.items():
+        fields = {"key": event.pop(key, ""), "label": event.pop(label, "") if label else "",
+                  "build_seconds": event.pop(seconds, 0.0), "built_now": event.pop(built_now, False),
+                  "obtained": event.pop(obtained, "")}
+        fields["obtained"] = fields["obtained"] or ("built" if fields["built_now"] else "cached")
+        event[part] = fields
+    event["run"] = {new: event.pop(old) for old, new in _V4_RUN.items() if old in event}
+    event["memory"] = {"control": event.pop("memory_control", ""), "peak_mb": event.pop("peak_memory_mb", 0)}
+    if event.get("completed") is None:
+        tests_ran = event.get("error_step", "") in ("", "tests") and event["run"].get("tests_parsed", 0) > 0
+        event["completed"] = bool(event.get("patch_successfully_applied")) and tests_ran
+    return event
+
+
 Upcaster = Callable[[dict], dict]
 # (version N, event type) -> the payload as version N + 1 writes it; a type not listed is unchanged
 UPCASTERS: dict[tuple[int, str], Upcaster] = {
@@ -66,6 +98,7 @@ UPCASTERS: dict[tuple[int, str], Upcaster] = {
     (1, "LLMExchanged"): _v1_llm_exchanged,
     (2, "RunStarted"): _v2_run_started,
     (3, "InstanceGraded"): _v3_instance_graded,
+    (4, "InstanceGraded"): _v4_instance_graded,
 }
 
 

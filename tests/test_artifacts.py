@@ -21,12 +21,12 @@ import pytest
 from execfixtures import GOLD, TEST_PATCH, make_calc_repos, record, write_dataset
 from waiting import wait_until
 from magis_ray.actors.code.pytest_log import parse_pytest_log
-from magis_ray.actors.execution import cache_bound
-from magis_ray.actors.execution.artifacts import (BUILT, CACHED, ENVIRONMENTS, FETCHED, RELOCATION_FILE, TESTBEDS,
+from magis_ray.actors.execution.sharing import cache_bound
+from magis_ray.actors.execution.sharing.artifacts import (BUILT, CACHED, ENVIRONMENTS, FETCHED, RELOCATION_FILE, TESTBEDS,
                                                   ArtifactStore, ArtifactStoreUnusable, BuildFailedElsewhere, file_digest)
-from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, Recipe
+from magis_ray.actors.execution.environments import BuildFailed, EnvironmentCache, Recipe
 from magis_ray.actors.execution.runner import INPUTS, TestRunner
-from magis_ray.actors.execution.sandbox import Limits, Sandbox, bwrap_path
+from magis_ray.actors.execution.sandbox import GiB, Limits, BubblewrapSandbox, bwrap_path
 from magis_ray.actors.execution.testbeds import TestbedCache, TestbedRecipe
 
 needs_bwrap = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
@@ -112,7 +112,7 @@ def test_a_published_testbed_runs_its_tests_under_another_node_s_cache_root(publ
     assert prefix.stdout.strip() == fetched.env.venv
 
     script = f"git apply {INPUTS}/gold.diff && git apply {INPUTS}/test.diff && python -m pytest -rA tests/test_more.py"
-    outcome = TestRunner(Sandbox(), Limits(wall_seconds=120)).run(fetched, script, parse_pytest_log,
+    outcome = TestRunner(BubblewrapSandbox(), Limits(wall_seconds=120, memory_bytes=8 * GiB)).run(fetched, script, parse_pytest_log,
                                                                    inputs={"gold.diff": GOLD, "test.diff": TEST_PATCH})
     assert outcome.results == {"tests/test_more.py::test_mean_of_two": "PASSED",
                                "tests/test_more.py::test_median_of_one": "PASSED"}, outcome.output[-2000:]
@@ -128,6 +128,7 @@ def test_a_corrupt_or_half_written_archive_is_detected_and_rebuilt_and_the_verdi
     environment archive (bytes flipped) and a half-written testbed archive (cut short): both are
     detected by their digests and dropped, both are built again (the grading's events say so) and
     published anew, and the verdict is the one a clean grading gives."""
+    from magis_ray.events.settings import GradeSettings
     from magis_ray.actors.swebench.grading_service import GradingOptions, plan_grading, run_grading_plan
 
     store_root = tmp_path / "store"
@@ -135,15 +136,15 @@ def test_a_corrupt_or_half_written_archive_is_detected_and_rebuilt_and_the_verdi
 
     def grading(cache: Path, name: str):
         options = GradingOptions(dataset=str(dataset), repos_dir=str(published["root"] / "repos"), store=str(tmp_path / "db"),
-                                 patches="gold", env_cache=str(cache), artifact_store=str(store_root), test_cmd="pytest -rA",
-                                 timeout_s=120, memory_bytes=2 << 30, use_ray=False, name=name)
+                                 patches="gold", env_cache=str(cache), artifact_store=str(store_root), use_ray=False, name=name,
+                                 grade=GradeSettings(test_cmd="pytest -rA", timeout=120, memory="2G"))
         return run_grading_plan(plan_grading(options)).results[0]
 
     clean = grading(tmp_path / "first", "clean")
-    assert (clean.env_obtained, clean.testbed_obtained) == (BUILT, BUILT) and clean.resolved
+    assert (clean.environment.obtained, clean.testbed.obtained) == (BUILT, BUILT) and clean.resolved
     store = ArtifactStore(str(store_root))
-    env_archive = store_root / store.names(ENVIRONMENTS, clean.env_key).archive
-    testbed_archive = store_root / store.names(TESTBEDS, clean.testbed_key).archive
+    env_archive = store_root / store.names(ENVIRONMENTS, clean.environment.key).archive
+    testbed_archive = store_root / store.names(TESTBEDS, clean.testbed.key).archive
     data = bytearray(env_archive.read_bytes())
     for offset in range(len(data) // 2, len(data) // 2 + 64):
         data[offset] ^= 0xFF
@@ -152,14 +153,14 @@ def test_a_corrupt_or_half_written_archive_is_detected_and_rebuilt_and_the_verdi
         archive.truncate(archive.seek(0, os.SEEK_END) // 3)
 
     again = grading(tmp_path / "second", "after-corruption")
-    assert (again.env_obtained, again.testbed_obtained) == (BUILT, BUILT)
-    assert (again.resolved, again.fail_to_pass_success, again.pass_to_pass_success) == \
-        (clean.resolved, clean.fail_to_pass_success, clean.pass_to_pass_success)
-    for archive, kind, key in ((env_archive, ENVIRONMENTS, clean.env_key), (testbed_archive, TESTBEDS, clean.testbed_key)):
+    assert (again.environment.obtained, again.testbed.obtained) == (BUILT, BUILT)
+    assert (again.resolved, again.tests_status.fail_to_pass.success, again.tests_status.pass_to_pass.success) == \
+        (clean.resolved, clean.tests_status.fail_to_pass.success, clean.tests_status.pass_to_pass.success)
+    for archive, kind, key in ((env_archive, ENVIRONMENTS, clean.environment.key), (testbed_archive, TESTBEDS, clean.testbed.key)):
         assert (store_root / store.names(kind, key).digest).read_text().split()[0] == file_digest(archive)
 
     third = grading(tmp_path / "third", "after-the-rebuild")  # the republished archives are whole
-    assert (third.env_obtained, third.testbed_obtained, third.resolved) == (FETCHED, FETCHED, clean.resolved)
+    assert (third.environment.obtained, third.testbed.obtained, third.resolved) == (FETCHED, FETCHED, clean.resolved)
 
 
 @needs_bwrap
@@ -224,13 +225,13 @@ def test_a_failed_build_is_published_and_the_nodes_waiting_for_it_fail_at_once_w
     b.join()
     c.join()
 
-    assert isinstance(outcomes["b"], EnvironmentBuildError) and outcomes["b"].step == "install-1", outcomes["b"]
+    assert isinstance(outcomes["b"], BuildFailed) and outcomes["b"].step == "install-1", outcomes["b"]
     failure = store.failure(TESTBEDS, key)
     assert failure is not None and failure.step == "install-1" and "exit 3" in failure.reason and "\n" not in failure.reason
-    assert isinstance(outcomes["c"], EnvironmentBuildError) and outcomes["c"].step == "install-1", outcomes["c"]
+    assert isinstance(outcomes["c"], BuildFailed) and outcomes["c"].step == "install-1", outcomes["c"]
     assert failure.reason in str(outcomes["c"]) and failure.host in str(outcomes["c"])
     node("d")
-    assert isinstance(outcomes["d"], EnvironmentBuildError) and str(outcomes["d"]) == str(outcomes["c"])
+    assert isinstance(outcomes["d"], BuildFailed) and str(outcomes["d"]) == str(outcomes["c"])
     installs = [log for root in roots.values() for log in root.glob(f"testbeds/{key}/logs/*-install-1.log")]
     assert [log.relative_to(tmp_path).parts[0] for log in installs] == ["b"]
     assert not store.has(TESTBEDS, key) and not store.backend.exists(store.names(TESTBEDS, key).claim)
@@ -275,8 +276,8 @@ def test_an_interpreter_s_own_files_stay_out_of_the_archive_and_a_node_lacking_t
     them; a node whose interpreter of that version lives elsewhere gets them linked from its own;
     a node whose interpreter lacks one builds the folder itself, says why in one line, and does not
     publish over the archive."""
-    from magis_ray.actors.execution.environments import Shared, locked_build
-    from magis_ray.actors.execution.testbeds import make_prefix
+    from magis_ray.actors.execution.sharing.builds import BuildRecord, SharedArtifact, locked_build
+    from magis_ray.actors.execution.testbeds.prefix import make_prefix
 
     store = ArtifactStore(str(tmp_path / "store"))
     builder = fake_interpreter(tmp_path / "interpreter-a")
@@ -301,9 +302,9 @@ def test_an_interpreter_s_own_files_stay_out_of_the_archive_and_a_node_lacking_t
     lacking = fake_interpreter(tmp_path / "interpreter-c", lacking="lib/python3.99/json/__init__.py")
     digest = (tmp_path / "store" / store.names(TESTBEDS, "k").digest).read_text()
     builds = []
-    info, _, built_now = locked_build(tmp_path / "c" / "k", lambda: builds.append("built") or {},
-                                      shared=Shared(store, TESTBEDS, "k", tmp_path / "c", str(lacking)))
-    assert builds == ["built"] and built_now and info["obtained"] == BUILT
+    record, _ = locked_build(tmp_path / "c" / "k", lambda: builds.append("built") or BuildRecord(), BuildRecord,
+                             shared=SharedArtifact(store, TESTBEDS, "k", tmp_path / "c", str(lacking)))
+    assert builds == ["built"] and record.obtained == BUILT
     said = [record.getMessage() for record in caplog.records if "lacks" in record.getMessage()]
     assert len(said) == 1 and "\n" not in said[0] and "lacks 1 of the 5 files" in said[0] and "json/__init__.py" in said[0]
     assert (tmp_path / "store" / store.names(TESTBEDS, "k").digest).read_text() == digest  # left as it was
@@ -315,8 +316,8 @@ def test_an_archive_an_older_node_published_as_a_gzipped_tar_is_still_fetched(tm
     relocated; a corrupt one is dropped as any other."""
     import tarfile
 
-    from magis_ray.actors.execution.archives import LEGACY_SUFFIX
-    from magis_ray.actors.execution.artifacts import write_relocation
+    from magis_ray.actors.execution.sharing.archives import LEGACY_SUFFIX
+    from magis_ray.actors.execution.sharing.artifacts import write_relocation
 
     first = tmp_path / "first"
     folder = first / "k"
@@ -482,18 +483,21 @@ def test_a_store_url_nothing_can_open_is_one_line_and_exit_2(tmp_path):
 
 
 def test_a_result_logged_before_it_said_how_its_environment_was_had_reads_from_built_now():
-    """InstanceGraded's env_obtained/testbed_obtained are new: an older result decodes without them,
-    and how it had each is read from built_now, for the preparation's seconds as for the details."""
+    """A version 4 result written before InstanceGraded said how its node had each part decodes
+    (upcast) with how it had each read from built_now, for the preparation's seconds as for the
+    details."""
     import msgspec
 
-    from magis_ray.actors.swebench.grading_batch import instance_details, obtained, preparation_seconds
-    from magis_ray.events.schema import InstanceGraded
+    from magis_ray.actors.swebench.grading_batch import instance_details, preparation_seconds
+    from magis_ray.events.codec import decode_recorded
 
-    old = msgspec.json.decode(b'{"instance_id": "a__b-1", "patch_sha": "x", "resolved": true, "env_key": "k",'
-                              b' "env_build_seconds": 30.0, "env_built_now": true, "testbed_build_seconds": 5.0}',
-                              type=InstanceGraded)
-    assert (obtained(old, "env"), obtained(old, "testbed"), preparation_seconds(old)) == (BUILT, CACHED, 30.0)
-    fetched = msgspec.structs.replace(old, env_built_now=False, env_obtained=FETCHED, testbed_obtained=CACHED)
+    line = (b'{"run_id": "grading:g", "version": 2, "position": 2, "time": 1.0, "actor": "grader", "schema_version": 4,'
+            b' "event": {"type": "InstanceGraded", "instance_id": "a__b-1", "patch_sha": "x", "resolved": true,'
+            b' "env_key": "k", "env_build_seconds": 30.0, "env_built_now": true, "testbed_build_seconds": 5.0}}')
+    old = decode_recorded(line).event
+    assert (old.environment.obtained, old.testbed.obtained, preparation_seconds(old)) == (BUILT, CACHED, 30.0)
+    fetched = msgspec.structs.replace(old, environment=msgspec.structs.replace(old.environment, built_now=False,
+                                                                               obtained=FETCHED))
     assert preparation_seconds(fetched) == 30.0  # a fetch is preparation too
     details = instance_details([fetched])["a__b-1"]["environment"]
     assert (details["obtained"], details["testbed_obtained"]) == (FETCHED, CACHED)

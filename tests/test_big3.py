@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from gitfixtures import make_repo
-from magis_ray.actors.execution.conda import as_conda_has_it, pip_equivalent, with_wheel
+from magis_ray.actors.execution.environments.conda import as_conda_has_it, pip_equivalent, with_wheel
 from magis_ray.actors.execution.specs import SWEBENCH_ERA, instance_spec
-from magis_ray.actors.execution.testbeds import (SystemPackagesMissing, _check_system_locales, _check_system_packages,
-                                                 missing_system_packages, system_packages_of)
+from magis_ray.actors.execution.environments.system import (SystemPackagesMissing, check_system_locales, check_system_packages,
+                                                              missing_system_packages, system_packages_of)
 
 DJANGO_REQUIREMENTS = "asgiref >= 3.2\nargon2-cffi >= 16.1.0\npytz\nsqlparse\n"
 MATPLOTLIB_ENVIRONMENT = """name: mpl-dev
@@ -112,8 +112,8 @@ def test_django_s_locale_is_a_requirement_of_the_machine_not_a_step(fixture_repo
 def test_a_missing_locale_is_named_with_the_commands_that_make_it():
     with pytest.raises(SystemPackagesMissing, match=r"needs the locale xx_XX\.UTF-8, which this machine has not generated "
                                                     r"\(.*sed -i '/\^# \*xx_XX\[\.\]UTF-8 /s/\^# \*//' /etc/locale\.gen && locale-gen\)"):
-        _check_system_locales(("xx_XX.UTF-8",))
-    _check_system_locales(("C.UTF-8",))  # every glibc has it
+        check_system_locales(("xx_XX.UTF-8",))
+    check_system_locales(("C.UTF-8",))  # every glibc has it
 
 
 # --- scikit-learn's environments -----------------------------------------------------------------
@@ -175,7 +175,7 @@ def test_matplotlib_s_environment_yml_without_its_conda_only_gui_toolkits():
 def test_a_missing_system_package_is_named_with_its_install_command():
     with pytest.raises(SystemPackagesMissing, match=r"needs system packages not on this machine: magis-no-such-package "
                                                     r"\(apt-get install magis-no-such-package\)"):
-        _check_system_packages(("magis-no-such-package",))
+        check_system_packages(("magis-no-such-package",))
 
 
 @pytest.mark.skipif(missing_system_packages(("libfreetype-dev",)) != [], reason="Debian's libfreetype-dev is not installed")
@@ -201,7 +201,7 @@ def grade_gold_and_empty(instance_id: str, out: Path):
     gold = grade(record, record["patch"], repos, testbeds, runner, model="gold", logs_dir=out / "logs")
     empty = grade(record, "", repos, testbeds, runner, run_empty=True)
     assert gold.resolved and not gold.error_step, (gold.error, gold.tests_status, gold.output_tail[-2000:])
-    assert not empty.resolved and empty.tests_status["FAIL_TO_PASS"]["failure"], empty.tests_status
+    assert not empty.resolved and empty.tests_status.fail_to_pass.failure, empty.tests_status
     repo_path = repos / record["repo"].replace("/", "__")
     testbed = testbeds.get(spec_for(record, repo_path).testbed, repo_path)
     return record, gold, testbed, runner
@@ -212,7 +212,7 @@ def grade_gold_and_empty(instance_id: str, out: Path):
 def test_django_grades_through_its_runner_and_parser(tmp_path):
     record, gold, testbed, _ = grade_gold_and_empty("django__django-10554", tmp_path)
     f2p = json.loads(record["FAIL_TO_PASS"])
-    assert gold.tests_status["FAIL_TO_PASS"]["success"] == f2p and gold.tests_parsed >= len(f2p)
+    assert gold.tests_status.fail_to_pass.success == f2p and gold.run.tests_parsed >= len(f2p)
     script = (tmp_path / "logs" / "gold" / record["instance_id"] / "eval.sh").read_text()
     assert "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 queries.test_qs_combinators" in script
     output = (tmp_path / "logs" / "gold" / record["instance_id"] / "test_output.txt").read_text()
@@ -253,10 +253,10 @@ def test_matplotlib_builds_offline_with_the_system_s_freetype_and_compares_basel
     gold = grade(record, record["patch"], repos, testbeds, runner)
     empty = grade(record, "", repos, testbeds, runner, run_empty=True)
     f2p = json.loads(record["FAIL_TO_PASS"])
-    assert gold.completed and gold.tests_status["FAIL_TO_PASS"]["success"] == f2p, (gold.error, gold.tests_status)
-    assert empty.completed and empty.tests_status["FAIL_TO_PASS"]["failure"] == f2p
+    assert gold.completed and gold.tests_status.fail_to_pass.success == f2p, (gold.error, gold.tests_status)
+    assert empty.completed and empty.tests_status.fail_to_pass.failure == f2p
     # most of its baseline comparisons pass: the images are there, Ghostscript compares the PDFs
-    assert len(gold.tests_status["PASS_TO_PASS"]["success"]) > 0.8 * len(json.loads(record["PASS_TO_PASS"]))
+    assert len(gold.tests_status.pass_to_pass.success) > 0.8 * len(json.loads(record["PASS_TO_PASS"]))
     repo_path = repos / record["repo"].replace("/", "__")
     testbed = testbeds.get(spec_for(record, repo_path).testbed, repo_path)
     probe = runner.run(testbed, "python -c 'import matplotlib.ft2font as f; print(f.__freetype_build_type__, f.__freetype_version__)'",

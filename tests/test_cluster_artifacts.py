@@ -21,7 +21,7 @@ import pytest
 from clusters import nodes_with_own_caches
 from execfixtures import GOLD, make_calc_repos, new_file_patch, record, write_dataset
 
-from magis_ray.actors.execution.artifacts import BUILT, CACHED, ENVIRONMENTS, FETCHED, TESTBEDS, ArtifactStore, file_digest
+from magis_ray.actors.execution.sharing.artifacts import BUILT, CACHED, ENVIRONMENTS, FETCHED, TESTBEDS, ArtifactStore, file_digest
 from magis_ray.actors.execution.sandbox import bwrap_path
 from magis_ray.events.schema import InstanceGraded
 from magis_ray.events.streams import StreamKind
@@ -45,6 +45,7 @@ def cluster():
 def gradings(root: Path, dataset: Path, predictions: Path, name: str, **changes) -> dict[str, list[InstanceGraded]]:
     """Grade the instances, one grading per environment's Python: grading name -> the
     InstanceGraded events its stream holds."""
+    from magis_ray.events.settings import GradeSettings
     from magis_ray.actors.swebench.grading_service import GradingOptions, plan_grading, run_grading_plan
 
     graded = {}
@@ -52,8 +53,8 @@ def gradings(root: Path, dataset: Path, predictions: Path, name: str, **changes)
         ids = tuple(f"calc__calc-{n}" for n, (p, _) in INSTANCES.items() if p == python)
         options = GradingOptions(dataset=str(dataset), repos_dir=str(root / "repos"), store=str(root / "store"),
                                  predictions=str(predictions), instances=ids, name=f"{name}-{python}",
-                                 env_python=python, env_setup=ENV_SETUP, test_cmd=TEST_CMD, sandbox="bwrap",
-                                 timeout_s=300, memory_bytes=1 << 30, workers=3, **changes)
+                                 grade=GradeSettings(env_python=python, env_setup=ENV_SETUP, test_cmd=TEST_CMD, sandbox="bwrap",
+                                                     timeout=300, memory="1G", workers=3), **changes)
         outcome = run_grading_plan(plan_grading(options))
         with open_store(options.store) as store:
             events = [r.event for r in store.read(StreamKind.GRADING.stream_id(options.name))]
@@ -72,7 +73,8 @@ def obtained(results: list[InstanceGraded], kind: str) -> dict[str, list[tuple[s
     """key -> (node, how that instance's node had it) an instance, for `kind` env or testbed."""
     found = defaultdict(list)
     for r in results:
-        found[getattr(r, f"{kind}_key")].append((r.node, getattr(r, f"{kind}_obtained")))
+        part = r.environment if kind == "env" else r.testbed
+        found[part.key].append((r.node, part.obtained))
     return dict(found)
 
 
@@ -96,8 +98,8 @@ def test_each_environment_and_testbed_is_built_once_across_the_cluster_and_the_t
     # two environments, a testbed each (the calc commit on each Python), each grading one of them
     for kind in ("env", "testbed"):
         assert [len({getattr(r, f"{kind}_key") for r in events}) for events in graded.values()] == [1, 1], kind
-    env_keys = {r.env_key for r in results}
-    testbed_keys = {r.testbed_key for r in results}
+    env_keys = {r.environment.key for r in results}
+    testbed_keys = {r.testbed.key for r in results}
     assert len(env_keys) == len(testbed_keys) == 2
 
     store = ArtifactStore(str(artifacts))
@@ -123,7 +125,7 @@ def test_each_environment_and_testbed_is_built_once_across_the_cluster_and_the_t
     # the same instances on one node (this process's threads, its own cache, no artifact store)
     single = gradings(tmp_path, dataset, predictions, "one-node", env_cache=str(tmp_path / "one-node-cache"), use_ray=False)
     single_results = [r for events in single.values() for r in events]
-    assert all(r.env_obtained == BUILT or r.env_obtained == CACHED for r in single_results)
+    assert all(r.environment.obtained == BUILT or r.environment.obtained == CACHED for r in single_results)
     assert verdicts(results) == verdicts(single_results)
     resolved = sorted(f"calc__calc-{n}" for n, (_, patch) in INSTANCES.items() if patch == GOLD)
     assert sorted(r.instance_id for r in results if r.resolved) == resolved

@@ -85,9 +85,12 @@ def lose_a_worker_midway(cluster, gate: Path, work, what: str):
 def grading_options(root: Path, dataset: Path, predictions: Path, gate: Path, **changes):
     from magis_ray.actors.swebench.grading_service import GradingOptions
 
+    from magis_ray.events.settings import GradeSettings
+
     return GradingOptions(dataset=str(dataset), repos_dir=str(root / "repos"), store=str(root / "store"),
-                          predictions=str(predictions), env_cache=str(root / "envs"), test_cmd=gated(gate),
-                          sandbox="none", timeout_s=300, memory_bytes=2 << 30, workers=3, **changes)
+                          predictions=str(predictions), env_cache=str(root / "envs"),
+                          grade=GradeSettings(test_cmd=gated(gate), sandbox="none", timeout=300, memory="2G", workers=3),
+                          **changes)
 
 
 def verdicts(results: list[InstanceGraded]) -> dict[str, tuple]:

@@ -17,8 +17,8 @@ from scenarios import make_calc_repo
 
 from magis_ray.actors.code.commit_packs import (CommitPackError, has_commits, pack_commits, submodule_mirrors,
                                                 submodules_at, unpacked_copy)
-from magis_ray.actors.execution.testbeds import check_out_submodules
-from magis_ray.actors.execution.workspaces import checkout, read_file_at
+from magis_ray.actors.code.workspaces import check_out_submodules
+from magis_ray.actors.code.workspaces import checkout, read_file_at
 
 
 def git(*args, cwd) -> str:

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from gitfixtures import commit_files, make_repo
-from magis_ray.actors.execution import compiler_cache as compiler_cache_module
-from magis_ray.actors.execution.compiler_cache import COMPILER_LINKS, compiler_cache, compiler_front
+from magis_ray.actors.execution.testbeds import compiler_cache as compiler_cache_module
+from magis_ray.actors.execution.testbeds.compiler_cache import COMPILER_LINKS, compiler_cache, compiler_front
 from magis_ray.actors.execution.environments import EnvironmentCache, Recipe
-from magis_ray.actors.execution.interpreters import InterpreterMissing, find_python
+from magis_ray.actors.execution.environments.interpreters import InterpreterMissing, find_python
 from magis_ray.actors.execution.runner import TestRunner
-from magis_ray.actors.execution.sandbox import Limits, Sandbox, bwrap_path
+from magis_ray.actors.execution.sandbox import GiB, Limits, BubblewrapSandbox, bwrap_path
 from magis_ray.actors.execution.testbeds import BUILT, REINSTALLED, TestbedCache, TestbedRecipe
 
 SETUP = """from setuptools import Extension, setup
@@ -113,7 +113,7 @@ def two_commits_recompile_only_the_changed_file(tmp_path: Path, build: dict[str,
     recipes = [TestbedRecipe(env=env, repo="duo/duo", commit=commit, install=("python -m pip install -e .",), label="duo")
                for commit in (base, changed)]
     cache = testbeds.compilers
-    runner = TestRunner(Sandbox(), Limits(wall_seconds=300))
+    runner = TestRunner(BubblewrapSandbox(), Limits(wall_seconds=300, memory_bytes=8 * GiB))
 
     first = testbeds.get(recipes[0], repo.workdir)
     assert first.made == BUILT
@@ -209,7 +209,7 @@ def test_an_untraced_install_takes_cythons_output_and_the_compiles_from_the_cach
     newest = max(path.stat().st_mtime for path in Path(second.tree).rglob("*.so"))
     assert time.time() >= math.floor(newest) + 1
 
-    runner = TestRunner(Sandbox(), Limits(wall_seconds=300))
+    runner = TestRunner(BubblewrapSandbox(), Limits(wall_seconds=300, memory_bytes=8 * GiB))
     for testbed, expected in ((first, 1), (second, 2)):
         run = runner.run(testbed, "python tests/test_duo.py", None)
         assert run.exit_code == 0 and "test_value passed" in run.output, (expected, run.output[-2000:])

@@ -16,11 +16,11 @@ import pytest
 
 from execfixtures import GOLD, TEST_PATCH, git_status, make_calc_repos, new_file_patch, tree_fingerprint
 from magis_ray.actors.code.pytest_log import parse_pytest_log
-from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, Recipe
+from magis_ray.actors.execution.environments import BuildFailed, EnvironmentCache, Recipe
 from magis_ray.actors.execution.runner import INPUTS, TestRunner
-from magis_ray.actors.execution.sandbox import Limits, MiB, Sandbox, bwrap_path
+from magis_ray.actors.execution.sandbox import GiB, Limits, MiB, BubblewrapSandbox, bwrap_path
 from magis_ray.actors.execution.testbeds import TestbedCache, TestbedRecipe
-from magis_ray.actors.execution.workspaces import Workspace, WorkspaceError
+from magis_ray.actors.code.workspaces import Workspace, WorkspaceError
 
 pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
 
@@ -46,7 +46,7 @@ def run_with(calc, patches: list[str], command: str, runner: TestRunner | None =
     """`command` on a copy of the testbed with `patches` applied first (git apply, in the sandbox)."""
     inputs = {f"{n}.diff": p for n, p in enumerate(patches)}
     script = "\n".join([*(f"git apply -v {INPUTS}/{n}.diff" for n in range(len(patches))), command])
-    runner = runner or TestRunner(Sandbox(), Limits(wall_seconds=120))
+    runner = runner or TestRunner(BubblewrapSandbox(), Limits(wall_seconds=120, memory_bytes=8 * GiB))
     return runner.run(calc["testbed"], script, parse, inputs=inputs)
 
 
@@ -82,17 +82,17 @@ def test_a_testbed_outlives_the_repository_it_was_built_from(calc, tmp_path):
     shutil.rmtree(tmp_path / "gone")
     empty = tmp_path / "empty"
     subprocess.run(["git", "init", "--quiet", str(empty)], check=True)
-    with pytest.raises(EnvironmentBuildError, match=f"the testbed's repository is gone and .* lacks commit {calc['base'][:12]}"):
+    with pytest.raises(BuildFailed, match=f"the testbed's repository is gone and .* lacks commit {calc['base'][:12]}"):
         calc["cache"].get(recipe, empty)
     again = calc["cache"].get(recipe, calc["repo"])
     assert not again.built_now and again.key == built.key and Path(again.objects).is_relative_to(calc["repo"])
-    run = TestRunner(Sandbox(), Limits(wall_seconds=120)).run(again, "git log -1 --format=%H && git status --short --untracked-files=no", None)
+    run = TestRunner(BubblewrapSandbox(), Limits(wall_seconds=120, memory_bytes=8 * GiB)).run(again, "git log -1 --format=%H && git status --short --untracked-files=no", None)
     assert run.exit_code == 0 and run.output.split() == [calc["base"]], run.output[-2000:]
 
 
 def test_a_failed_build_names_its_step(calc):
     broken = TestbedRecipe(env=calc["recipe"].env, repo="calc/calc", commit=calc["base"], install=("python -c 'raise SystemExit(3)'",))
-    with pytest.raises(EnvironmentBuildError) as info:
+    with pytest.raises(BuildFailed) as info:
         calc["cache"].get(broken, calc["repo"])
     assert info.value.step == "install-1" and "exit 3" in str(info.value)
 
@@ -139,7 +139,7 @@ def hostile_run(calc, name: str, test_code: str, limits: Limits):
     before = {k: tree_fingerprint(v) for k, v in watched.items()}
     home_before = sorted(os.listdir(Path.home()))
     path = f"tests/test_{name}.py"
-    run = run_with(calc, [new_file_patch(path, test_code)], f"pytest -rA {path}", TestRunner(Sandbox(), limits))
+    run = run_with(calc, [new_file_patch(path, test_code)], f"pytest -rA {path}", TestRunner(BubblewrapSandbox(), limits))
     assert {k: tree_fingerprint(v) for k, v in watched.items()} == before
     assert sorted(os.listdir(Path.home())) == home_before
     return run, f"{path}::test_{name}"
@@ -160,7 +160,7 @@ def test_without_a_testbed_the_hosts_interpreter_and_path_stay_visible(calc, tmp
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     monkeypatch.setenv("PATH", f"{venv}/bin{os.pathsep}{os.environ['PATH']}")
-    runner = TestRunner(Sandbox(), Limits(wall_seconds=120))
+    runner = TestRunner(BubblewrapSandbox(), Limits(wall_seconds=120, memory_bytes=8 * GiB))
     with Workspace(calc["repo"], calc["base"]) as workspace:
         activated = runner.run(None, "python -c 'import sys; print(sys.prefix)'", tree=workspace.path)
         own = runner.run(None, f"{sys.executable} -c 'print(42)'", tree=workspace.path)
@@ -192,7 +192,7 @@ def test_a_testbed_on_the_distributions_interpreter_is_a_venv_of_its_own(tmp_pat
     assert testbed.env.interpreter_prefix == "/usr"
     prefix = Path(testbed.prefix)
     assert (prefix / "pyvenv.cfg").is_file() and not (prefix / "bin" / "ls").exists()
-    run = TestRunner(Sandbox(), Limits(wall_seconds=120)).run(testbed, "python -m pytest -rA tests/test_calc.py", parse_pytest_log)
+    run = TestRunner(BubblewrapSandbox(), Limits(wall_seconds=120, memory_bytes=8 * GiB)).run(testbed, "python -m pytest -rA tests/test_calc.py", parse_pytest_log)
     # the base commit's two bugs fail test_mean and test_shout
     assert run.results == {"tests/test_calc.py::test_mean": "FAILED", "tests/test_calc.py::test_median": "PASSED",
                            "tests/test_calc.py::test_shout": "FAILED", "tests/test_calc.py::test_whisper": "PASSED"}, run.output[-2000:]

@@ -25,14 +25,16 @@ import pytest
 
 from execfixtures import new_file_patch, pyproject
 from gitfixtures import Submodule, commit_files, make_repo
-from magis_ray.actors.execution.conda import pip_equivalent
-from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, Recipe
-from magis_ray.actors.execution.installers import AUTO, PIP
-from magis_ray.actors.execution.interpreters import InterpreterMissing, find_python
+from magis_ray.actors.execution.environments.conda import pip_equivalent
+from magis_ray.actors.execution.environments import BuildFailed, EnvironmentCache, Recipe
+from magis_ray.actors.execution.environments.installers import AUTO, PIP
+from magis_ray.actors.execution.environments.interpreters import InterpreterMissing, find_python
 from magis_ray.actors.execution.runner import TestRunner
-from magis_ray.actors.execution.sandbox import Sandbox, bwrap_path
-from magis_ray.actors.execution.testbeds import SystemPackagesMissing, TestbedCache, TestbedRecipe
-from magis_ray.actors.swebench.grading import CustomSetup, grade, grading_limits
+from magis_ray.actors.execution.sandbox import BubblewrapSandbox, bwrap_path
+from magis_ray.actors.execution.environments import SystemPackagesMissing
+from magis_ray.actors.execution.testbeds import TestbedCache, TestbedRecipe
+from magis_ray.actors.execution.runner import test_limits
+from magis_ray.actors.swebench.grading import CustomSetup, grade
 
 pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
 PY = "3.11"
@@ -57,7 +59,7 @@ def record(repo: str, base: str, tests: dict, patch: str = "", setup_commit: str
 
 def grade_custom(caches, record_, patch, env_setup="python -m pip install -e . pytest", network=False):
     testbeds, root = caches
-    runner = TestRunner(Sandbox(), grading_limits(300, 4 * 1024 ** 3), network=network)
+    runner = TestRunner(BubblewrapSandbox(), test_limits(300, 4 * 1024 ** 3), network=network)
     return grade(record_, patch, root / "repos", testbeds, runner, model="fixture",
                  custom=CustomSetup(PY, env_setup, "pytest -rA"))
 
@@ -120,7 +122,7 @@ def test_h_a_test_run_installing_again_builds_with_the_tools_the_testbeds_instal
     built_with = (Path(testbed.tree) / "built_with.txt").read_text()
     assert int(built_with.split(".")[0]) > 65  # newer than the date's (65.6.3 of December 2022)
     assert list(Path(testbed.wheelhouse).glob(f"setuptools-{built_with}-*.whl"))
-    run = TestRunner(Sandbox(), grading_limits(300, 4 * 1024 ** 3)).run(
+    run = TestRunner(BubblewrapSandbox(), test_limits(300, 4 * 1024 ** 3)).run(
         testbed, "rm built_with.txt && python -m pip install -e . >/dev/null && cat built_with.txt", None)
     assert run.exit_code == 0 and run.output.strip().endswith(built_with), run.output[-2000:]
 
@@ -128,7 +130,7 @@ def test_h_a_test_run_installing_again_builds_with_the_tools_the_testbeds_instal
 def test_a_resolution_for_an_older_python_decides_its_markers_for_that_python(tmp_path):
     """pikepdf 8.11.1 asks for `lxml<5; python_version < "3.10"`: resolved for Python 3.8 from this
     3.11 process, the marker holds (lxml 5.0.0 of 2023-12-29 would conflict at the install)."""
-    from magis_ray.actors.execution.era import pins_in, resolve_from_wheels
+    from magis_ray.actors.execution.environments.dated import pins_in, resolve_from_wheels
 
     pins = tmp_path / "pins.txt"
     ok, error = resolve_from_wheels(["pikepdf==8.11.1"], "3.8.18", "2024-01-01T00:00:00Z", str(tmp_path), pins, tmp_path / "cache")
@@ -141,7 +143,7 @@ def test_a_resolution_never_pins_the_project_from_its_folder(tmp_path):
     """pip's report names the project it installs from /testbed too, editable or not (`dir_info`
     empty for `pip install .`, as requests' specs install): no pin for it, or uv would install its
     namesake from PyPI before pip installs the commit's own."""
-    from magis_ray.actors.execution.era import constraints_from_report
+    from magis_ray.actors.execution.environments.dated import constraints_from_report
 
     report = tmp_path / "report.json"
     report.write_text(json.dumps({"install": [
@@ -155,7 +157,7 @@ def test_a_resolution_never_pins_the_project_from_its_folder(tmp_path):
 
 
 def test_what_an_install_asks_for_is_read_for_the_environment_s_python(tmp_path):
-    from magis_ray.actors.execution.era import project_requirements_for
+    from magis_ray.actors.execution.environments.dated import project_requirements_for
 
     report = {"install": [
         {"requested": True, "requested_extras": ["test"], "download_info": {"url": "file:///testbed", "dir_info": {"editable": True}},
@@ -258,7 +260,7 @@ def test_d_pre_install_edits_run_and_a_system_package_must_be_on_the_machine(cac
     assert (Path(testbed.tree) / "pkg" / "marker.txt").read_text() == "edited\n"
     failing = TestbedRecipe(env=env, repo="edit/edit", commit=base,
                             pre_install=("sed -i 's/pytest/pytest -x/' tox.ini", "false", "echo never > never.txt"))
-    with pytest.raises(EnvironmentBuildError, match="pre_install") as failed:
+    with pytest.raises(BuildFailed, match="pre_install") as failed:
         testbeds.get(failing, repo)
     assert "+ false" in failed.value.log and "never.txt" not in failed.value.log
     missing = TestbedRecipe(env=env, repo="edit/edit", commit=base, system_packages=("magis-ray-no-such-package",))
@@ -310,7 +312,7 @@ def test_e_submodules_come_from_a_local_mirror_or_need_the_internet(caches):
     testbed = testbeds.get(recipe, repo, mirrors=mirrors)
     assert (Path(testbed.tree) / "vendor" / "helpers" / "helpers.py").is_file()
     without = TestbedRecipe(env=env, repo="sub/sub", commit=base, install=("python -m pip install -e . --verbose",))
-    with pytest.raises(EnvironmentBuildError, match="needs the internet.*vendor/helpers"):
+    with pytest.raises(BuildFailed, match="needs the internet.*vendor/helpers"):
         testbeds.get(without, repo, mirrors=root / "no-mirrors")
 
 
@@ -384,7 +386,7 @@ def test_h_pips_isolated_builds_do_not_see_the_environment(caches, tmp_path):
     rec = record("iso/iso", base, {"f2p": ["tests/test_ok.py::test_ok"]}, test_patch=test)
     result = grade_custom(caches, rec, new_file_patch("NOTES", "a change\n"))
     assert result.completed and result.resolved, (result.error, result.output_tail)
-    python = testbeds.root / result.testbed_key / "python" / "bin" / "python"
+    python = testbeds.root / result.testbed.key / "python" / "bin" / "python"
     where = "import setuptools; print(setuptools.__file__)"
     outside = subprocess.run([str(python), "-c", where], capture_output=True, text=True)
     assert outside.returncode == 0 and "/venv/" in outside.stdout, outside  # the environment's setuptools

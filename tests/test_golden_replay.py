@@ -49,7 +49,7 @@ def test_the_v2_grading_log_decodes_to_the_results_it_reported():
     """tests/golden/v2_grading_run.jsonl: a grading's stream as `magis-ray grade --gold` wrote it.
     Its InstanceGraded records are the grader's results as they are, so they still make the same
     harness report and give back the harness's tests_status."""
-    from magis_ray.actors.swebench.grading_batch import completed, official_report
+    from magis_ray.actors.swebench.grading_batch import official_report
     from magis_ray.events.codec import decode_recorded
     from magis_ray.events.schema import InstanceGraded
     from magis_ray.events.streams import StreamKind
@@ -57,8 +57,8 @@ def test_the_v2_grading_log_decodes_to_the_results_it_reported():
     records = [decode_recorded(line) for line in (GOLDEN / "v2_grading_run.jsonl").read_bytes().splitlines()]
     assert {StreamKind.of(r.run_id) for r in records} == {StreamKind.GRADING}
     graded = [r.event for r in records if isinstance(r.event, InstanceGraded)]
-    assert [g.instance_id for g in graded] == ["calc__calc-1"] and completed(graded[0])
-    assert graded[0].tests_status == {
+    assert [g.instance_id for g in graded] == ["calc__calc-1"] and graded[0].completed
+    assert graded[0].tests_status.as_harness() == {
         "FAIL_TO_PASS": {"success": ["tests/test_more.py::test_mean_of_two"], "failure": []},
         "PASS_TO_PASS": {"success": ["tests/test_more.py::test_median_of_one"], "failure": []},
         "FAIL_TO_FAIL": {"success": [], "failure": []}, "PASS_TO_FAIL": {"success": [], "failure": []}}

@@ -63,7 +63,7 @@ def test_gold_resolves_empty_does_not_and_the_report_has_the_official_shape(setu
     assert empty.returncode == 0, empty.stderr
     assert "resolved: 0 of 1" in empty.stdout
     result = [e for e in stream(store, "empty@calc") if isinstance(e, InstanceGraded)]
-    assert [(r.resolved, r.fail_to_pass_failure, r.pass_to_pass_success) for r in result] == [
+    assert [(r.resolved, r.tests_status.fail_to_pass.failure, r.tests_status.pass_to_pass.success) for r in result] == [
         (False, ["tests/test_more.py::test_mean_of_two"], ["tests/test_more.py::test_median_of_one"])]
 
 
@@ -181,7 +181,7 @@ def test_a_prediction_over_its_memory_budget_is_ended_and_named(setup, tmp_path)
 
 
 def test_more_workers_than_the_machines_memory_holds_are_lowered_and_said(setup, tmp_path):
-    from magis_ray.actors.execution.memory_budget import host_memory
+    from magis_ray.actors.execution.sandbox.memory_budget import host_memory
 
     host = host_memory()
     budget = host // 2 - (1 << 20)  # two fit, three do not
@@ -355,14 +355,15 @@ def test_the_summary_per_repository_counts_what_needs_the_internet_apart():
 def test_the_grading_service_grades_without_the_command(setup, tmp_path):
     """The service itself, in this process: typed options in, a typed outcome out; each result is
     the very event the grading's stream holds, and its tests_status is the instance's report.json's."""
+    from magis_ray.events.settings import GradeSettings
     from magis_ray.actors.swebench.grading_service import (GradingInputError, GradingOptions, plan_grading,
                                                            run_grading_plan)
 
     dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"])])
     store = tmp_path / "store"
     options = GradingOptions(dataset=str(dataset), repos_dir=str(setup["repos"]), store=str(store), patches="gold",
-                             env_cache=str(setup["envs"]), test_cmd="pytest -rA", timeout_s=120, memory_bytes=2 << 30,
-                             use_ray=False)
+                             env_cache=str(setup["envs"]), use_ray=False,
+                             grade=GradeSettings(test_cmd="pytest -rA", timeout=120, memory="2G"))
     heard = []
     plan = plan_grading(options, notice=heard.append)
     assert (plan.name, [j.instance_id for j in plan.jobs], heard) == ("gold@calc", ["calc__calc-1"], [])
@@ -371,13 +372,13 @@ def test_the_grading_service_grades_without_the_command(setup, tmp_path):
     assert outcome.report["resolved_ids"] == ["calc__calc-1"]
     assert [e for e in stream(store, "gold@calc") if isinstance(e, InstanceGraded)] == outcome.results
     report = json.loads((Path(outcome.logs_dir) / "gold" / "calc__calc-1" / "report.json").read_text())
-    assert outcome.results[0].tests_status == report["calc__calc-1"]["tests_status"]
+    assert outcome.results[0].tests_status.as_harness() == report["calc__calc-1"]["tests_status"]
     # a name with dots (a dataset's "verified.test" stem, a Python version) is the report's whole name
     dotted = plan_grading(msgspec.structs.replace(options, name="gold@verified.test-3.11"))
     assert dotted.report_path == store / "gradings" / "gold@verified.test-3.11.json"
     with pytest.raises(GradingInputError) as refused:
-        plan_grading(msgspec.structs.replace(options, workers=0))
-    assert refused.value.option == "workers"
+        plan_grading(msgspec.structs.replace(options, grade=GradeSettings(memory="64T")))
+    assert refused.value.setting == "grade.memory"
 
 
 @pytest.mark.parametrize("executor", [[], ["--no-ray"]], ids=["ray", "in-process"])

@@ -12,10 +12,11 @@ import pytest
 from execfixtures import pyproject
 from gitfixtures import make_repo
 from magis_ray.actors.execution.environments import EnvironmentCache, EnvironmentUnsupported, Recipe
-from magis_ray.actors.execution.installers import AUTO, PIP, UV, installer_for
-from magis_ray.actors.execution.interpreters import InterpreterMissing, find_python
-from magis_ray.actors.execution.sandbox import bwrap_path
-from magis_ray.actors.execution.testbeds import PIP_INSTALL, TestbedCache, TestbedRecipe, uv_requirements
+from magis_ray.actors.execution.environments.installers import AUTO, PIP, UV, installer_for
+from magis_ray.actors.execution.environments.interpreters import InterpreterMissing, find_python
+from magis_ray.actors.execution.sandbox import GiB, bwrap_path
+from magis_ray.actors.execution.testbeds import TestbedCache, TestbedRecipe
+from magis_ray.actors.execution.testbeds.install_steps import PIP_INSTALL, uv_requirements
 
 PY = "3.11"
 LISTING = ("import importlib.metadata as m, json; "
@@ -127,8 +128,8 @@ def test_an_environment_uv_cannot_build_is_built_by_pip(tmp_path):
 def test_a_build_goes_on_when_another_entry_of_the_cache_goes_away(tmp_path):
     """A uv build shows the node's other cache entries read-only; one removed while the build runs
     (another build's failure, the cache's bound) does not fail the build's later steps."""
-    from magis_ray.actors.execution.installers import UvInstaller
-    from magis_ray.actors.execution.sandbox import Limits, Sandbox
+    from magis_ray.actors.execution.environments.installers import UvInstaller
+    from magis_ray.actors.execution.sandbox import Limits, BubblewrapSandbox
 
     root = tmp_path / "envs"
     (root / "other-environment").mkdir(parents=True)
@@ -137,7 +138,7 @@ def test_a_build_goes_on_when_another_entry_of_the_cache_goes_away(tmp_path):
     mounts = UvInstaller(root, root / "pip-cache").mounts(root / "building")
     assert any(m.source == str(root / "other-environment") and not m.writable for m in mounts)
     shutil.rmtree(root / "other-environment")
-    outcome = Sandbox().run(f"touch {root}/building/step-ran", cwd="/", mounts=mounts, limits=Limits(wall_seconds=120), build=True)
+    outcome = BubblewrapSandbox().run(f"touch {root}/building/step-ran", cwd="/", mounts=mounts, limits=Limits(wall_seconds=120, memory_bytes=8 * GiB), build=True)
     assert outcome.ok, outcome.output
     assert (root / "building" / "step-ran").is_file()
 

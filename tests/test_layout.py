@@ -62,7 +62,7 @@ def test_the_graph_is_read_whole(graph, contracts):
     assert graph.direct_import_exists(importer="magis_ray.actors.runtime.remote", imported="ray")
     assert graph.direct_import_exists(importer="magis_ray.actors.roles.developer", imported="magis_ray.actors.model.asking")
     assert [type(c) for c in contracts] == [LayersContract, IndependenceContract, ForbiddenContract, ForbiddenContract,
-                                           AcyclicSiblingsContract]
+                                           LayersContract, AcyclicSiblingsContract]
 
 
 def test_imports_run_one_way():
@@ -84,6 +84,16 @@ WRONG = [
     ("magis_ray.actors.swebench.instances", "magis_ray.cli.main"),
     ("magis_ray.actors.runtime.journal", "magis_ray.actors.runtime.replay"),  # replay imports journal: a cycle
     ("magis_ray.cli.errors", "magis_ray.cli.main"),  # main imports errors: a cycle
+    # the execution layer's rooms
+    ("magis_ray.actors.execution.sandbox.bubblewrap", "magis_ray.actors.execution.testbeds.recipe"),
+    ("magis_ray.actors.execution.sandbox.process", "magis_ray.actors.execution.environments.recipe"),
+    ("magis_ray.actors.execution.sandbox.base", "magis_ray.actors.execution.sharing.builds"),
+    ("magis_ray.actors.execution.sharing.builds", "magis_ray.actors.execution.testbeds.build"),
+    ("magis_ray.actors.execution.sharing.artifacts", "magis_ray.actors.execution.environments.cache"),
+    ("magis_ray.actors.execution.sharing.cache_bound", "magis_ray.actors.execution.sandbox.limits"),
+    ("magis_ray.actors.execution.environments.cache", "magis_ray.actors.execution.testbeds.cache"),
+    ("magis_ray.actors.execution.testbeds.build", "magis_ray.actors.execution.runner"),
+    ("magis_ray.actors.execution.testbeds.cache", "magis_ray.actors.execution.specs"),
 ]
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from waiting import wait_until
 
-from magis_ray.actors.execution.sandbox import GiB, Limits, MiB, Mount, Sandbox, Scratch, bwrap_path
+from magis_ray.actors.execution.sandbox import GiB, Limits, MiB, Mount, BubblewrapSandbox, Scratch, bwrap_path
 
 pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
 ROOT = os.geteuid() == 0
@@ -38,7 +38,7 @@ def seed(tmp_path):
 
 def run(script: str, seed: Path | None = None, **limits) -> object:
     scratches = [Scratch("/testbed", str(seed) if seed else None)]
-    return Sandbox().run(script, cwd="/testbed", scratches=scratches, limits=Limits(wall_seconds=120, **limits))
+    return BubblewrapSandbox().run(script, cwd="/testbed", scratches=scratches, limits=Limits(**{'wall_seconds': 120, 'memory_bytes': 8 * GiB, **limits}))
 
 
 def test_remount_and_mount_are_refused(seed):
@@ -126,10 +126,10 @@ def test_there_is_no_network_not_even_to_the_hosts_loopback(seed):
 
 FLOOD = """
 import json, sys
-from magis_ray.actors.execution.sandbox import Limits, Sandbox
+from magis_ray.actors.execution.sandbox import GiB, Limits, BubblewrapSandbox
 log = sys.argv[1]
-outcome = Sandbox().run("yes 'magis-ray flood' | head -c 2300000000; echo done", cwd="/", log_path=log,
-                        limits=Limits(wall_seconds=600, log_bytes=64 * 1024 * 1024))
+outcome = BubblewrapSandbox().run("yes 'magis-ray flood' | head -c 2300000000; echo done", cwd="/", log_path=log,
+                        limits=Limits(wall_seconds=600, memory_bytes=8 * GiB, log_bytes=64 * 1024 * 1024))
 # VmHWM, not ru_maxrss: after fork and exec, ru_maxrss starts from the parent's (pytest's) peak
 peak_kb = int(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")))
 print(json.dumps({"rss_kb": peak_kb, "limits": outcome.limits,
@@ -152,16 +152,16 @@ def test_an_output_flood_of_over_2_gib_leaves_the_caller_small(tmp_path):
 def test_a_scratch_folder_is_the_same_folder_at_its_other_names(seed, tmp_path):
     """What is written under one name is there under the other, over the read-only folder that was
     at that name; only on disk (a folder of the sandbox's memory has no host path to bind twice)."""
-    if not Sandbox().scratch_on_disk():
+    if not BubblewrapSandbox().scratch_on_disk():
         pytest.skip("scratch folders stay in memory here (no loop devices)")
     shown = tmp_path / "testbeds" / "key"
     (shown / "tree").mkdir(parents=True)
     (shown / "tree" / "original").write_text("read-only\n")
     tmp_path.chmod(0o755)
-    outcome = Sandbox().run("echo written > /testbed/new && cat tree/new tree/README && ls tree && [ tree -ef /testbed ] && echo same",
+    outcome = BubblewrapSandbox().run("echo written > /testbed/new && cat tree/new tree/README && ls tree && [ tree -ef /testbed ] && echo same",
                             cwd=str(shown), mounts=[Mount(str(shown), str(shown))],
                             scratches=[Scratch("/testbed", str(seed), aliases=(str(shown / "tree"),))],
-                            limits=Limits(wall_seconds=120))
+                            limits=Limits(wall_seconds=120, memory_bytes=8 * GiB))
     assert outcome.exit_code == 0, outcome.output
     assert outcome.output.split() == ["written", "the", "workspace", "README", "new", "same"]
     assert not (shown / "tree" / "new").exists()
@@ -186,8 +186,8 @@ def test_a_workspace_larger_than_its_limit_is_reported(tmp_path):
     big.mkdir()
     (big / "blob").write_bytes(os.urandom(2 * MiB))
     big.chmod(0o755)
-    outcome = Sandbox().run("echo ran", cwd="/testbed", scratches=[Scratch("/testbed", str(big))],
-                            limits=Limits(wall_seconds=60, scratch_bytes=1 * MiB))
+    outcome = BubblewrapSandbox().run("echo ran", cwd="/testbed", scratches=[Scratch("/testbed", str(big))],
+                            limits=Limits(wall_seconds=60, memory_bytes=8 * GiB, scratch_bytes=1 * MiB))
     assert outcome.exit_code == 125 and "ran" not in outcome.output
     assert "/testbed could not be filled within 1 MiB" in outcome.limits
 
@@ -265,11 +265,11 @@ def test_a_daemon_left_behind_is_killed(seed, tmp_path):
     """The daemon double-forks into a session of its own and keeps a FIFO of the host open."""
     shared, reader = alive_fifo(tmp_path)
     try:
-        outcome = Sandbox().run(
+        outcome = BubblewrapSandbox().run(
             "setsid sh -c 'exec 3>/shared/alive; echo up >&3; (sleep 600 <&- >&- 2>&- &) ; exec sleep 600' "
             "</dev/null >/dev/null 2>&1 & sleep 1; echo started",
             cwd="/testbed", mounts=[Mount(str(shared), "/shared", writable=True)], scratches=[Scratch("/testbed", str(seed))],
-            limits=Limits(wall_seconds=60))
+            limits=Limits(wall_seconds=60, memory_bytes=8 * GiB))
         received = read_until_no_writer(reader)
     finally:
         os.close(reader)
@@ -281,9 +281,9 @@ def test_a_daemon_left_behind_is_killed(seed, tmp_path):
 def test_the_time_limit_kills_the_whole_tree(seed, tmp_path):
     shared, reader = alive_fifo(tmp_path)
     try:
-        outcome = Sandbox().run("sh -c 'exec 3>/shared/alive; echo up >&3; exec sleep 600' & wait",
+        outcome = BubblewrapSandbox().run("sh -c 'exec 3>/shared/alive; echo up >&3; exec sleep 600' & wait",
                                 cwd="/testbed", mounts=[Mount(str(shared), "/shared", writable=True)],
-                                scratches=[Scratch("/testbed", str(seed))], limits=Limits(wall_seconds=3))
+                                scratches=[Scratch("/testbed", str(seed))], limits=Limits(wall_seconds=3, memory_bytes=8 * GiB))
         received = read_until_no_writer(reader)
     finally:
         os.close(reader)
@@ -296,10 +296,10 @@ def test_the_time_limit_kills_the_whole_tree(seed, tmp_path):
 
 UNPRIVILEGED = """
 import json, os, resource, socket, sys
-from magis_ray.actors.execution.sandbox import Limits, Sandbox, Scratch
+from magis_ray.actors.execution.sandbox import GiB, Limits, BubblewrapSandbox, Scratch
 report = {"uid": os.getuid()}
-sandbox = Sandbox()
-limits = Limits(wall_seconds=120)
+sandbox = BubblewrapSandbox()
+limits = Limits(wall_seconds=120, memory_bytes=8 * GiB)
 o = sandbox.run("mount -o remount,rw /usr && echo REMOUNTED; unshare --user true && echo NESTED; "
                 "cat " + sys.argv[1] + "; grep CapEff /proc/self/status", cwd="/", limits=limits)
 report["remount"] = o.output
@@ -308,19 +308,22 @@ report["env"] = o.output
 o = sandbox.run("python3 -c 'import socket; socket.create_connection((\\"127.0.0.1\\", 9), timeout=5)' 2>&1 | tail -1",
                 cwd="/", limits=limits)
 report["network"] = o.output
-o = sandbox.run("python3 bomb.py", cwd="/testbed", limits=Limits(wall_seconds=120, processes=64),
+o = sandbox.run("python3 bomb.py", cwd="/testbed", limits=Limits(wall_seconds=120, memory_bytes=8 * GiB, processes=64),
                 scratches=[Scratch("/testbed", sys.argv[2])])
 report["bomb"] = [o.output, list(o.limits), o.peak_processes]
-o = sandbox.run("head -c 300000000 /dev/zero > /tmp/fill", cwd="/", limits=Limits(wall_seconds=120, tmp_bytes=64 * 1024 * 1024))
+o = sandbox.run("head -c 300000000 /dev/zero > /tmp/fill", cwd="/", limits=Limits(wall_seconds=120, memory_bytes=8 * GiB, tmp_bytes=64 * 1024 * 1024))
 report["tmp"] = list(o.limits)
-o = sandbox.run("python3 -c 'while True: pass'", cwd="/", limits=Limits(wall_seconds=120, cpu_seconds=2))
+o = sandbox.run("python3 -c 'while True: pass'", cwd="/", limits=Limits(wall_seconds=120, memory_bytes=8 * GiB, cpu_seconds=2))
 report["cpu"] = list(o.limits)
 print(json.dumps(report))
 """
 
 NOBODY = 65534
-SANDBOX_MODULES = ("sandbox.py", "capture.py", "identities.py", "memory_budget.py", "scratch_disks.py")
-SANDBOX_LIBRARIES = ("psutil",)  # what those modules import beyond the standard library
+# The sandbox's package knows nothing of the rest of magis-ray but the node's settings and the
+# errors' root (tests/test_layout.py): those and it are all an unprivileged user needs of it.
+SANDBOX_PACKAGE = ("actors", "execution", "sandbox")
+SANDBOX_NEEDS = ("events/settings.py", "events/errors.py")
+SANDBOX_LIBRARIES = ("psutil", "msgspec")  # what those modules import beyond the standard library
 
 
 @pytest.fixture
@@ -347,13 +350,15 @@ def nobody_python(public_tmp):
                                            capture_output=True).returncode == 0), None)
     if python is None:
         pytest.skip("no Python >= 3.10 that uid 65534 can run")
-    package = public_tmp / "pkg" / "magis_ray" / "actors" / "execution"
-    package.mkdir(parents=True)
-    source = Path(__file__).resolve().parents[1] / "actors" / "execution"
-    for name in SANDBOX_MODULES:
-        shutil.copy(source / name, package / name)
-    for folder in (package, package.parent):
+    root = Path(__file__).resolve().parents[1]
+    package = public_tmp / "pkg" / "magis_ray" / Path(*SANDBOX_PACKAGE)
+    shutil.copytree(root / Path(*SANDBOX_PACKAGE), package, ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in (package.parent, package.parent.parent):
         (folder / "__init__.py").write_text("")
+    (public_tmp / "pkg" / "magis_ray" / "events").mkdir()
+    (public_tmp / "pkg" / "magis_ray" / "events" / "__init__.py").write_text("")
+    for name in SANDBOX_NEEDS:
+        shutil.copy(root / name, public_tmp / "pkg" / "magis_ray" / name)
     for library in SANDBOX_LIBRARIES:
         shutil.copytree(Path(importlib.import_module(library).__file__).parent, public_tmp / "pkg" / library)
     subprocess.run(["chmod", "-R", "a+rX", str(public_tmp)], check=True)
@@ -397,8 +402,8 @@ def test_the_attacks_fail_the_same_as_an_unprivileged_user(nobody_python, public
 MEMORY_ATTACK = r"""
 import json, sys, threading, time
 from pathlib import Path
-from magis_ray.actors.execution.memory_budget import own_place
-from magis_ray.actors.execution.sandbox import GiB, Limits, Sandbox, Scratch
+from magis_ray.actors.execution.sandbox.memory_budget import own_place
+from magis_ray.actors.execution.sandbox import GiB, Limits, BubblewrapSandbox, Scratch
 
 def available():
     with open("/proc/meminfo") as meminfo:
@@ -436,7 +441,7 @@ def watch():
 watcher = threading.Thread(target=watch)
 watcher.start()
 try:
-    outcome = Sandbox(memory_control=control).run(
+    outcome = BubblewrapSandbox(memory_control=control).run(
         ATTACKS[attack], cwd="/testbed", scratches=[Scratch("/testbed")],
         limits=Limits(wall_seconds=300, memory_bytes=2 * GiB, tmp_bytes=3 * GiB, scratch_bytes=3 * GiB))
 finally:
@@ -460,7 +465,7 @@ EXPECTED = {  # the limit each attack runs into, by where the scratch is
 
 
 def own_memory_cgroup() -> Path | None:
-    from magis_ray.actors.execution.memory_budget import own_place
+    from magis_ray.actors.execution.sandbox.memory_budget import own_place
 
     place = own_place(Path("/proc/self/cgroup").read_text(), Path("/proc/self/mountinfo").read_text())
     return place.folder if place is not None else None
@@ -501,7 +506,7 @@ def nothing_left(scratch_dir: Path, pid: int, cgroups: Path | None) -> None:
 
 
 def expected_control(unprivileged: bool = False) -> str:
-    from magis_ray.actors.execution.memory_budget import find_place, why_no_cgroup
+    from magis_ray.actors.execution.sandbox.memory_budget import find_place, why_no_cgroup
 
     if unprivileged or why_no_cgroup():
         return "watchdog"
@@ -590,7 +595,7 @@ MOUNTINFO_CONTAINER = """\
 
 
 def test_the_memory_controllers_cgroup_is_found_on_each_kind_of_host():
-    from magis_ray.actors.execution.memory_budget import CgroupPlace, own_place
+    from magis_ray.actors.execution.sandbox.memory_budget import CgroupPlace, own_place
 
     hybrid = "4:memory:/process_api/abc\n1:cpu:/\n0::/\n"
     assert own_place(hybrid, MOUNTINFO_V1) == CgroupPlace(1, Path("/sys/fs/cgroup/memory/process_api/abc"))
@@ -608,7 +613,7 @@ def test_the_memory_controllers_cgroup_is_found_on_each_kind_of_host():
 def test_a_kill_between_two_looks_still_reports_the_kernels_peak(tmp_path, version):
     """The kernel keeps its own high-water mark; a sandbox killed between two of our looks reports
     it, and one that was not killed reports only what could not be reclaimed (no file cache)."""
-    from magis_ray.actors.execution.memory_budget import CgroupBudget, CgroupPlace
+    from magis_ray.actors.execution.sandbox.memory_budget import CgroupBudget, CgroupPlace
 
     budget = CgroupBudget(CgroupPlace(version, tmp_path), 2 * GiB)
     folder = budget.folder
@@ -634,7 +639,7 @@ def test_a_kill_between_two_looks_still_reports_the_kernels_peak(tmp_path, versi
 def test_a_v2_cgroup_without_memory_for_its_children_gives_the_watchdog(tmp_path, monkeypatch):
     """cgroup v2 lets a cgroup with processes in it give no controller to its children: unless
     one is delegated (memory in cgroup.subtree_control), the watchdog holds the budget."""
-    from magis_ray.actors.execution.memory_budget import WatchdogBudget, find_place, open_budget
+    from magis_ray.actors.execution.sandbox.memory_budget import WatchdogBudget, find_place, open_budget
 
     folder = tmp_path / "delegated"
     folder.mkdir()
@@ -651,7 +656,7 @@ def test_a_v2_cgroup_without_memory_for_its_children_gives_the_watchdog(tmp_path
 
 
 def test_the_workers_are_lowered_to_what_the_machines_memory_holds():
-    from magis_ray.actors.execution.memory_budget import host_memory, workers_within_memory
+    from magis_ray.actors.execution.sandbox.memory_budget import host_memory, workers_within_memory
 
     host = host_memory()
     assert host > 0
@@ -669,7 +674,7 @@ def test_the_watchdog_counts_the_pages_a_fork_shares_once(seed):
              "if child == 0:\n    time.sleep(2); os._exit(0)\n"
              "os.waitpid(child, 0); print('both held it', len(hog))")
     (seed / "share.py").write_text(share)
-    outcome = Sandbox(memory_control="watchdog").run("python3 share.py", cwd="/testbed", scratches=[Scratch("/testbed", str(seed))],
+    outcome = BubblewrapSandbox(memory_control="watchdog").run("python3 share.py", cwd="/testbed", scratches=[Scratch("/testbed", str(seed))],
                                                      limits=Limits(wall_seconds=120, memory_bytes=2 * GiB))
     assert outcome.ok and "both held it" in outcome.output, (outcome.limits, outcome.output)
     assert not outcome.limits and 1.1 * GiB < outcome.peak_memory_bytes < 2 * GiB

@@ -51,7 +51,7 @@ def test_specs_come_from_the_swebench_package_and_the_repository():
 @pytest.mark.skipif(not TUNING.is_file(), reason="the verified-tuning dataset is absent")
 def test_the_specs_of_the_repositories_users_grade():
     """The harness's steps for the repositories of Lite test, as the swebench package gives them."""
-    from magis_ray.actors.execution.era import Stages
+    from magis_ray.actors.execution.environments.dated import Stages
 
     recs = records(TUNING)
 
@@ -115,4 +115,4 @@ def test_gold_resolves_and_empty_does_not(instance_id):
     gold = grade(record, record["patch"], REPOS, testbeds, runner)
     empty = grade(record, "", REPOS, testbeds, runner, run_empty=True)
     assert gold.resolved and not gold.error_step
-    assert not empty.resolved and empty.tests_status["FAIL_TO_PASS"]["failure"] == json.loads(record["FAIL_TO_PASS"])
+    assert not empty.resolved and empty.tests_status.fail_to_pass.failure == json.loads(record["FAIL_TO_PASS"])

@@ -13,10 +13,10 @@ import pytest
 from execfixtures import tree_fingerprint
 from gitfixtures import commit_files, make_repo
 from magis_ray.actors.execution.environments import EnvironmentCache, Recipe
-from magis_ray.actors.execution.install_inputs import DIFFERENT, INCREMENTAL, SAME, InstallInputs, Trace, TreeState
+from magis_ray.actors.execution.testbeds.install_inputs import DIFFERENT, INCREMENTAL, SAME, InstallInputs, Trace, TreeState
 from magis_ray.actors.execution.runner import TestRunner
-from magis_ray.actors.execution.sandbox import Limits, Sandbox, bwrap_path
-from magis_ray.actors.execution.testbed_reuse import distributions, installs_in_place
+from magis_ray.actors.execution.sandbox import GiB, Limits, BubblewrapSandbox, bwrap_path
+from magis_ray.actors.execution.testbeds.reuse import distributions, installs_in_place
 from magis_ray.actors.execution.testbeds import BUILT, REINSTALLED, REUSED, TestbedCache, TestbedRecipe
 from magis_ray.actors.swebench.grading_batch import GradeJob, next_job
 
@@ -82,7 +82,7 @@ def widget(tmp_path_factory):
 
 
 def check(testbed) -> str:
-    run = TestRunner(Sandbox(), Limits(wall_seconds=120)).run(testbed, CHECK, None)
+    run = TestRunner(BubblewrapSandbox(), Limits(wall_seconds=120, memory_bytes=8 * GiB)).run(testbed, CHECK, None)
     assert run.exit_code == 0, run.output[-3000:]
     return run.output.strip()
 
@@ -268,7 +268,7 @@ def test_the_next_job_is_one_of_an_environment_no_worker_builds():
 def test_what_an_install_run_again_must_leave_as_the_donor_left_it(tmp_path):
     """The distributions of a prefix but the project's own (an editable or local install), and the
     project's requirements that its install steps install (the base ones and the extras asked for)."""
-    from magis_ray.actors.execution.testbed_reuse import distributions, project_requirements, requested_extras
+    from magis_ray.actors.execution.testbeds.reuse import distributions, project_requirements, requested_extras
 
     site = tmp_path / "python" / "lib" / "python3.9" / "site-packages"
     for name in ("Jinja2-2.11.3.dist-info", "mpmath-1.3.0-py3.9.egg-info", "widget-1.0.dist-info", "widget-1.1.dist-info"):

@@ -3,7 +3,7 @@
 This is the one call the team's test runs (reproduction tests, regression tests, candidate
 selection) and the grader share:
 
-    runner = TestRunner(Sandbox(), Limits(wall_seconds=600))
+    runner = TestRunner(open_sandbox("bwrap"), test_limits(timeout_s=600, memory_bytes=4 * GiB))
     run = runner.run(testbed, "git apply -v /.magis-inputs/fix.diff && pytest -rA tests/test_x.py",
                      parse=parse_log_pytest_like, inputs={"fix.diff": diff})
     run.exit_code, run.timed_out, run.results, run.output, run.limits, run.duration_s
@@ -24,11 +24,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .sandbox import Limits, Mount, Outcome, Sandbox, Scratch, host_paths
-from .testbeds import TESTBED, Testbed
+from magis_ray.actors.execution.sandbox import GiB, Limits, MiB, Mount, Outcome, Sandbox, Scratch, open_sandbox
+from magis_ray.actors.execution.testbeds import TESTBED, Testbed
 from magis_ray.events.settings import process_environment
 
 INPUTS = "/.magis-inputs"
+# A test run keeps up to 16 MiB of output, which a log parser then reads whole.
+TEST_LOG_BYTES = 16 * MiB
+
+
+def test_limits(timeout_s: float, memory_bytes: int) -> Limits:
+    """The limits of every test run (grading's, the team's, `eval`'s) from the settings' time and
+    memory for it: the one place they are built. CPU time a little past the wall time, so that the
+    wall's limit is the one a slow run meets; the output kept whole up to TEST_LOG_BYTES."""
+    return Limits(wall_seconds=timeout_s, memory_bytes=memory_bytes, cpu_seconds=int(timeout_s) + 60,
+                  log_bytes=TEST_LOG_BYTES, output_bytes=TEST_LOG_BYTES, tmp_bytes=2 * GiB, scratch_bytes=8 * GiB)
 
 
 @dataclass(frozen=True)
@@ -62,8 +72,8 @@ class TestRun:
 class TestRunner:
     __test__ = False  # not a pytest test class
 
-    def __init__(self, sandbox: Sandbox | None = None, limits: Limits = Limits(), network: bool = False) -> None:
-        self.sandbox = sandbox or Sandbox()
+    def __init__(self, sandbox: Sandbox, limits: Limits, network: bool = False) -> None:
+        self.sandbox = sandbox
         self.limits = limits
         self.network = network
 
@@ -71,7 +81,7 @@ class TestRunner:
     def isolated(self) -> bool:
         """Whether runs get their own copy of what installing into the testbed changes (they may
         then install into it)."""
-        return self.sandbox.mode != "none"
+        return self.sandbox.isolated
 
     def run(self, testbed: Testbed | None, script: str, parse: Callable[[str], dict[str, str]] | None = None,
             inputs: dict[str, str | bytes] | None = None, name: str = "tests", logs_dir: str | os.PathLike | None = None,
@@ -89,9 +99,8 @@ class TestRunner:
             workspace.mkdir()
             for input_name, data in (inputs or {}).items():
                 if isinstance(data, str):
-                    if self.sandbox.mode == "none":
-                        # No sandbox, no /testbed: the inputs' paths are the host's (eval.sh's `cd /testbed`).
-                        data = host_paths(data, {TESTBED: str(workspace), INPUTS: str(inputs_dir)})
+                    # A script given as a file names /testbed as the command sees it (eval.sh's `cd /testbed`).
+                    data = self.sandbox.as_seen_inside(data, {TESTBED: str(workspace), INPUTS: str(inputs_dir)})
                     data = data.encode("utf-8", "surrogateescape")
                 (inputs_dir / input_name).write_bytes(data)
             os.chmod(scratch_dir, 0o755)
@@ -118,17 +127,16 @@ class TestRunner:
             variables = {"PATH": process_environment().get("PATH", "/usr/bin:/bin")}
             mounts = host_tools(variables["PATH"])
             seed = str(tree) if tree is not None else None
-            if self.sandbox.mode == "none" and seed:
-                variables["PYTHONPATH"] = _source_of(seed)
+            if seed:
+                variables.update(self.sandbox.source_variables(seed))
             return mounts, [Scratch(TESTBED, seed, host=workspace)], variables
         variables = {**testbed.variables(), "PIP_FIND_LINKS": testbed.wheelhouse, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
                      "PIP_NO_INPUT": "1", "PIP_CONFIG_FILE": os.devnull}
         if not self.network:
             variables["PIP_NO_INDEX"] = "1"  # fail at once, not after pip's retries
-        if self.sandbox.mode == "none":
-            # No /testbed without the sandbox: the copy goes first on sys.path, ahead of the
-            # editable install (which points at /testbed), and the prefix is used where it is.
-            variables["PYTHONPATH"] = _source_of(testbed.tree)
+        if not self.sandbox.isolated:
+            # The prefix is used where it is, the tree's copy first on sys.path.
+            variables.update(self.sandbox.source_variables(testbed.tree))
             return testbed.mounts(), [Scratch(TESTBED, testbed.tree, host=workspace)], variables
         mounts = testbed.mounts()
         if not installs:
@@ -140,11 +148,6 @@ class TestRunner:
             variables.update(testbed.compilers.variables(Path(testbed.tree), variables["PATH"], read_only=True))
             mounts += testbed.compilers.mounts(Path(testbed.prefix), read_only=True)
         return mounts, [Scratch(TESTBED, testbed.tree, aliases=(testbed.tree,)), *copies], variables
-
-
-def _source_of(tree: str) -> str:
-    """Where a checkout's packages are: src/ for a src layout, else the checkout itself."""
-    return "/testbed/src" if os.path.isdir(os.path.join(tree, "src")) else "/testbed"
 
 
 def host_tools(path_variable: str) -> list[Mount]:

@@ -17,12 +17,14 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable
 
+from magis_ray.events.errors import Unavailable
 from magis_ray.actors.code.pytest_log import parse_pytest_log
 from magis_ray.actors.code import swebench_harness
-from magis_ray.actors.execution.conda import as_conda_has_it, pip_equivalent
+from magis_ray.actors.execution.environments.conda import as_conda_has_it, pip_equivalent
 from magis_ray.actors.execution.environments import Recipe
-from magis_ray.actors.execution.testbeds import TestbedRecipe, system_packages_of
-from magis_ray.actors.execution.workspaces import read_file_at
+from magis_ray.actors.execution.environments.system import system_packages_of
+from magis_ray.actors.execution.testbeds import TestbedRecipe
+from magis_ray.actors.code.workspaces import read_file_at
 
 
 # SWE-bench's specs leave most versions free, and its FAIL_TO_PASS / PASS_TO_PASS lists were made
@@ -91,7 +93,7 @@ def _requirements(repo: str, repo_path, commit: str, constants, spec_python) -> 
     return spec_python.clean_requirements("\n".join(extra))
 
 
-class NoSpec(KeyError):
+class NoSpec(Unavailable, KeyError):
     """The swebench package has no spec for this (repo, version)."""
 
 

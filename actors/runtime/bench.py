@@ -16,34 +16,37 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
+from magis_ray.events.errors import Unavailable
 from magis_ray.events.schema import RunSettings, TestsRan
+from magis_ray.events.settings import size_bytes
 
 from magis_ray.actors.code.commit_packs import mirrors_beside
 from magis_ray.actors.code.repository import UnsafePath, safe_repo_path
 from magis_ray.actors.code.suites import PYTEST_COMMAND, TestSuite, suite_for
-from magis_ray.actors.execution.artifacts import BUILT, FETCHED, open_artifact_store
-from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentCache, EnvironmentUnsupported
-from magis_ray.actors.execution.interpreters import InterpreterMissing
-from magis_ray.actors.execution.runner import INPUTS, TestRunner
-from magis_ray.actors.execution.sandbox import GiB, Limits, MiB, Sandbox, SandboxUnavailable, check_available
+from magis_ray.actors.execution.sharing.artifacts import BUILT, FETCHED, open_artifact_store
+from magis_ray.actors.execution.environments import BuildFailed, EnvironmentCache, EnvironmentUnsupported
+from magis_ray.actors.execution.environments.interpreters import InterpreterMissing
+from magis_ray.actors.execution.runner import INPUTS, TestRunner, test_limits
+from magis_ray.actors.execution.sandbox import MiB, SandboxUnavailable, open_sandbox
 from magis_ray.actors.execution.specs import InstanceSpec, NoSpec, custom_spec, instance_spec
 from magis_ray.actors.code.swebench_harness import INSTALL, HarnessMissing, available as harness_available
 from magis_ray.actors.execution.testbeds import Testbed, TestbedCache
-from magis_ray.actors.execution.workspaces import read_file_at
+from magis_ray.actors.code.workspaces import read_file_at
 from magis_ray.actors.roles.testing import TestRequest
 from magis_ray.actors.runtime.issue import IssueRecord
 
 OUTPUT_KEPT = 6_000  # characters of a run's output in its event: the end, where the runner says why
-TEST_LIMITS = Limits(wall_seconds=600.0, memory_bytes=4 * GiB, cpu_seconds=900, output_bytes=64 * 1024,
-                     log_bytes=16 * MiB, tmp_bytes=1 * GiB, scratch_bytes=4 * GiB)
 PATCH_FAILED = 97  # the exit code of a run whose patch did not apply
 # A patch that changes these changes what the install step built: the testbed's install runs again.
 BUILD_INPUTS = re.compile(r"^(setup\.py|setup\.cfg|pyproject\.toml|MANIFEST\.in)$|\.(c|h|cpp|cc|pyx|pxd|pxi)$")
-class BenchUnavailable(Exception):
+
+
+class BenchUnavailable(Unavailable):
     """No environment, no sandbox or no interpreter for this repository; the message is one line."""
 
 
@@ -53,11 +56,7 @@ class BenchSetup:
 
     record: dict  # the issue as a SWE-bench record: repo, base_commit, version, environment_setup_commit
     repo_path: str
-    env_setup: str = ""  # the user's own install step ("" : the default or SWE-bench's spec)
-    python: str = "3.11"  # for a user's repository
-    sandbox: str = "bwrap"  # "bwrap" or "none"
-    test_cmd: str = ""  # the user's own test command ("": the spec's runner, or pytest)
-    artifact_store: str = ""  # the cluster's store of built environments and testbeds ("": none)
+    settings: RunSettings  # the run's, whole: its environment, test command, sandbox, limits and artifact store
 
     def __hash__(self) -> int:  # `record` is a dict; a worker's benches are cached by setup (services._bench_for)
         return hash(repr(self))
@@ -66,8 +65,13 @@ class BenchSetup:
     def of(cls, issue: IssueRecord, settings: RunSettings, repo_path: str) -> BenchSetup:
         record = dict(repo=issue.repo, instance_id=issue.instance_id, base_commit=issue.base_commit,
                       version=issue.version, environment_setup_commit=issue.environment_setup_commit)
-        return cls(record=record, repo_path=repo_path, env_setup=settings.env_setup, python=settings.test_python or "3.11",
-                   sandbox=settings.sandbox, test_cmd=settings.test_cmd, artifact_store=settings.artifact_store)
+        return cls(record=record, repo_path=repo_path, settings=settings)
+
+    @property
+    def python(self) -> str:
+        """The interpreter of a user's repository's environment: the one the run recorded, else
+        (a run recorded before it did) the one running this."""
+        return self.settings.test_python or f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 PACKAGING_FILES = ("pyproject.toml", "setup.py")  # what `pip install -e .` needs (setup.cfg alone is not enough)
@@ -80,7 +84,7 @@ def spec_of(setup: BenchSetup) -> InstanceSpec:
     """The run's spec: SWE-bench's, as grading has it (the same environment and testbed), when the
     issue names a version the swebench package knows; else the user's own setup."""
     record = setup.record
-    if record.get("version") and not setup.env_setup:
+    if record.get("version") and not setup.settings.env_setup:
         try:
             return instance_spec(record, Path(setup.repo_path))
         except NoSpec:
@@ -90,7 +94,7 @@ def spec_of(setup: BenchSetup) -> InstanceSpec:
                 f"the issue names version {record['version']} of {record['repo']}, so its tests need SWE-bench's recipe "
                 f"for that version, which comes with the SWE-bench harness ({INSTALL}); or give --env-setup to "
                 "install the repository your own way") from None
-    env_setup = setup.env_setup or None
+    env_setup = setup.settings.env_setup or None
     if env_setup is None and not any(read_file_at(setup.repo_path, record["base_commit"], f) is not None for f in PACKAGING_FILES):
         env_setup = UNPACKAGED_SETUP
     return custom_spec(record, setup.python, env_setup)
@@ -107,7 +111,7 @@ def with_pytest(spec: InstanceSpec) -> InstanceSpec:
 def suite_of(spec: InstanceSpec, setup: BenchSetup) -> TestSuite:
     """The suite the run's tests run in: the user's test-cmd where given, else the spec's own
     runner where pytest cannot run the repository's tests (Django's), else pytest."""
-    return suite_for(spec.test_command, setup.test_cmd)
+    return suite_for(spec.test_command, setup.settings.test_cmd)
 
 
 class ExecutionBench:
@@ -116,18 +120,18 @@ class ExecutionBench:
         self._spec: InstanceSpec | None = None
         self._suite: TestSuite | None = None
         self._testbed: Testbed | None = None
-        sandbox = Sandbox(mode=setup.sandbox)
-        self._runner = TestRunner(sandbox, TEST_LIMITS)
+        settings = setup.settings
+        sandbox = open_sandbox(settings.sandbox)
+        self._runner = TestRunner(sandbox, test_limits(settings.test_timeout, size_bytes(settings.test_memory)))
         # in this node's own cache (its node settings), shared through the run's artifact store
-        envs = EnvironmentCache(sandbox=sandbox, artifacts=open_artifact_store(setup.artifact_store))
+        envs = EnvironmentCache(sandbox=sandbox, artifacts=open_artifact_store(settings.artifact_store))
         self.cache = TestbedCache(envs)
 
     def testbed(self) -> Testbed:
         """The run's testbed, built now if this node has none; BenchUnavailable says why not."""
         if self._testbed is None:
             try:
-                if self._setup.sandbox != "none":
-                    check_available()
+                self._runner.sandbox.check()
                 self._spec = spec_of(self._setup)
                 self._suite = suite_of(self._spec, self._setup)
                 if self._suite.name == "django" and not harness_available():
@@ -141,12 +145,13 @@ class ExecutionBench:
                 if self._suite.command == PYTEST_COMMAND and not self._has_pytest(self._testbed):
                     self._spec = with_pytest(self._spec)
                     self._testbed = self.cache.get(self._spec.testbed, repo_path, mirrors=mirrors)
-            except (SandboxUnavailable, EnvironmentUnsupported, InterpreterMissing, EnvironmentBuildError) as exc:
+            except (SandboxUnavailable, EnvironmentUnsupported, InterpreterMissing, BuildFailed) as exc:
                 raise BenchUnavailable(why_no_tests(exc)) from None
         return self._testbed
 
     def _has_pytest(self, testbed: Testbed) -> bool:
-        probe = self._runner.run(testbed, "python -m pytest --version", limits=Limits(wall_seconds=120), installs=False)
+        probe = self._runner.run(testbed, "python -m pytest --version", limits=replace(self._runner.limits, wall_seconds=120),
+                                 installs=False)
         return probe.exit_code == 0
 
     def prepare(self) -> TestsRan:

@@ -14,6 +14,8 @@ import uuid
 from functools import cache
 from pathlib import Path
 
+from magis_ray.events.errors import BadInput
+from magis_ray.actors.execution.sandbox.processes import pid_namespace
 from magis_ray.store import Lease, open_store
 from magis_ray.events.settings import node_settings
 
@@ -23,7 +25,7 @@ from magis_ray.events.settings import node_settings
 HEARTBEATS_PER_LEASE = 3  # a lease is renewed three times before it could expire
 
 
-class RunIsLive(Exception):
+class RunIsLive(BadInput):
     """Another driver holds the run's lease; the message is the one line the user sees."""
 
 
@@ -59,9 +61,9 @@ def pid_space() -> str:
     host's). "" where that cannot be read (not Linux): then no holder is ever judged dead early."""
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        namespace = os.readlink("/proc/self/ns/pid")
     except OSError:
         return ""
+    namespace = pid_namespace()
     return f"{boot}/{namespace}" if boot and namespace else ""
 
 

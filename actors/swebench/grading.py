@@ -25,20 +25,19 @@ from pathlib import Path
 
 from msgspec.structs import replace
 
-from magis_ray.events.schema import InstanceGraded
+from magis_ray.events.schema import InstanceGraded, MemoryUse, PartUse, TestRunTiming, TestsStatus
+from magis_ray.events.settings import GradeSettings
 
-from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentUnsupported
-from magis_ray.actors.execution.interpreters import InterpreterMissing
+from magis_ray.actors.execution.environments import BuildFailed, EnvironmentUnsupported, missing_system_packages
+from magis_ray.actors.execution.environments.interpreters import InterpreterMissing
 from magis_ray.actors.execution.runner import INPUTS, TestRunner
-from magis_ray.actors.execution.sandbox import GiB, Limits, MiB
+from magis_ray.actors.execution.sandbox import MiB
 from magis_ray.actors.execution.specs import InstanceSpec, NoSpec, custom_spec, instance_spec
 from magis_ray.actors.code.swebench_harness import HarnessMissing, eval_script_lines, git_apply_commands, harness, test_spec
-from magis_ray.actors.execution.testbeds import TestbedCache, missing_system_packages
+from magis_ray.actors.execution.testbeds import TestbedCache
 
 OUTPUT_KEPT = 4000  # characters of test output kept in the result (its tail)
 EVAL_BEGINS = ">>>>> magis-ray: the eval script begins"
-# A grading run keeps up to 16 MiB of output, which the harness's parser then reads whole.
-GRADING_LOG_BYTES = 16 * MiB
 # Test failures for want of the network, as Python, urllib3, requests and curl say them.
 NETWORK_SIGNS = ("Temporary failure in name resolution", "Name or service not known", "gaierror",
                  "Network is unreachable", "Failed to establish a new connection", "nodename nor servname",
@@ -46,34 +45,26 @@ NETWORK_SIGNS = ("Temporary failure in name resolution", "Name or service not kn
                  "[Errno -2]", "Max retries exceeded with url")
 
 
-@dataclass(frozen=True)
-class CustomSetup:
-    """A user's repository instead of SWE-bench's specs (`--env-setup`, `--test-cmd`)."""
-
-    python: str
-    env_setup: str | None = None
-    test_cmd: str | None = None
-
-
 def patch_sha(patch: str | None) -> str:
     """What identifies the graded patch in the grading's stream ("" for a prediction without one)."""
     return "" if patch is None else hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def spec_for(record: dict, repo_path: Path, custom: CustomSetup | None = None) -> InstanceSpec:
-    """SWE-bench's spec for the record, or the user's own setup when one is given."""
-    if custom is not None:
-        return custom_spec(record, custom.python, custom.env_setup, custom.test_cmd)
+def custom_setup(settings: GradeSettings) -> bool:
+    """Whether the grade settings give the repository's setup themselves (`--env-setup`,
+    `--test-cmd`: a user's repository) instead of SWE-bench's specs."""
+    return bool(settings.env_setup or settings.test_cmd)
+
+
+def spec_for(record: dict, repo_path: Path, settings: GradeSettings = GradeSettings()) -> InstanceSpec:
+    """SWE-bench's spec for the record, or the user's own setup when the settings give one."""
+    if custom_setup(settings):
+        return custom_spec(record, settings.env_python, settings.env_setup or None, settings.test_cmd or None)
     return instance_spec(record, repo_path)
 
 
-def grading_limits(wall_seconds: float, memory_bytes: int) -> Limits:
-    return Limits(wall_seconds=wall_seconds, memory_bytes=memory_bytes, cpu_seconds=int(wall_seconds) + 60,
-                  log_bytes=GRADING_LOG_BYTES, output_bytes=GRADING_LOG_BYTES, tmp_bytes=2 * GiB, scratch_bytes=8 * GiB)
-
-
 def grade(record: dict, patch: str | None, repos_dir: str | Path, testbeds: TestbedCache, runner: TestRunner,
-          model: str = "", logs_dir: str | Path | None = None, custom: CustomSetup | None = None,
+          model: str = "", logs_dir: str | Path | None = None, settings: GradeSettings = GradeSettings(),
           run_empty: bool = False, install_again: bool = True) -> InstanceGraded:
     """Grade `patch` (None: the prediction has none) against the SWE-bench `record`. An empty or
     missing patch is not run (the harness's rule) unless `run_empty`: the grader's own check
@@ -88,22 +79,22 @@ def grade(record: dict, patch: str | None, repos_dir: str | Path, testbeds: Test
         return _failed(result, "repository", f"no repository for {record['repo']} in {repos_dir} (looked for {repo_path})")
     try:
         constants, _, _, _, _ = harness()
-        spec = spec_for(record, repo_path, custom)
+        spec = spec_for(record, repo_path, settings)
     except (HarnessMissing, NoSpec) as exc:
         return _failed(result, "spec", str(exc).strip("'\""))
     try:
         testbed = testbeds.get(spec.testbed, repo_path, mirrors=repos_dir)
     except (EnvironmentUnsupported, InterpreterMissing) as exc:
         return _failed(result, "environment", f"unsupported: {exc}")
-    except EnvironmentBuildError as exc:
+    except BuildFailed as exc:
         return replace(_failed(result, "environment", f"build failed at {exc}"), needs_internet="needs the internet" in str(exc))
     skipping = missing_system_packages(spec.optional_packages)
     warnings = [f"some tests skip without the system packages {', '.join(skipping)} "
                 f"(apt-get install {' '.join(skipping)})"] if skipping else []
     env = testbed.env
-    result = replace(result, warnings=warnings, env_key=env.key, env_label=env.label, env_build_seconds=env.build_seconds,
-                     env_built_now=env.built_now, testbed_key=testbed.key, testbed_build_seconds=testbed.build_seconds,
-                     testbed_built_now=testbed.built_now, env_obtained=env.obtained, testbed_obtained=testbed.obtained)
+    result = replace(result, warnings=warnings,
+                     environment=PartUse(env.key, env.label, env.build_seconds, env.built_now, env.obtained),
+                     testbed=PartUse(testbed.key, "", testbed.build_seconds, testbed.built_now, testbed.obtained))
     if logs_dir is None:
         with tempfile.TemporaryDirectory(prefix="magis-grade-") as scratch:
             return _run(result, record, patch, spec, testbed, runner, Path(scratch) / record["instance_id"], constants,
@@ -130,9 +121,9 @@ def _run(result: InstanceGraded, record: dict, patch: str | None, spec: Instance
     full = Path(run.log_path).read_text(encoding="utf-8", errors="replace")
     Path(run.log_path).unlink()  # split below into the harness's two logs
     before, _, after = full.partition(EVAL_BEGINS)
-    result = replace(result, test_seconds=run.duration_s, test_exit_code=run.exit_code, timed_out=run.timed_out,
-                     limits=list(run.limits), memory_control=run.memory_control,
-                     peak_memory_mb=run.peak_memory_bytes // MiB, output_tail=(after or before)[-OUTPUT_KEPT:])
+    result = replace(result, run=TestRunTiming(run.duration_s, run.exit_code, run.timed_out),
+                     limits=list(run.limits), memory=MemoryUse(run.memory_control, run.peak_memory_bytes // MiB),
+                     output_tail=(after or before)[-OUTPUT_KEPT:])
     if patch and constants.APPLY_PATCH_FAIL in before:
         result = replace(result, error_step="patch", error="the prediction does not apply: " + _apply_reason(before))
         return _write_logs(result, folder, patch, script, full, "")
@@ -149,8 +140,8 @@ def _run(result: InstanceGraded, record: dict, patch: str | None, spec: Instance
     resolved = entry["resolved"]
     limits_hit = ["limits: " + "; ".join(result.limits)] if result.limits and not resolved else []
     return replace(result, completed=True, patch_successfully_applied=entry["patch_successfully_applied"],
-                   resolved=resolved, **InstanceGraded.tests_status_fields(tests_status),
-                   tests_parsed=len(spec.parse(_between_markers(after, constants))),
+                   resolved=resolved, tests_status=TestsStatus.of_harness(tests_status),
+                   run=replace(result.run, tests_parsed=len(spec.parse(_between_markers(after, constants)))),
                    needs_internet=not resolved and (needs_internet(after, tests_status) or install_needs_the_index(after)),
                    warnings=[*result.warnings, *limits_hit])
 

@@ -16,14 +16,15 @@ from msgspec.structs import replace
 
 from magis_ray.events.codec import new_event
 from magis_ray.events.schema import GradingStarted, InstanceGraded, InstanceGradingStarted
+from magis_ray.events.settings import GradeSettings, size_bytes
 from magis_ray.events.streams import StreamKind
 
-from magis_ray.actors.execution.artifacts import BUILT, CACHED, open_artifact_store
+from magis_ray.actors.execution.sharing.artifacts import BUILT, CACHED, open_artifact_store
 from magis_ray.actors.execution.environments import EnvironmentCache
-from magis_ray.actors.execution.runner import TestRunner
-from magis_ray.actors.execution.sandbox import Sandbox
+from magis_ray.actors.execution.runner import TestRunner, test_limits
+from magis_ray.actors.execution.sandbox import open_sandbox
 from magis_ray.actors.execution.testbeds import TestbedCache
-from .grading import CustomSetup, grade, grading_limits, patch_sha, spec_for
+from .grading import grade, patch_sha, spec_for
 
 ACTOR = "grader"
 
@@ -44,13 +45,9 @@ class WorkerOptions:
     """Everything a worker needs besides the job; plain data, so it travels to any Ray node."""
 
     repos_dir: str
-    sandbox: str = "bwrap"
-    wall_seconds: float = 1800.0
-    memory_bytes: int = 8 * 1024 ** 3
+    grade: GradeSettings  # the settings' grade section, whole: sandbox, limits, network, a user's own setup
     pythons: dict = field(default_factory=dict)
     logs_dir: str | None = None
-    custom: CustomSetup | None = None  # the user's --env-setup / --test-cmd instead of SWE-bench's specs
-    network: bool = False  # the tests get the network (--network: the user trusts the predictions)
     run_empty: bool = False  # --empty: run the tests without a patch (the grader's own check)
     # The cluster's artifact store ("": none), the same on every node; a node's own cache root is
     # not here: each node resolves its own (node_settings().env_cache)
@@ -60,7 +57,7 @@ class WorkerOptions:
 def testbed_cache(options: WorkerOptions, cache_root: str | None = None, stop: threading.Event | None = None) -> TestbedCache:
     """This node's testbeds, in its own cache (`cache_root`, else the node's setting), sharing
     through the job's artifact store; `stop` ends its builds (Sandbox.stop)."""
-    envs = EnvironmentCache(sandbox=Sandbox(options.sandbox, stop=stop), pythons=dict(options.pythons),
+    envs = EnvironmentCache(sandbox=open_sandbox(options.grade.sandbox, stop=stop), pythons=dict(options.pythons),
                             artifacts=open_artifact_store(options.artifact_store))
     if cache_root:
         envs.root = Path(cache_root)
@@ -71,10 +68,11 @@ def grade_job(job: GradeJob, options: WorkerOptions, cache_root: str | None = No
               stop: threading.Event | None = None) -> InstanceGraded:
     """One instance, start to end, on whichever node runs it (its environment cache is that node's);
     `stop` ends its builds and its test run (SandboxStopped)."""
-    runner = TestRunner(Sandbox(options.sandbox, stop=stop), grading_limits(options.wall_seconds, options.memory_bytes),
-                        network=options.network)
+    settings = options.grade
+    runner = TestRunner(open_sandbox(settings.sandbox, stop=stop), test_limits(settings.timeout, size_bytes(settings.memory)),
+                        network=settings.network)
     return grade(job.record, job.patch, options.repos_dir, testbed_cache(options, cache_root, stop), runner, job.model,
-                 options.logs_dir, options.custom, run_empty=options.run_empty)
+                 options.logs_dir, settings, run_empty=options.run_empty)
 
 
 def grade_after_build(job: GradeJob, options: WorkerOptions, built: dict | None) -> InstanceGraded:
@@ -84,13 +82,14 @@ def grade_after_build(job: GradeJob, options: WorkerOptions, built: dict | None)
     node, host = this_node()
     result = replace(grade_job(job, options), node=node, host=host)
     if built is not None:
-        if result.env_obtained == CACHED:
-            env_build_seconds, env_built_now, env_obtained = built["env"]
-            result = replace(result, env_build_seconds=env_build_seconds, env_built_now=env_built_now, env_obtained=env_obtained)
-        if result.testbed_obtained == CACHED:
-            testbed_build_seconds, testbed_built_now, testbed_obtained = built["testbed"]
-            result = replace(result, testbed_build_seconds=testbed_build_seconds, testbed_built_now=testbed_built_now,
-                             testbed_obtained=testbed_obtained)
+        if result.environment.obtained == CACHED:
+            seconds, built_now, obtained = built["env"]
+            result = replace(result, environment=replace(result.environment, build_seconds=seconds, built_now=built_now,
+                                                         obtained=obtained))
+        if result.testbed.obtained == CACHED:
+            seconds, built_now, obtained = built["testbed"]
+            result = replace(result, testbed=replace(result.testbed, build_seconds=seconds, built_now=built_now,
+                                                     obtained=obtained))
     return result
 
 
@@ -185,23 +184,16 @@ def run_grading(store, name: str, jobs: list[GradeJob], executor: Executor, work
     return [log.graded[job.instance_id] for job in jobs]
 
 
-def obtained(event: InstanceGraded, part: str) -> str:
-    """How the grading's node had the instance's environment (part "env") or testbed ("testbed"):
-    BUILT, FETCHED or CACHED; from built_now in logs written before the grading said it."""
-    said = getattr(event, f"{part}_obtained")
-    return said or (BUILT if getattr(event, f"{part}_built_now") else CACHED)
-
-
 def preparation_seconds(event: InstanceGraded) -> float:
     """What preparing the instance cost this grading: the builds and fetches it ran (its
     environment's and its testbed's); 0 when both came from the node's cache."""
-    return sum(getattr(event, f"{part}_build_seconds") for part in ("env", "testbed") if obtained(event, part) != CACHED)
+    return sum(part.build_seconds for part in (event.environment, event.testbed) if part.obtained != CACHED)
 
 
 def preparation_line(results: list[InstanceGraded]) -> str:
     """Preparation against the tests' own time, over the instances that ran."""
     ran = [r for r in results if r.ran]
-    prepared, tested = sum(map(preparation_seconds, ran)), sum(r.test_seconds for r in ran)
+    prepared, tested = sum(map(preparation_seconds, ran)), sum(r.run.seconds for r in ran)
     ratio = f"{(prepared + tested) / tested:.2f}" if tested else "-"
     return (f"preparation: {prepared:.0f} s, tests: {tested:.0f} s over {len(ran)} instances; "
             f"(preparation + tests) / tests = {ratio}")
@@ -227,14 +219,6 @@ def next_job(todo: list[GradeJob], in_flight) -> int:
     return next((index for index, job in enumerate(todo) if environment_of(job) not in busy), 0)
 
 
-def completed(event: InstanceGraded) -> bool:
-    """Whether the harness would have written the instance's report.json."""
-    if event.completed is not None:
-        return event.completed
-    # Results logged before `completed` existed: the rule they were counted by.
-    return event.patch_successfully_applied and event.error_step in ("", "tests") and event.tests_parsed > 0
-
-
 def official_report(results: list[InstanceGraded], dataset_ids: list[str], submitted_ids: list[str]) -> dict:
     """The harness's run report (swebench.harness.reporting.make_run_report, run without Docker),
     key for key: `dataset_ids` the instances graded (the dataset, or --instances), `submitted_ids`
@@ -248,7 +232,7 @@ def official_report(results: list[InstanceGraded], dataset_ids: list[str], submi
             incomplete_ids.add(instance_id)
         elif not event.ran:
             empty_ids.add(instance_id)
-        elif completed(event):
+        elif event.completed:
             completed_ids.add(instance_id)
             (resolved_ids if event.resolved else unresolved_ids).add(instance_id)
         else:
@@ -281,7 +265,7 @@ def instance_details(results: list[InstanceGraded]) -> dict:
     into, whether it needs the internet, and where the time went."""
     details = {}
     for r in results:
-        entry = {"completed": completed(r), "resolved": r.resolved, "ran": r.ran}
+        entry = {"completed": r.completed, "resolved": r.resolved, "ran": r.ran}
         if r.error_step:
             entry["error"] = {"step": r.error_step, "reason": r.error}
         if r.needs_internet:
@@ -289,14 +273,14 @@ def instance_details(results: list[InstanceGraded]) -> dict:
         for name in ("limits", "warnings"):
             if getattr(r, name):
                 entry[name] = list(getattr(r, name))
-        entry["environment"] = {"label": r.env_label, "key": r.env_key, "built_now": r.env_built_now,
-                                "build_seconds": round(r.env_build_seconds, 1), "obtained": obtained(r, "env"),
-                                "testbed": r.testbed_key, "testbed_built_now": r.testbed_built_now,
-                                "testbed_build_seconds": round(r.testbed_build_seconds, 1),
-                                "testbed_obtained": obtained(r, "testbed")}
-        entry["test_seconds"] = round(r.test_seconds, 1)
-        if r.memory_control:
-            entry["memory"] = {"control": r.memory_control, "peak_mb": r.peak_memory_mb}
+        env, testbed = r.environment, r.testbed
+        entry["environment"] = {"label": env.label, "key": env.key, "built_now": env.built_now,
+                                "build_seconds": round(env.build_seconds, 1), "obtained": env.obtained,
+                                "testbed": testbed.key, "testbed_built_now": testbed.built_now,
+                                "testbed_build_seconds": round(testbed.build_seconds, 1), "testbed_obtained": testbed.obtained}
+        entry["test_seconds"] = round(r.run.seconds, 1)
+        if r.memory.control:
+            entry["memory"] = {"control": r.memory.control, "peak_mb": r.memory.peak_mb}
         details[r.instance_id] = entry
     return details
 
@@ -304,8 +288,8 @@ def instance_details(results: list[InstanceGraded]) -> dict:
 def prepare_environment(job: GradeJob, options: WorkerOptions) -> dict | None:
     """Build the job's environment and testbed on this node unless they are cached: for each,
     (build seconds, built now); None when they cannot be built (the test run then says why)."""
-    from magis_ray.actors.execution.environments import EnvironmentBuildError, EnvironmentUnsupported
-    from magis_ray.actors.execution.interpreters import InterpreterMissing
+    from magis_ray.actors.execution.environments import BuildFailed, EnvironmentUnsupported
+    from magis_ray.actors.execution.environments.interpreters import InterpreterMissing
     from magis_ray.actors.execution.specs import NoSpec
     from magis_ray.actors.code.swebench_harness import HarnessMissing
 
@@ -313,9 +297,9 @@ def prepare_environment(job: GradeJob, options: WorkerOptions) -> dict | None:
         return None  # not run at all
     repo_path = Path(options.repos_dir) / job.record["repo"].replace("/", "__")
     try:
-        testbed = testbed_cache(options).get(spec_for(job.record, repo_path, options.custom).testbed, repo_path,
+        testbed = testbed_cache(options).get(spec_for(job.record, repo_path, options.grade).testbed, repo_path,
                                              mirrors=options.repos_dir)
-    except (HarnessMissing, NoSpec, KeyError, EnvironmentUnsupported, InterpreterMissing, EnvironmentBuildError):
+    except (HarnessMissing, NoSpec, KeyError, EnvironmentUnsupported, InterpreterMissing, BuildFailed):
         return None
     return {"env": (testbed.env.build_seconds, testbed.env.built_now, testbed.env.obtained),
             "testbed": (testbed.build_seconds, testbed.built_now, testbed.obtained)}

@@ -16,27 +16,27 @@ from typing import Callable, Literal
 
 import msgspec
 
+from magis_ray.events.errors import BadInput
 from magis_ray.events.schema import GradingStarted, InstanceGraded
 from magis_ray.events.settings import GradeSettings, set_node_setting, size_bytes
 
-from .grading import CustomSetup
+from .grading import custom_setup
 from .grading_batch import GradeJob, ThreadExecutor, WorkerOptions, instance_details, official_report, run_grading
 
 
-class GradingInputError(ValueError):
-    """Input a grading cannot use, said in one line. `option` names the GradingOptions field at
-    fault when the line is about its value ("" when the line says it all)."""
+class GradingInputError(BadInput):
+    """Input a grading cannot use, said in one line. `setting` names the setting at fault when the
+    line is about its value (a key of the settings: "grade.memory", "artifact-store", "repos-dir"),
+    so that the command can say it as the user gave it; "" when the line says it all."""
 
-    def __init__(self, message: str, option: str = "") -> None:
+    def __init__(self, message: str, setting: str = "") -> None:
         super().__init__(message)
-        self.option = option
-
-
-_GRADE = GradeSettings()  # the settings' grade section holds the defaults of how a grading runs
+        self.setting = setting
 
 
 class GradingOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """What a grading is asked to do."""
+    """What a grading is asked to do: what is graded and where (its own fields), and how (the
+    settings' grade section, whole)."""
 
     dataset: str  # the SWE-bench dataset (.jsonl or .json)
     repos_dir: str  # a folder of owner__name repositories
@@ -46,20 +46,13 @@ class GradingOptions(msgspec.Struct, frozen=True, kw_only=True):
     patches: Literal["predictions", "gold", "empty"] = "predictions"
     predictions: str = ""  # the predictions file, for patches="predictions"
     instances: tuple[str, ...] = ()  # only these instance ids (none: every one)
-    workers: int = _GRADE.workers  # instances graded at once
     name: str = ""  # the grading's name in the store ("": from the predictions and the dataset)
-    sandbox: Literal["bwrap", "none"] = _GRADE.sandbox
-    timeout_s: float = _GRADE.timeout  # what a test run may take
-    network: bool = _GRADE.network  # the tests get the network (only for predictions one trusts)
-    memory_bytes: int = size_bytes(_GRADE.memory)  # each test run's memory budget (0: no limit)
+    grade: GradeSettings = GradeSettings()  # how: sandbox, timeout, memory, workers, network, a user's setup
     pythons: dict[str, str] = {}  # interpreters to use: version ("" for any) -> path
     # this machine's environment cache, for the workers this process runs (threads, or a Ray it
     # starts of its own); a cluster's nodes each use their own (MAGIS_ENV_CACHE). None: the node's.
     env_cache: str | None = None
     artifact_store: str = ""  # the cluster's shared store of built environments and testbeds ("": none)
-    env_setup: str | None = None  # a user's repository: its environment's setup command
-    test_cmd: str | None = None  # a user's repository: its test command
-    env_python: str = _GRADE.env_python  # a user's repository: the Python version of its environment
     report: str | None = None  # where the report goes (None: STORE/gradings/NAME.json)
     use_ray: bool = True  # Ray tasks; False: threads of this process
 
@@ -102,35 +95,29 @@ def plan_grading(options: GradingOptions, notice: Callable[[str], None] = ignore
     use, HarnessMissing when SWE-bench's specs are needed and the swebench package is absent,
     SandboxUnavailable when the sandbox cannot run here. `notice` hears what was decided for the
     caller (fewer workers than asked, dataset lines passed over)."""
-    from magis_ray.actors.execution.artifacts import ArtifactStoreUnusable, open_artifact_store
-    from magis_ray.actors.execution.memory_budget import workers_within_memory
-    from magis_ray.actors.execution.sandbox import check_available
+    from magis_ray.actors.execution.sharing.artifacts import ArtifactStoreUnusable, open_artifact_store
+    from magis_ray.actors.execution.sandbox.memory_budget import workers_within_memory
+    from magis_ray.actors.execution.sandbox import open_sandbox
     from magis_ray.actors.code.swebench_harness import harness
 
+    grade = options.grade
     if options.patches == "predictions" and not options.predictions:
-        raise GradingInputError("no predictions file given", "predictions")
-    if options.workers < 1:
-        raise GradingInputError("must be at least 1", "workers")
-    if options.timeout_s <= 0:
-        raise GradingInputError("must be positive", "timeout_s")
-    workers, note = workers_within_memory(options.workers, options.memory_bytes)
+        raise GradingInputError("no predictions file given")
+    workers, note = workers_within_memory(grade.workers, size_bytes(grade.memory))
     if not workers:
-        raise GradingInputError(note, "memory_bytes")
+        raise GradingInputError(note, "grade.memory")
     if note:
         notice(note)
     repos = Path(options.repos_dir)
     if not repos.is_dir():
-        raise GradingInputError("not a folder", "repos_dir")
+        raise GradingInputError("not a folder", "repos-dir")
     try:
         open_artifact_store(options.artifact_store)
     except ArtifactStoreUnusable as exc:
-        raise GradingInputError(exc.reason, "artifact_store") from None
-    custom = (CustomSetup(options.env_python, options.env_setup, options.test_cmd)
-              if (options.env_setup or options.test_cmd) else None)
-    if custom is None:
+        raise GradingInputError(exc.reason, "artifact-store") from None
+    if not custom_setup(grade):
         harness()
-    if options.sandbox == "bwrap":
-        check_available()
+    open_sandbox(grade.sandbox).check()
     dataset = Path(options.dataset)
     records = load_records(dataset, notice)
     if options.instances:
@@ -155,15 +142,12 @@ def plan_grading(options: GradingOptions, notice: Callable[[str], None] = ignore
         submitted = list(preds)
         name = options.name or f"{predictions.stem}@{dataset.stem}"
     logs_root = Path(options.store) / "gradings" / name
-    worker_options = WorkerOptions(
-        repos_dir=str(repos.resolve()), artifact_store=options.artifact_store,
-        sandbox=options.sandbox, wall_seconds=options.timeout_s, memory_bytes=options.memory_bytes,
-        pythons=dict(options.pythons), logs_dir=str((logs_root / "logs").resolve()), custom=custom,
-        network=options.network, run_empty=options.patches == "empty",
-    )
+    worker_options = WorkerOptions(repos_dir=str(repos.resolve()), grade=grade, artifact_store=options.artifact_store,
+                                   pythons=dict(options.pythons), logs_dir=str((logs_root / "logs").resolve()),
+                                   run_empty=options.patches == "empty")
     started = GradingStarted(name=name, dataset=str(dataset), predictions=source, instances=[j.instance_id for j in jobs],
-                             sandbox=options.sandbox, workers=workers, timeout_s=options.timeout_s,
-                             memory_mb=options.memory_bytes // 2 ** 20, network=options.network)
+                             sandbox=grade.sandbox, workers=workers, timeout_s=grade.timeout,
+                             memory_mb=size_bytes(grade.memory) // 2 ** 20, network=grade.network)
     return GradingPlan(name=name, jobs=jobs, workers=workers, worker_options=worker_options, started=started,
                        dataset_ids=[r["instance_id"] for r in chosen], submitted_ids=submitted,
                        logs_dir=logs_root / "logs", report_path=Path(options.report or logs_root.parent / f"{name}.json"),

@@ -18,6 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from magis_ray.events.errors import BadInput
 from magis_ray.actors.code.diffs import changed_line_ranges
 from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.events.settings import process_environment
@@ -145,7 +146,7 @@ def gold_files(patch: str) -> list[str]:
 # --- applying diffs to a base commit ----------------------------------------------------------
 
 
-class PatchError(Exception):
+class PatchError(BadInput):
     """A diff that does not apply (or a repository that cannot be read); the message is git's, on one line."""
 
 
@@ -286,14 +287,14 @@ def run_tests(
     """Apply `diff` and the instance's test patch to a scratch checkout of the base commit and run
     `test_cmd` there, in the sandbox, its "{tests}" replaced by the FAIL_TO_PASS and PASS_TO_PASS
     tests (quoted). Resolved iff the command exits 0: every one of those tests passed."""
-    from magis_ray.actors.execution.runner import INPUTS, TestRunner
-    from magis_ray.actors.execution.sandbox import Limits, Sandbox, SandboxUnavailable
-    from magis_ray.actors.execution.workspaces import Workspace, WorkspaceError
+    from magis_ray.actors.execution.runner import INPUTS, TestRunner, test_limits
+    from magis_ray.actors.execution.sandbox import SandboxUnavailable, open_sandbox
+    from magis_ray.actors.code.workspaces import Workspace, WorkspaceError
 
     if not diff.strip():
         return TestOutcome(False, "the diff is empty")
     tests = " ".join(shlex.quote(t) for t in (*instance.fail_to_pass, *instance.pass_to_pass))
-    runner = TestRunner(Sandbox(sandbox), Limits(wall_seconds=timeout_s, memory_bytes=0))
+    runner = TestRunner(open_sandbox(sandbox), test_limits(timeout_s, 0))
     inputs = {"diff": diff if diff.endswith("\n") else diff + "\n", "test_patch": instance.test_patch}
     steps = [f"git apply -v {INPUTS}/diff || {{ echo 'magis-ray: the diff does not apply'; exit 97; }}"]
     if instance.test_patch.strip():  # a record of the user's own repository may bring its tests in the diff

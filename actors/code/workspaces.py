@@ -9,10 +9,13 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from magis_ray.events.errors import MagisError
 from magis_ray.events.settings import process_environment
 
+from .commit_packs import folder_name, submodules_at
 
-class WorkspaceError(Exception):
+
+class WorkspaceError(MagisError):
     """A checkout or a patch that failed; the message is git's, on one line."""
 
 
@@ -136,3 +139,24 @@ def read_file_at(repo_path: str | os.PathLike, commit: str, path: str) -> str | 
 
 def _git_dir(repo_path: Path) -> Path:
     return repo_path / ".git" if (repo_path / ".git").exists() else repo_path
+
+
+def check_out_submodules(tree: Path, commit: str, mirrors) -> list[str]:
+    """Check out the commit's git submodules from local mirrors (MIRRORS/owner__name: --repos-dir,
+    or on a node the copy the commits arrived in); the notes say which have none (the install may
+    then need the internet)."""
+    notes = []
+    for module in submodules_at(tree, commit):
+        mirror = Path(mirrors) / folder_name(module.mirror) if mirrors and module.mirror else None
+        if mirror is None or not mirror.is_dir():
+            notes.append(f"submodule {module.path} ({module.url}): no local mirror (looked for {mirror})")
+            continue
+        for args in (["config", f"submodule.{module.name}.url", str(mirror.resolve())],
+                     ["-c", "protocol.file.allow=always", "submodule", "update", "--init", "--", module.path]):
+            done = subprocess.run(["git", *args], cwd=tree, env=git_env(), capture_output=True, text=True)
+            if done.returncode != 0:
+                notes.append(f"submodule {module.path}: {' '.join(done.stderr.split())[:300]}")
+                break
+        else:
+            notes.append(f"submodule {module.path}: checked out from the local mirror {mirror}")
+    return notes

@@ -8,10 +8,12 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+
+from magis_ray.events.errors import Unavailable
 from magis_ray.events.settings import node_settings
 
 
-class InterpreterMissing(Exception):
+class InterpreterMissing(Unavailable):
     """No interpreter of the wanted version on this machine; the message says where we looked."""
 
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from magis_ray.events.settings import node_settings
 
+from .processes import pid_namespace
+
 import psutil
 
 WATCH_S = 0.05  # the watchdog's look, and how often a cgroup's kill count is read
@@ -326,7 +328,7 @@ class WatchdogBudget:
         pids = _tree(tree_root)
         folders = 0
         if self.in_memory:
-            inside = next((pid for pid in pids if _pid_namespace(pid) not in (None, _pid_namespace(tree_root))), None)
+            inside = next((pid for pid in pids if pid_namespace(pid) not in (None, pid_namespace(tree_root))), None)
             if inside is not None:
                 folders = _folder_usage(inside, self.in_memory)
         processes = self._processes(pids)
@@ -352,13 +354,6 @@ class WatchdogBudget:
 
     def close(self) -> None:
         """Nothing to remove: the watchdog made no cgroup."""
-
-
-def _pid_namespace(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/pid")
-    except OSError:
-        return None
 
 
 def open_budget(limit: int, control: str = "auto", in_memory: dict[str, int] | None = None):
@@ -431,7 +426,7 @@ def host_memory() -> int:
 def workers_within_memory(workers: int, budget: int) -> tuple[int, str]:
     """How many sandboxes of `budget` bytes each may run at once on this machine: `workers`, or as
     many as its memory holds, with one line saying so (0 when not even one fits)."""
-    from .capture import size_text
+    from magis_ray.actors.execution.sandbox.capture import size_text
 
     host = host_memory()
     if not budget or not host or workers * budget <= host:

@@ -32,7 +32,7 @@ in the archive at publish time and rewritten on unpack (relocation.py, which als
 made from a donor's prefix).
 
 The interpreter's own files stay out of an archive. A testbed's prefix is made of its interpreter's
-files, hard-linked (testbeds.make_prefix: its standard library, its binaries, its headers; 90 per
+files, hard-linked (testbeds.prefix.make_prefix: its standard library, its binaries, its headers; 90 per
 cent of a testbed's bytes): they are listed in the archive, and the fetching node links them from
 its own interpreter of the same version (the key holds the exact version) as its build would have.
 A node whose interpreter lacks one of them builds instead, and says why in one line."""
@@ -52,8 +52,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .archives import LEGACY_SUFFIX, SUFFIX, ArchiveUnreadable, file_digest, pack, unpack
-from .relocation import retarget_links, rewrite_files
+from magis_ray.events.errors import BadInput, MagisError
+from magis_ray.actors.execution.sharing.archives import LEGACY_SUFFIX, SUFFIX, ArchiveUnreadable, file_digest, pack, unpack
+from magis_ray.actors.execution.sharing.relocation import retarget_links, rewrite_files
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +68,12 @@ CLAIM_WAIT_S = 3600.0 + 600.0  # the longest a node waits for another's build (a
 POLL_S = 2.0
 
 
-class ArtifactUnusableHere(Exception):
+class ArtifactUnusableHere(MagisError):
     """A whole archive of the key, which this node cannot use (its interpreter lacks files the
     archive takes from it): the node builds instead. The message says why, in one line."""
 
 
-class ArtifactStoreUnusable(ValueError):
+class ArtifactStoreUnusable(BadInput):
     """The artifact store's location cannot be used; the message says why, in one line."""
 
     def __init__(self, location: str, reason: str) -> None:
@@ -261,7 +262,7 @@ class PublishedFailure:
         return self.expires > time.time()
 
 
-class BuildFailedElsewhere(Exception):
+class BuildFailedElsewhere(MagisError):
     """The key's build failed on another node (or earlier on this one), and the store holds that
     failure still: the message is its reason, with where, when and until when."""
 

@@ -28,10 +28,12 @@ import hashlib
 import os
 import re
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .workspaces import git_env
+import msgspec
+
+from magis_ray.actors.code.workspaces import git_env
 
 ALWAYS_READ = ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "requirements.txt")
 # .gitattributes that make a checkout's files differ from the repository's blobs (line endings,
@@ -199,13 +201,12 @@ class Trace:
         return trace
 
 
-@dataclass
-class InstallInputs:
+class InstallInputs(msgspec.Struct, frozen=True, kw_only=True):
     """What one testbed's install read, as the tree was before it ran (see the module's doc)."""
 
-    files: dict[str, str | None] = field(default_factory=dict)
-    folders: dict[str, list[str] | None] = field(default_factory=dict)  # listed by the tools: their structure
-    listings: dict[str, list[str] | None] = field(default_factory=dict)  # listed by the project, and the top: names
+    files: dict[str, str | None] = {}
+    folders: dict[str, list[str] | None] = {}  # listed by the tools: their structure
+    listings: dict[str, list[str] | None] = {}  # listed by the project, and the top: names
     asks_git: bool = False  # the install ran git or read .git (a version from `git describe`)
     compiled: str | None = None  # the compiled sources' digest, when a compiler ran
     conversions: str = ""  # the checkout's conversions (TreeState.conversions)
@@ -217,25 +218,24 @@ class InstallInputs:
         """`editable`: every install step installs the project in place (its packages are imported
         from the tree), so of the folders the tools listed only the top ones count (see
         EDITABLE_DEPTH)."""
-        inputs = cls(conversions=before.conversions)
-        inputs.refusal = _refusal(trace, prefix)
+        files: dict[str, str | None] = {}
+        asks_git, compiled = False, None
         for path in sorted(trace.reads | set(ALWAYS_READ)):
             if path == ".git" or path.startswith(".git/"):
-                inputs.asks_git = True
+                asks_git = True
             elif not path.endswith((".pyc", ".pyo")):  # a cached module: its source counts instead
-                inputs.files[path] = before.blob(path)
-        for folder in sorted(trace.tool_listed - trace.project_listed):
-            if not editable or folder in (".", "") or folder.count("/") < EDITABLE_DEPTH:
-                inputs.folders[folder] = before.structure(folder)
-        for folder in sorted(trace.project_listed | {"."}):
-            inputs.listings[folder] = before.names(folder)
+                files[path] = before.blob(path)
+        folders = {folder: before.structure(folder) for folder in sorted(trace.tool_listed - trace.project_listed)
+                   if not editable or folder in (".", "") or folder.count("/") < EDITABLE_DEPTH}
+        listings = {folder: before.names(folder) for folder in sorted(trace.project_listed | {"."})}
         for executable, argv, _ in trace.runs:
             name = Path(executable).name
             if name in VERSION_CONTROL:
-                inputs.asks_git = True
+                asks_git = True
             elif COMPILERS.match(name):
-                inputs.compiled = before.compiled()
-        return inputs
+                compiled = before.compiled()
+        return cls(files=files, folders=folders, listings=listings, asks_git=asks_git, compiled=compiled,
+                   conversions=before.conversions, refusal=_refusal(trace, prefix))
 
     def compare(self, other: TreeState) -> tuple[str, str]:
         """(SAME | INCREMENTAL | DIFFERENT, why) for a tree in the state `other`."""
@@ -257,13 +257,6 @@ class InstallInputs:
         if self.asks_git:
             return INCREMENTAL, "the files the install reads are the same, but it asks git (the version is the commit's)"
         return SAME, f"the {len(self.files)} files the install reads are the same"
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> InstallInputs:
-        return cls(**data)
 
 
 def _refusal(trace: Trace, prefix: str) -> str:

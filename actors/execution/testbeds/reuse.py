@@ -37,12 +37,13 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from .environments import folder_lock
-from .relocation import rewrite_files, retarget_links, write_like
-from .install_inputs import DIFFERENT, SAME, InstallInputs, TreeState
+import msgspec
+
+from magis_ray.actors.execution.sharing.builds import READY, folder_lock
+from magis_ray.actors.execution.sharing.relocation import rewrite_files, retarget_links, write_like
+from magis_ray.actors.execution.testbeds.install_inputs import DIFFERENT, SAME, InstallInputs, TreeState
 
 INPUTS_FILE = "inputs.json"  # a donor's inputs, beside its ready.json
 SKIPPED_PARTS = ("__pycache__",)
@@ -50,9 +51,8 @@ SKIPPED_SUFFIXES = (".pyc", ".pyo")
 UNINSTALL_METADATA = ("PKG-INFO", "entry_points.txt")
 
 
-@dataclass
-class InstallRecord:
-    """What a traced install read and left behind, kept in the testbed's folder."""
+class InstallRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """What a traced install read and left behind, kept in the testbed's folder (inputs.json)."""
 
     inputs: InstallInputs
     made: list[str]  # tree files the install made or changed
@@ -64,25 +64,23 @@ class InstallRecord:
     requirements: list[str]  # the project's own requirements, from its metadata
     distributions: dict[str, str]  # the prefix's distributions (name -> version), the project's own left out
     build_requires: list[str]  # what building the project needs (the wheelhouse's contents)
-    unpinned_steps: list[int] = field(default_factory=list)  # install steps run without pins (theirs conflicted)
+    unpinned_steps: list[int] = []  # install steps run without pins (theirs conflicted)
 
     def write(self, folder: Path) -> None:
-        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        data["inputs"] = self.inputs.to_json()
-        (folder / INPUTS_FILE).write_text(json.dumps(data))
+        (folder / INPUTS_FILE).write_bytes(msgspec.json.encode(self))
 
     @classmethod
     def read(cls, folder: Path) -> InstallRecord | None:
+        """The record, or None where the folder has none or an unreadable one (no donor, then)."""
         try:
-            data = json.loads((folder / INPUTS_FILE).read_text())
-            data["inputs"] = InstallInputs.from_json(data["inputs"])
-            return cls(**data)
-        except (OSError, ValueError, KeyError, TypeError):
+            return msgspec.json.decode((folder / INPUTS_FILE).read_bytes(), type=cls)
+        except (OSError, msgspec.DecodeError):
             return None
 
 
-class Donors:
-    """The donors of one group of testbeds, and the group's build lock."""
+class TestbedGroup:
+    """The testbeds that may be made from one another (one environment, one install recipe): the
+    donors among them, and the group's build lock."""
 
     def __init__(self, testbeds_root: Path, group: str) -> None:
         self.testbeds = testbeds_root
@@ -105,7 +103,7 @@ class Donors:
         for entry in entries:
             donor = self.testbeds / entry.name
             record = InstallRecord.read(donor)
-            if record is None or not (donor / "ready.json").is_file():
+            if record is None or not (donor / READY).is_file():
                 continue
             verdict, why = record.inputs.compare(state)
             if found[1] is None or rank[verdict] < rank[found[0]]:

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from . import era
-from .era import uv_binary
-from .sandbox import Mount
+from magis_ray.actors.execution.sandbox import Mount
+
+from . import dated
+from .dated import uv_binary
 
 UV, PIP, AUTO = "uv", "pip", "auto"
 UV_OLDEST_PYTHON = (3, 6)  # uv's interpreter query needs `python -I` and 3.6's syntax
@@ -44,7 +45,7 @@ def installer_for(python_version: str, wanted: str = AUTO) -> str:
 
 
 class Installer(Protocol):
-    """One environment build's installs, run as steps of its sandbox (environments.BuildSteps)."""
+    """One environment build's installs, run as steps of its sandbox (steps.BuildSteps)."""
 
     name: str
 
@@ -71,19 +72,19 @@ class Installer(Protocol):
         """A command writing to `output` the pins of the requirements file `wanted` for the
         environment's interpreter as of `when` (exact pins excepted), held to the `constraints`
         file if one is given; None when this installer resolves otherwise
-        (environments.EnvironmentCache._resolve_era, testbeds.TestbedCache._resolve_install)."""
+        (resolver.DatedResolver)."""
 
 
 @dataclass(frozen=True)
 class PipInstaller:
-    """pip in the environment itself; resolutions as of a date by a pip that knows dates (era.py)."""
+    """pip in the environment itself; resolutions as of a date by a pip that knows dates (dated.py)."""
 
     pip_cache: Path
     name: str = PIP
 
     def variables(self) -> dict[str, str]:
         return {"PIP_CACHE_DIR": str(self.pip_cache), "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-                "PIP_PROGRESS_BAR": "off", **era.index_variables()}
+                "PIP_PROGRESS_BAR": "off", **dated.index_variables()}
 
     def mounts(self, folder: Path) -> list[Mount]:
         return [Mount(str(folder), str(folder), writable=True), Mount(str(self.pip_cache), str(self.pip_cache), writable=True)]
@@ -124,7 +125,7 @@ class UvInstaller:
 
     def variables(self) -> dict[str, str]:
         # pip's too: the testbeds' resolver is a pip, made by uv
-        return {**PipInstaller(self.pip_cache).variables(), **era.uv_variables(self.cache), "UV_LINK_MODE": "hardlink"}
+        return {**PipInstaller(self.pip_cache).variables(), **dated.uv_variables(self.cache), "UV_LINK_MODE": "hardlink"}
 
     def mounts(self, folder: Path) -> list[Mount]:
         """The whole cache folder writable, so that uv's hard links from its cache into the
@@ -154,7 +155,7 @@ class UvInstaller:
         return f"{shlex.quote(python)} -m venv --without-pip {shlex.quote(str(venv))}"
 
     def dated(self, when: str, exact: tuple[str, ...]) -> list[str]:
-        return era.dated_arguments(when, {era.requirement_name(pin) for pin in exact})
+        return dated.dated_arguments(when, {dated.requirement_name(pin) for pin in exact})
 
     def install_command(self, venv: Path, arguments: list[str], constraints: str = "", when: str = "",
                         exact: tuple[str, ...] = (), compiled: bool = True) -> tuple[str, dict[str, str]]:

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import structlog
 
-from .sandbox import Mount
+from magis_ray.actors.execution.sandbox import Mount
 
 COMPILER_LINKS = Path("/usr/lib/ccache")  # Debian's ccache package: links named after the compilers
 CACHE_FOLDER = "ccache"  # under the node's cache root

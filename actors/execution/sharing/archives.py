@@ -23,12 +23,14 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from magis_ray.events.errors import MagisError
+
 SUFFIX, LEGACY_SUFFIX = ".tar.zst", ".tar.gz"  # what is written; what older nodes wrote, still read
 COMPRESSION_LEVEL = 3  # zstd's own default: most of level 9's ratio on venvs at a fraction of its time
 BLOCK = 1 << 20
 
 
-class ArchiveUnreadable(ValueError):
+class ArchiveUnreadable(MagisError, ValueError):
     """An archive whose compressed stream does not decompress (corrupt past its digest); one line."""
 
 

@@ -1,0 +1,86 @@
+"""A testbed's install steps as commands: which are pip's, the date's pins on their command line,
+the spec's pre-install edits as one script, what a step asks uv to resolve, and what building the
+project needs."""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+PIP_INSTALL = re.compile(r"^\s*(?:python -m pip|pip) install (.*)$")
+DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0", "wheel")  # pip's own default for a project without pyproject.toml
+CONFLICT_SIGNS = ("ResolutionImpossible", "conflicting dependencies", "Could not find a version that satisfies")
+
+
+def pre_install_script(commands: tuple[str, ...]) -> str:
+    """The spec's pre-install commands as lines of one script, as the harness's setup script has
+    them (`set -eux`, its bash's pipefail aside): it stops at the first that fails, a `cd` or a
+    variable carries to the next line, and the log shows each line as it runs."""
+    return "\n".join(("set -eux", *commands))
+
+
+def pinned(command: str, constraints: dict[str, str]) -> str:
+    """A pip install step with the constraints on its command line: there they bind what it
+    installs and not the build dependencies pip gets for it in an environment of their own (the
+    harness's builds were free; pylint 2.15 asks for setuptools~=62.6 to build)."""
+    if constraints and PIP_INSTALL.match(command):
+        return f"{command} -c {shlex.quote(constraints['PIP_CONSTRAINT'])}"
+    return command
+
+
+def unpinned_env(command: str, constraints: dict[str, str]) -> dict[str, str]:
+    """Another step (a user's own setup command) gets the constraints from the environment."""
+    return {} if PIP_INSTALL.match(command) else constraints
+
+
+def uv_requirements(arguments: str, tree: Path) -> tuple[list[str], tuple[str, ...]] | None:
+    """A pip install step's arguments as what `uv pip compile` resolves: (requirement lines, uv's
+    options), or None for an argument this does not know (pip then resolves). The project is named
+    by the tree's own path, not /testbed: uv keeps a local project's metadata in its cache by path,
+    and every testbed's tree is /testbed in its sandbox. Verbosity and pip's choice of build
+    interface change nothing that is resolved."""
+    try:
+        words = shlex.split(arguments)
+    except ValueError:
+        return None
+
+    def located(requirement: str) -> str:
+        if requirement == "." or requirement.startswith((".[", "./")):
+            return str(tree) + requirement[1:]
+        return requirement
+
+    lines: list[str] = []
+    options: list[str] = []
+    words.reverse()
+    while words:
+        word = words.pop()
+        if word in ("-v", "--verbose", "-q", "--quiet", "--no-use-pep517"):
+            continue
+        if word == "--no-build-isolation":
+            options.append(word)
+        elif word in ("-e", "--editable") and words:
+            lines.append(f"-e {located(words.pop())}")
+        elif word.startswith("-"):
+            return None
+        else:
+            lines.append(located(word))
+    return (lines, tuple(options)) if lines else None
+
+
+def build_requirements(tree: Path) -> tuple[str, ...]:
+    """What building the project needs: its pyproject.toml's [build-system] requires, else pip's
+    default; and wheel, which setuptools asks for when it builds an editable install."""
+    try:
+        requires = list(tomllib.loads((tree / "pyproject.toml").read_text()).get("build-system", {}).get("requires", []))
+    except (OSError, ValueError):
+        requires = []
+    if not requires:
+        requires = list(DEFAULT_BUILD_REQUIRES)
+    if not any(re.match(r"wheel\b", r) for r in requires):
+        requires.append("wheel")
+    return tuple(requires)
