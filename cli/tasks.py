@@ -4,6 +4,7 @@ the summary."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -116,6 +117,4 @@ def _window(since: datetime | None, until: datetime | None) -> str:
 
 
 def _counts(values) -> str:
-    from collections import Counter
-
     return ", ".join(f"{source} {n}" for source, n in Counter(values).most_common())

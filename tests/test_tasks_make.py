@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
+import msgspec
 import pygit2
 import pytest
 from gitfixtures import Submodule, checkout, commit_files, git, make_repo, merge_into_head, read_tree_files
@@ -18,6 +19,7 @@ from magis_ray.actors.code.history import BINARY, SUBMODULE, History
 from magis_ray.actors.code.repository import RepoSnapshot
 from magis_ray.actors.swebench import task_making as tm
 from magis_ray.actors.swebench.instances import load_dataset
+from magis_ray.actors.swebench.task_records import TaskRecord
 from magis_ray.actors.swebench.issue_links import (CLOSED_ISSUE, COMMIT_MESSAGE, MENTIONED_ISSUE, linked_issues,
                                                    read_issues)
 from magis_ray.cli.main import main
@@ -84,10 +86,10 @@ def calc(tmp_path_factory):
     return {"root": root, "path": root / "calc", "repo": repo, "commits": c, "issues": issues_file}
 
 
-def made(calc, **kwargs):
+def made(calc):
     history = History(calc["repo"], calc["path"])
     issues = read_issues(calc["issues"].read_bytes(), "issues.json")
-    return tm.make_tasks(history, history.first_parent_line(**kwargs), "acme/calc", issues)
+    return tm.make_tasks(history, history.first_parent_line(), "acme/calc", issues)
 
 
 def test_each_commit_of_the_first_parent_line_is_a_candidate_or_passed_over_with_its_reason(calc):
@@ -196,6 +198,15 @@ def test_the_command_writes_records_the_dataset_reader_reads_and_the_reasons_bes
     assert "acme/calc: 12 commits of HEAD's first-parent history" in stdout
     assert "candidates: 3 (problem statement from: issue 2, mentioned issue 1); 1 with binary" in stdout
     assert f"     2  {tm.CODE_LEFT_OUT}" in stdout and len(stdout.splitlines()) < 20
+
+
+def test_a_record_swebench_made_reads_as_a_task_record_and_writes_back_the_same(calc):
+    ours = json.loads(msgspec.json.encode(made(calc).records[0]))
+    theirs = {name: ours[name] for name in SWEBENCH_FIELDS}
+    theirs["FAIL_TO_PASS"] = json.dumps(["tests/test_calc.py::test_one"])
+    record = msgspec.json.decode(json.dumps(theirs), type=TaskRecord)
+    assert (record.commit, record.problem_statement_source, record.left_out) == ("", "", ())
+    assert {k: v for k, v in json.loads(msgspec.json.encode(record)).items() if k in SWEBENCH_FIELDS} == theirs
 
 
 def test_dates_and_a_commits_file_choose_the_commits_and_a_bare_mirror_s_name_is_given(calc, tmp_path, capsys):

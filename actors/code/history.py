@@ -1,5 +1,5 @@
-"""A repository's history, read for the tasks made from it: the commits of HEAD's first-parent line
-between two dates, and what one commit changed from its first parent, file by file, as `git diff`
+"""A repository's history, read for the tasks made from it: the commits of HEAD's first-parent line,
+when each landed, and what one commit changed from its first parent, file by file, as `git diff`
 prints it (for a merge, the change its merged branch brought). Read from git's object store through
 pygit2, like repository.py: nothing here checks anything out or writes to the repository."""
 from __future__ import annotations
@@ -58,22 +58,20 @@ class History:
         self.repo = repo
         self.where = where
 
-    def first_parent_line(self, since: datetime | None = None, until: datetime | None = None) -> list[str]:
-        """HEAD's first-parent history, oldest first: the commits whose committer date is at or after
-        `since` and before `until` (the dates `git log --since/--until` reads: when a commit landed)."""
+    def first_parent_line(self) -> list[str]:
+        """HEAD's first-parent history, oldest first."""
         if self.repo.head_is_unborn:
             return []
         walker = self.repo.walk(self.repo.head.target, SortMode.NONE)
         walker.simplify_first_parent()
-        line = [str(commit.id) for commit in walker
-                if (since is None or utc(commit.commit_time) >= since) and (until is None or utc(commit.commit_time) < until)]
-        return line[::-1]
+        return [str(commit.id) for commit in walker][::-1]
 
     def resolve(self, rev: str) -> str:
         """The full id of the commit a sha, short sha or revision ("v1.2^", "main~3") names."""
         return str(resolve_commit(self.repo, rev, self.where).id)
 
     def committed_at(self, commit: str) -> datetime:
+        """When the commit landed: its committer date, the one `git log --since/--until` reads."""
         return utc(self.repo[commit].commit_time)
 
     def change(self, commit_id: str) -> CommitChange:

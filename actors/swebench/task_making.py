@@ -91,12 +91,9 @@ def commits_to_read(history: History, since: datetime | None, until: datetime | 
                     revisions: list[str] | None = None) -> list[str]:
     """The commits listed (`revisions`, in their order, each once), else HEAD's first-parent history,
     oldest first; either way those committed at or after `since` and before `until`."""
-    if revisions is None:
-        commits = history.first_parent_line(since, until)
-    else:
-        commits = [c for c in dict.fromkeys(history.resolve(rev) for rev in revisions)
-                   if (since is None or history.committed_at(c) >= since)
-                   and (until is None or history.committed_at(c) < until)]
+    listed = history.first_parent_line() if revisions is None else dict.fromkeys(history.resolve(r) for r in revisions)
+    commits = [c for c in listed if (since is None or history.committed_at(c) >= since)
+               and (until is None or history.committed_at(c) < until)]
     if not commits:
         where = "the listed commits" if revisions is not None else "HEAD's first-parent history"
         window = (f" from {since:%Y-%m-%d %H:%M}" if since else "") + (f" before {until:%Y-%m-%d %H:%M}" if until else "")

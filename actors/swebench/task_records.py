@@ -34,9 +34,9 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     FAIL_TO_PASS: str = "[]"  # noqa: N815 - SWE-bench's names
     PASS_TO_PASS: str = "[]"  # noqa: N815
     environment_setup_commit: str
-    # magis-ray's own fields
-    commit: str  # the commit the task was made from; base_commit is its first parent
-    problem_statement_source: str  # issue_links.CLOSED_ISSUE, MENTIONED_ISSUE or COMMIT_MESSAGE
+    # magis-ray's own fields; "" and empty in a record SWE-bench made, which decodes as one of these
+    commit: str = ""  # the commit the task was made from; base_commit is its first parent
+    problem_statement_source: str = ""  # issue_links.CLOSED_ISSUE, MENTIONED_ISSUE or COMMIT_MESSAGE
     issue_numbers: tuple[str, ...] = ()  # the linked issues, as SWE-bench's collection lists them
     left_out: tuple[LeftOut, ...] = ()
 
