@@ -50,11 +50,12 @@ def make_repo(
     return repo, commit_files(repo, files, message)
 
 
-def commit_files(repo: pygit2.Repository, files: dict[str, FileValue], message: str) -> str:
+def commit_files(repo: pygit2.Repository, files: dict[str, FileValue], message: str, at: int | None = None) -> str:
     """Commit on top of HEAD: each path gets its new content; None deletes it.
 
     A value is text (str, written as UTF-8), raw bytes, a Symlink or a Submodule.
     Paths are repository-relative with "/" separators; folders are created as needed.
+    `at` is the commit's time (unix seconds; SIGNATURE's when None).
     Returns the new commit's id (hex); HEAD's branch moves to it.
     """
     index = pygit2.Index()
@@ -70,7 +71,24 @@ def commit_files(repo: pygit2.Repository, files: dict[str, FileValue], message: 
         oid, mode = _object_for(repo, value)
         index.add(pygit2.IndexEntry(path, oid, mode))
     tree_id = index.write_tree(repo)
-    return str(repo.create_commit("HEAD", SIGNATURE, SIGNATURE, message, tree_id, parents))
+    signature = SIGNATURE if at is None else signed_at(at)
+    return str(repo.create_commit("HEAD", signature, signature, message, tree_id, parents))
+
+
+def signed_at(at: int) -> pygit2.Signature:
+    return pygit2.Signature(SIGNATURE.name, SIGNATURE.email, at, 0)
+
+
+def merge_into_head(repo: pygit2.Repository, other: str, message: str, at: int | None = None) -> str:
+    """A merge commit on HEAD's branch with HEAD as its first parent and `other` as its second; the
+    two sides must not conflict. Returns its id (hex)."""
+    head = repo.head.peel(pygit2.Commit)
+    index = repo.merge_commits(head, repo[other])
+    if index.conflicts is not None:
+        raise ValueError(f"merging {other[:12]} into HEAD conflicts")
+    signature = SIGNATURE if at is None else signed_at(at)
+    parents = [head.id, pygit2.Oid(hex=other)]
+    return str(repo.create_commit("HEAD", signature, signature, message, index.write_tree(repo), parents))
 
 
 def _object_for(repo: pygit2.Repository, value: FileValue) -> tuple[pygit2.Oid, FileMode]:

@@ -107,7 +107,7 @@ def _open(path: Path) -> pygit2.Repository:
         raise RepoError(f"not a git repository: {path}") from None
 
 
-def _resolve_commit(repo: pygit2.Repository, commit: str, where: Path) -> pygit2.Commit:
+def resolve_commit(repo: pygit2.Repository, commit: str, where: Path) -> pygit2.Commit:
     """A full id, an unambiguous short id, or any revision git understands ("HEAD~1")."""
     try:
         return repo.revparse_single(commit.strip()).peel(pygit2.Commit)
@@ -140,7 +140,7 @@ class RepoSnapshot:
     def open(cls, path: str | os.PathLike, commit: str) -> RepoSnapshot:
         where = Path(path)
         repo = _open(where)
-        return cls(repo, _resolve_commit(repo, commit, where), where)
+        return cls(repo, resolve_commit(repo, commit, where), where)
 
     def __reduce__(self):
         return (RepoSnapshot.open, (str(self.path), self.commit_id))
