@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .errors import BadInput
+from magis_ray.events.errors import BadInput
 
 
 class DateType(click.ParamType):
@@ -76,25 +76,22 @@ def make_command(repo_path: str | None, out: Path, since: datetime | None, until
     that change both test files and other files: the commit's parent is the base commit, its change to
     test files the test patch, the rest the gold patch, and the issue it resolves (or its message) the
     problem statement. FAIL_TO_PASS and PASS_TO_PASS stay empty until the tasks are validated."""
-    from magis_ray.actors.code.repository import RepoError
-    from magis_ray.actors.swebench.issue_links import IssuesFileError, read_issues
-    from magis_ray.actors.swebench.task_making import (TaskInputError, check_issues_belong, commits_to_read,
-                                                       make_tasks, open_history, repository_name)
+    from magis_ray.actors.swebench.issue_links import read_issues
+    from magis_ray.actors.swebench.task_making import (check_issues_belong, commits_to_read, make_tasks, open_history,
+                                                       repository_name)
     from magis_ray.actors.swebench.task_records import passed_over_path, write_jsonl
 
     if not out.parent.is_dir():
         raise BadInput(f"--out {out}: the folder {out.parent} does not exist")
     started = time.monotonic()
     revisions = read_lines(commits_file, "the commits file") if commits_file else None
-    try:
-        history, copy = open_history(repo_path or ".", search=repo_path is None)
-        name = repository_name(copy, repo_name)
-        issues = read_issues(issues_file.read_bytes(), str(issues_file)) if issues_file else {}
-        check_issues_belong(issues, name)
-        commits = commits_to_read(history, since, until, revisions)
-        made = make_tasks(history, commits, name, issues)
-    except (RepoError, TaskInputError, IssuesFileError) as exc:
-        raise BadInput(str(exc)) from None
+    history, copy = open_history(repo_path or ".", search=repo_path is None)
+    name = repository_name(copy, repo_name)
+    issues = read_issues(issues_file.read_bytes(), str(issues_file)) if issues_file else {}
+    check_issues_belong(issues, name)
+    commits = commits_to_read(history, since, until, revisions)
+    made = make_tasks(history, commits, name, issues)
+
     reasons_path = passed_over_path(out)
     write_jsonl(reasons_path, made.passed_over)
     write_jsonl(out, made.records)

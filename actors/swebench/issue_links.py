@@ -18,6 +18,7 @@ import re
 from datetime import datetime
 from typing import Annotated
 
+from magis_ray.events.errors import BadInput
 import msgspec
 
 # swebench.collect.utils.PR_KEYWORDS: GitHub's closing keywords
@@ -48,7 +49,7 @@ class ListedIssue(msgspec.Struct, forbid_unknown_fields=False):
     comments: list[IssueComment] = []
 
 
-class IssuesFileError(ValueError):
+class IssuesFileError(BadInput):
     """An issues file that is not what gh writes; the message is one line."""
 
 

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import msgspec
 
+from magis_ray.events.errors import BadInput
+
 from magis_ray.actors.code.history import CommitChange, FileChange, History
 from magis_ray.actors.code.workingcopy import WorkingCopy, open_working_copy
 from magis_ray.actors.runtime.issue import github_name
@@ -49,7 +51,7 @@ _OWNER_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
 ID_DIGITS = 12  # of the commit's id in an instance id; the whole id where two candidates share them
 
 
-class TaskInputError(ValueError):
+class TaskInputError(BadInput):
     """Input `tasks make` cannot use; the message is one line."""
 
 
