@@ -22,7 +22,6 @@ _encoder = msgspec.json.Encoder()
 _version_decoder = msgspec.json.Decoder(_SchemaVersion)
 _recorded_decoder = msgspec.json.Decoder(Recorded)
 _raw_decoder = msgspec.json.Decoder()
-_event_decoder = msgspec.json.Decoder(AnyEvent)
 
 
 class DecodeError(MagisError, ValueError):
@@ -47,13 +46,6 @@ def decode_recorded(data: bytes | str) -> Recorded:
     try:
         return read_recorded(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise DecodeError(f"undecodable event: {exc}") from None
-
-
-def decode_event(data: bytes | str) -> AnyEvent:
-    try:
-        return _event_decoder.decode(data)
-    except msgspec.DecodeError as exc:
         raise DecodeError(f"undecodable event: {exc}") from None
 
 

@@ -68,11 +68,6 @@ class EarlierRuns:
         return found
 
 
-def runs_by_instance(store: EventLog, batch: str) -> dict[str, list[tuple[str, list]]]:
-    """The batch's earlier runs in the store, per instance id (oldest first)."""
-    return EarlierRuns(store, batch).refresh()
-
-
 def instance_key(batch: str, instance_id: str) -> str:
     """The lease a batch driver holds while it decides on and drives one of its instances."""
     return f"batch:{batch}:{instance_id}"

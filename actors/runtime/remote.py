@@ -47,7 +47,7 @@ def actor_classes():
     }
 
 
-def here() -> NodeAffinitySchedulingStrategy:
+def on_this_node() -> NodeAffinitySchedulingStrategy:
     """This process's node, and no other."""
     return NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
 
@@ -81,7 +81,7 @@ def gateway_name(config) -> str:
 def _shared_actor(kind: str, name: str, *args):
     if name not in _shared:
         _shared[name] = actor_classes()[kind].options(
-            name=name, namespace=NAMESPACE, get_if_exists=True, lifetime="detached", scheduling_strategy=here(),
+            name=name, namespace=NAMESPACE, get_if_exists=True, lifetime="detached", scheduling_strategy=on_this_node(),
         ).remote(*args)
     return _shared[name]
 
@@ -227,12 +227,12 @@ class PooledRoles:
 def role_actor(kind: str):
     """A Custodian beside the pool (the driver's node, where the repositories are); Developers and
     QA Engineers need only their task's data, so they spread over the cluster."""
-    return actor_classes()[kind].options(scheduling_strategy=here() if kind == "custodian" else "SPREAD").remote()
+    return actor_classes()[kind].options(scheduling_strategy=on_this_node() if kind == "custodian" else "SPREAD").remote()
 
 
 def pool_actor():
     """A driver's pool of role actors, on its node; it ends with the driver."""
-    return actor_classes()["pool"].options(scheduling_strategy=here()).remote()
+    return actor_classes()["pool"].options(scheduling_strategy=on_this_node()).remote()
 
 
 def supervisor_actor(pool):
@@ -241,7 +241,7 @@ def supervisor_actor(pool):
 
     port = PooledRoles(pool)
     roles = RoleActors(take=port.take, give_back=port.give_back, bench=partial(bench_tasks, placements=placements_actor()))
-    return actor_classes()["supervisor"].options(scheduling_strategy=here()).remote(roles)
+    return actor_classes()["supervisor"].options(scheduling_strategy=on_this_node()).remote(roles)
 
 
 # --- environment builds and test runs as Ray tasks, for grading and for the team's bench -------
@@ -395,7 +395,7 @@ class Placements:
 def placements_actor():
     """This driver's placements, on its node (made once a process; it ends with the driver)."""
     if "placements" not in _shared:
-        _shared["placements"] = ray.remote(num_cpus=0, max_concurrency=16)(Placements).options(scheduling_strategy=here()).remote()
+        _shared["placements"] = ray.remote(num_cpus=0, max_concurrency=16)(Placements).options(scheduling_strategy=on_this_node()).remote()
     return _shared["placements"]
 
 

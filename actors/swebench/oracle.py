@@ -134,11 +134,6 @@ def build_oracle(instance: Instance, repo_path: str, settings: RunSettings = ORA
     return Oracle(team=team, candidates=candidates, limits=limits)
 
 
-def oracle_server(instance: Instance, repo_path: str, settings: RunSettings = ORACLE_SETTINGS) -> ScriptedServer:
-    """A scripted model server answering every step of `instance` from its gold patch."""
-    return ScriptedServer(build_oracle(instance, repo_path, settings).team)
-
-
 def run_oracle(instance: Instance, repo_path: str, store, run_id: str, settings: RunSettings = ORACLE_SETTINGS,
                oracle: Oracle | None = None) -> RunFinished | RunFailed:
     """One whole run of `instance` in this process (real gateway over HTTP, the given store),

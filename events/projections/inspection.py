@@ -59,23 +59,6 @@ def steps(view: RunView) -> list[Step]:
     return sorted(rows, key=lambda s: s.record.version)
 
 
-@dataclass(frozen=True)
-class Reuse:
-    path: str
-    source: str  # "memory": the summary of this very version; "diff": an earlier one and a commit message
-    summary: str
-    blob_id: str
-    earlier_blob_id: str = ""
-    commit_message: str = ""
-
-
-def memory_reuse(view: RunView) -> tuple[list[Reuse], int]:
-    """The summaries the Custodian took from memory, and how many it wrote fresh."""
-    reused = [Reuse(s.path, s.source, s.summary, s.blob_id, s.earlier_blob_id, s.commit_message)
-              for s in view.summaries if s.source != "fresh"]
-    return reused, len(view.summaries) - len(reused)
-
-
 _HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 
 
