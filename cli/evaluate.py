@@ -1,21 +1,11 @@
-"""`magis-ray eval`: the paper's metrics for the runs in a store, against a SWE-bench dataset.
-
-Per run: applied (the diff passes `git apply --check` on the base commit), file-localization
-recall, line-localization coverage, the change complexity of the run's diff and of the gold
-patch, and, with --test-cmd, resolved. Then the totals, the recall curve, the complexity table
-(the paper's Table 5) per repository and overall; as text, as JSON (--json) and as SVG plots
-(--plots: recall.svg and coverage.svg, the paper's figures 3 and 5).
-
-Bad input never stops the evaluation: a dataset line missing a field, a repository missing, a
-base commit absent, an unknown run: each becomes an error row, and the rest goes on.
-"""
+"""`magis-ray eval`: the command's shell over the evaluation (actors/swebench/evaluation.py): its
+rows and totals printed as text, as JSON (--json) and as SVG plots (--plots: recall.svg and
+coverage.svg, the paper's figures 3 and 5), and the predictions file written."""
 from __future__ import annotations
 
 import json
-from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from statistics import mean
 from typing import TYPE_CHECKING
 
 import click
@@ -24,173 +14,10 @@ from .options import store_option
 from .wording import count
 
 if TYPE_CHECKING:
-    from magis_ray.actors.swebench.instances import Instance
+    from magis_ray.actors.swebench.evaluation import Row
 
-# The metric modules import pygit2: they are imported inside the functions, so that registering
-# this command keeps `magis-ray --help` free of heavy imports.
-
-COVERAGE_BINS = 10
-
-
-@dataclass
-class Row:
-    """One run's evaluation, or an error row (`error` set, the metrics None)."""
-
-    instance_id: str
-    repo: str = ""
-    run_id: str = ""
-    error: str = ""
-    applied: bool | None = None
-    apply_error: str = ""
-    located: list[str] = field(default_factory=list)
-    ranked: list[str] = field(default_factory=list)
-    gold: list[str] = field(default_factory=list)
-    recall: float | None = None
-    coverage: float | None = None
-    complexity: dict | None = None  # the run's diff
-    gold_complexity: dict | None = None
-    resolved: bool | None = None  # None: not tested
-    test_detail: str = ""
-
-
-# --- gathering the rows (all the I/O) --------------------------------------------------------
-
-
-def evaluate_run(view, instance: Instance, repo_path: str, test_cmd: str | None, graded: dict | None = None) -> tuple[Row, str]:
-    """The row of one folded run, and its diff."""
-    from magis_ray.actors.code.diffs import changed_line_ranges
-    from magis_ray.actors.code.repository import RepoSnapshot
-    from magis_ray.actors.swebench.instances import check_applies, gold_files, run_tests
-    from magis_ray.actors.swebench.metrics import complexity, file_recall, line_coverage
-    from magis_ray.events.projections import final_diff
-
-    row = Row(instance.instance_id, instance.repo, view.run_id)
-    snapshot = RepoSnapshot.open(repo_path, instance.base_commit)  # RepoError: commit absent
-    diff = final_diff(view)
-    problem = check_applies(repo_path, instance.base_commit, diff)
-    row.applied, row.apply_error = problem is None, problem or ""
-    row.gold = gold_files(instance.patch)
-    row.located = list(view.located.paths) if view.located else []
-    row.ranked = [c.path for c in view.ranked.candidates] if view.ranked else []
-    row.recall = file_recall(row.located, row.gold)
-    run_ranges, gold_ranges = changed_line_ranges(diff), changed_line_ranges(instance.patch)
-    row.coverage = line_coverage(run_ranges, gold_ranges)
-    base_texts = {p: snapshot.read_text(p) for p in {*run_ranges, *gold_ranges} if snapshot.blob_id(p)}
-    row.complexity = complexity(diff, base_texts).as_dict() if diff else None
-    row.gold_complexity = complexity(instance.patch, base_texts).as_dict()
-    if test_cmd:
-        outcome = run_tests(repo_path, instance, diff, test_cmd)
-        row.resolved, row.test_detail = outcome.resolved, outcome.detail
-    elif graded:
-        from magis_ray.actors.swebench.grading import patch_sha
-
-        result = graded.get((instance.instance_id, patch_sha(diff)))
-        if result is not None:  # `magis-ray grade` graded exactly this diff
-            row.resolved = result.resolved
-            row.test_detail = (f"graded: {result.error_step}: {result.error}" if result.error_step and not result.resolved
-                               else f"graded: FAIL_TO_PASS {len(result.fail_to_pass_success)}/"
-                                    f"{len(result.fail_to_pass_success) + len(result.fail_to_pass_failure)}")
-    return row, diff
-
-
-def repo_for(instance: Instance, view, repos_dir: str | None) -> str:
-    """--repos-dir/owner__name when given, else where the run found the repository."""
-    from magis_ray.actors.code.repository import find_repo
-
-    if repos_dir:
-        return str(find_repo(instance.repo, repos_dir=repos_dir))
-    recorded = view.started.repo_path if view.started else ""
-    return str(find_repo(instance.repo, repo_path=recorded or None))
-
-
-def gather(store, instances: dict[str, Instance], runs: tuple[str, ...], repos_dir: str | None,
-           test_cmd: str | None) -> tuple[list[Row], dict[str, tuple[str, str]]]:
-    """A row per run (the given ones, else every run of a dataset instance), and the diff of each
-    instance's latest evaluated run (instance id -> (run id, diff)) for a predictions file."""
-    from magis_ray.actors.swebench.grading_batch import grading_results
-    from magis_ray.events.projections import fold
-    from magis_ray.events.streams import StreamKind
-
-    from .source import resolve_run_id
-
-    graded = grading_results(store)  # resolved, when --test-cmd is not given: `magis-ray grade`'s results
-    rows: list[Row] = []
-    diffs: dict[str, tuple[str, str]] = {}
-    if runs:
-        chosen = []
-        for run in runs:
-            try:
-                chosen.append(resolve_run_id(store, run))
-            except Exception as exc:  # noqa: BLE001 - an unknown or ambiguous id is one error row
-                rows.append(Row(instance_id="", run_id=run, error=str(exc)))
-    else:
-        chosen = [info.run_id for info in store.list_runs() if StreamKind.of(info.run_id) is StreamKind.RUN]
-    for run_id in chosen:
-        view = fold(store.read(run_id))
-        instance_id = view.started.instance_id if view.started else ""
-        instance = instances.get(instance_id)
-        if instance is None:
-            if runs:  # asked for by id: say why it is not evaluated
-                rows.append(Row(instance_id, run_id=run_id, error=f"instance {instance_id or '?'} is not in the dataset"))
-            continue
-        try:
-            row, diff = evaluate_run(view, instance, repo_for(instance, view, repos_dir), test_cmd, graded)
-        except Exception as exc:  # noqa: BLE001 - a missing repository or commit is this row's error
-            rows.append(Row(instance.instance_id, instance.repo, run_id, error=f"{type(exc).__name__}: {exc}"))
-            continue
-        rows.append(row)
-        diffs[instance.instance_id] = (run_id, diff)
-    if not runs:
-        evaluated = {r.instance_id for r in rows}
-        rows += [Row(i.instance_id, i.repo, error="no run of this instance in the store")
-                 for i in instances.values() if i.instance_id not in evaluated]
-    return rows, diffs
-
-
-# --- the totals ------------------------------------------------------------------------------
-
-
-def summarize(rows: list[Row]) -> dict:
-    from magis_ray.actors.swebench.metrics import Complexity, complexity_summary, histogram, recall_curve
-
-    ok = [r for r in rows if not r.error]
-    tested = [r for r in ok if r.resolved is not None]
-    recalls = [r.recall for r in ok if r.recall is not None]
-    coverages = [r.coverage for r in ok if r.coverage is not None]
-    max_k = max((len(r.ranked) for r in ok), default=0)
-    by_repo: dict[str, list[Row]] = defaultdict(list)
-    for r in ok:
-        by_repo[r.repo].append(r)
-
-    def table(group: list[Row]) -> dict:
-        return {
-            "runs": len(group),
-            "run": complexity_summary([Complexity(**r.complexity) for r in group if r.complexity]),
-            "gold": complexity_summary([Complexity(**r.gold_complexity) for r in group if r.gold_complexity]),
-        }
-
-    return {
-        "runs": len(ok),
-        "errors": len(rows) - len(ok),
-        "applied": sum(bool(r.applied) for r in ok),
-        "applied_ratio": _ratio(sum(bool(r.applied) for r in ok), len(ok)),
-        "tested": len(tested),
-        "resolved": sum(bool(r.resolved) for r in tested) if tested else None,
-        "resolved_ratio": _ratio(sum(bool(r.resolved) for r in tested), len(tested)) if tested else None,
-        "recall": {
-            "located": {"files": mean(len(r.located) for r in ok), "recall": mean(recalls)} if recalls else None,
-            "bm25": recall_curve([(r.ranked, r.gold) for r in ok], max_k),
-        },
-        "coverage": {
-            "mean": mean(coverages) if coverages else None,
-            "histogram": histogram(coverages, COVERAGE_BINS),
-        },
-        "complexity": {**{repo: table(group) for repo, group in sorted(by_repo.items())}, "overall": table(ok)},
-    }
-
-
-def _ratio(part: int, whole: int) -> float | None:
-    return part / whole if whole else None
+# The evaluation's modules import pygit2: they are imported inside the command, so that registering
+# it keeps `magis-ray --help` free of heavy imports.
 
 
 # --- the terminal report ---------------------------------------------------------------------
@@ -323,30 +150,49 @@ def coverage_svg(summary: dict, subject: str) -> str:
 @click.option("--repos-dir", type=click.Path(), help="A folder of owner__name clones (default: where each run found its repository).")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), help="Write every row and the totals as JSON.")
 @click.option("--plots", type=click.Path(path_type=Path), help="Write recall.svg and coverage.svg into this folder.")
-@click.option("--test-cmd", help='Run the tests: e.g. "python -m pytest -x {tests}" ({tests}: FAIL_TO_PASS and PASS_TO_PASS).')
+@click.option("--test-cmd", help='Grade each diff with this test command, e.g. "python -m pytest -rA {tests}" ({tests}: '
+                                 "FAIL_TO_PASS and PASS_TO_PASS; without it, the test patch's files), in the sandbox, "
+                                 "within the [grade] settings' limits.")
 @click.option("--predictions", type=click.Path(path_type=Path),
               help="Write the SWE-bench predictions file here (default when Docker is present: predictions.jsonl).")
-def eval_command(store_path: str, dataset: Path, runs: tuple[str, ...], repos_dir, json_out, plots, test_cmd, predictions) -> None:
+@click.pass_context
+def eval_command(ctx: click.Context, store_path: str, dataset: Path, runs: tuple[str, ...], repos_dir, json_out, plots,
+                 test_cmd, predictions) -> None:
     """Evaluate runs against a SWE-bench dataset: applied, file recall, line coverage, change
-    complexity, and resolved (with --test-cmd, or the official harness where Docker runs)."""
+    complexity, and resolved (graded with --test-cmd, or by `magis-ray grade` of the same diff)."""
+    from magis_ray.actors.swebench.evaluation import Row, gather, summarize, test_command_grader
     from magis_ray.actors.swebench.instances import docker_available, harness_command, load_dataset
+    from magis_ray.events.errors import BadInput, MagisError
     from magis_ray.events.projections import fold, prediction
     from magis_ray.store import open_store
 
-    from magis_ray.events.errors import BadInput
+    from .config import effective_settings, given_flags, project_root
+    from .source import resolve_run_id
 
     try:
         instances, errors = load_dataset(dataset)
     except (OSError, ValueError) as exc:
         raise BadInput(f"cannot read the dataset {dataset}: {exc}") from None
     by_id = {i.instance_id: i for i in instances}
+    # --test-cmd is the grade section's: the other [grade] settings (timeout, memory, sandbox, env-setup) hold too
+    grader = test_command_grader(effective_settings(given_flags(ctx, ("grade",)), project_root(None)).grade,
+                                 repos_dir) if test_cmd else None
+    rows: list[Row] = [Row(e.instance_id, error=f"dataset line {e.line}: {e.reason}") for e in errors]
     store = open_store(store_path)
     try:
-        rows, diffs = gather(store, by_id, runs, repos_dir, test_cmd)
+        chosen = None
+        if runs:
+            chosen = []
+            for run in runs:
+                try:
+                    chosen.append(resolve_run_id(store, run))
+                except MagisError as exc:  # an unknown or ambiguous id is one error row
+                    rows.append(Row(instance_id="", run_id=run, error=exc.line))
+        gathered, diffs = gather(store, by_id, chosen, repos_dir, grader)
         views = {run_id: fold(store.read(run_id)) for run_id, _ in diffs.values()}
     finally:
         store.close()
-    rows = [Row(e.instance_id, error=f"dataset line {e.line}: {e.reason}") for e in errors] + rows
+    rows += gathered
     summary = summarize(rows)
     click.echo(report_text(rows, summary))
     if json_out:

@@ -21,7 +21,7 @@ from scenarios import MEAN_FIX, SHOUT_FIX, make_calc_repo
 from magis_ray.actors.code.diffs import changed_line_ranges, file_diff, join_diffs
 from magis_ray.actors.code.edits import apply_edits
 from magis_ray.actors.swebench.instances import (
-    Instance, apply_patch, check_applies, gold_files, load_dataset, parse_test_list, run_tests,
+    Instance, apply_patch, check_applies, gold_files, load_dataset, parse_test_list,
 )
 from magis_ray.cli.evaluate import coverage_svg, eval_command, recall_svg
 from magis_ray.events.errors import BadInput
@@ -251,19 +251,29 @@ def test_apply_patch_gives_each_touched_file_and_writes_nothing_into_the_reposit
     assert sorted(p for p in path.rglob("*")) == before
 
 
-def test_run_tests_resolves_only_when_every_test_passes(calc_repo):
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
+def test_a_test_command_grades_a_diff_as_a_grading_does(calc_repo, tmp_path, monkeypatch):
+    """--test-cmd's verdict is a grading's: the diff on a testbed of the repository, the user's command
+    with the instance's tests in place of {tests}, judged by FAIL_TO_PASS and PASS_TO_PASS, within
+    the [grade] settings' limits."""
+    from magis_ray.actors.swebench.evaluation import test_command_grader
+    from magis_ray.events.settings import GradeSettings
+
+    monkeypatch.setenv("MAGIS_ENV_CACHE", str(tmp_path / "envs"))
     path, base = calc_repo
     stats = "calc/stats.py"
     base_text = read_base(path, base)[stats][0]
     fix = file_diff(stats, base_text, apply_edits(base_text, [MEAN_FIX]))
     instance = Instance("calc__calc-1", "calc/calc", base, "mean is wrong", fix,
                         fail_to_pass=("tests/test_calc.py::test_mean",), pass_to_pass=("tests/test_calc.py::test_median",))
-    command = f"{sys.executable} -m pytest -q -p no:cacheprovider {{tests}}"
-    assert run_tests(path, instance, fix, command).resolved
+    # calc is a folder of modules and tests, no package to install
+    settings = GradeSettings(env_setup="python -m pip install pytest", test_cmd="python -m pytest -rA -p no:cacheprovider {tests}")
+    grader = test_command_grader(settings, None)
+    fixed = grader(instance, fix, path)
+    assert fixed.resolved and fixed.tests_status.fail_to_pass.success == ["tests/test_calc.py::test_mean"], fixed.error
     wrong = file_diff(stats, base_text, base_text.replace("return ordered[middle]\n", "return None\n"))
-    outcome = run_tests(path, instance, wrong, command)
-    assert not outcome.resolved and outcome.detail.startswith("exit 1")
-    assert run_tests(path, instance, "", command).detail == "the diff is empty"
+    broken = grader(instance, wrong, path)
+    assert not broken.resolved and broken.tests_status.pass_to_pass.failure == ["tests/test_calc.py::test_median"]
 
 
 # --- the eval command ---------------------------------------------------------------------
@@ -350,9 +360,10 @@ def test_plots_escape_text_from_the_data():
 def test_eval_command_rows_totals_json_plots_and_error_rows(evaluation_setup, tmp_path, monkeypatch):
     store, repos, dataset = evaluation_setup
     out, plots = tmp_path / "eval.json", tmp_path / "plots"
-    command = f"{sys.executable} -m pytest -q -p no:cacheprovider {{tests}}"
+    monkeypatch.setenv("MAGIS_ENV_CACHE", str(tmp_path / "envs"))
+    monkeypatch.setenv("MAGIS_GRADE_ENV_SETUP", "python -m pip install pytest")
     result = invoke("--store", store, "--dataset", dataset, "--repos-dir", repos, "--json", out, "--plots", plots,
-                    "--test-cmd", command, monkeypatch=monkeypatch)
+                    "--test-cmd", "python -m pytest -rA -p no:cacheprovider {tests}", monkeypatch=monkeypatch)
     assert result.exit_code == 0, result.output
     rows = {(r["instance_id"], r["run_id"]): r for r in json.loads(out.read_text())["rows"]}
     calc = rows[("calc__calc-2", "run-calc")]
@@ -429,5 +440,5 @@ def test_eval_takes_resolved_from_a_grading_of_the_same_diff(evaluation_setup, t
     result = invoke("--store", store, "--dataset", dataset, "--repos-dir", repos, "--json", out, monkeypatch=monkeypatch)
     assert result.exit_code == 0, result.output
     row = {r["run_id"]: r for r in json.loads(out.read_text())["rows"]}["run-calc"]
-    assert row["resolved"] is True and row["test_detail"] == "graded: FAIL_TO_PASS 1/1"
+    assert row["resolved"] is True and row["test_detail"] == "FAIL_TO_PASS 1/1"
     assert "resolved:  1 of 1 tested (100.0%)" in result.output

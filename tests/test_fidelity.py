@@ -34,7 +34,8 @@ from magis_ray.actors.execution.sandbox import BubblewrapSandbox, bwrap_path
 from magis_ray.actors.execution.environments import SystemPackagesMissing
 from magis_ray.actors.execution.testbeds import TestbedCache, TestbedRecipe
 from magis_ray.actors.execution.runner import test_limits
-from magis_ray.actors.swebench.grading import CustomSetup, grade
+from magis_ray.actors.swebench.grading import grade
+from magis_ray.events.settings import GradeSettings
 
 pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
 PY = "3.11"
@@ -61,7 +62,7 @@ def grade_custom(caches, record_, patch, env_setup="python -m pip install -e . p
     testbeds, root = caches
     runner = TestRunner(BubblewrapSandbox(), test_limits(300, 4 * 1024 ** 3), network=network)
     return grade(record_, patch, root / "repos", testbeds, runner, model="fixture",
-                 custom=CustomSetup(PY, env_setup, "pytest -rA"))
+                 settings=GradeSettings(env_python=PY, env_setup=env_setup, test_cmd="pytest -rA"))
 
 
 # --- A and H: the date, and what wins over it -------------------------------------------------

@@ -12,6 +12,7 @@ A user's own repository (`custom_spec`) needs none of it: its tests are pytest's
 core's parser, so a plain install tests it."""
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -207,6 +208,12 @@ def _conda_to_pip(package: str) -> str:
 
 DEFAULT_ENV_SETUP = "python -m pip install -e . pytest"
 DEFAULT_TEST_CMD = "pytest -rA"
+TESTS_PLACE = "{tests}"  # in a user's test command: where the instance's tests go
+
+
+def _listed(record: dict, name: str) -> list[str]:
+    value = record.get(name) or []
+    return json.loads(value) if isinstance(value, str) else list(value)
 
 
 def custom_spec(record: dict, python: str, env_setup: str | None = None, test_cmd: str | None = None) -> InstanceSpec:
@@ -220,9 +227,15 @@ def custom_spec(record: dict, python: str, env_setup: str | None = None, test_cm
     testbed = TestbedRecipe(env=env, repo=record["repo"], commit=record["base_commit"], install=(env_setup or DEFAULT_ENV_SETUP,),
                             label=f"{record['repo']} (--env-setup)")
     test_patch = record.get("test_patch", "")
-    directives = swebench_harness.test_directives(record) if test_patch else []
+    if test_cmd and TESTS_PLACE in test_cmd:
+        # the user's command says where the instance's tests go: FAIL_TO_PASS and PASS_TO_PASS by id
+        tests = [*_listed(record, "FAIL_TO_PASS"), *_listed(record, "PASS_TO_PASS")]
+        command = test_cmd.replace(TESTS_PLACE, " ".join(shlex.quote(test) for test in tests))
+    else:
+        directives = swebench_harness.test_directives(record) if test_patch else []
+        command = " ".join([test_cmd or DEFAULT_TEST_CMD, *directives])
     return InstanceSpec(
-        testbed=testbed, test_command=" ".join([test_cmd or DEFAULT_TEST_CMD, *directives]),
+        testbed=testbed, test_command=command,
         test_files=tuple(swebench_harness.modified_files(test_patch)) if test_patch else (), eval_commands=(),
         parse=parse_pytest_log,
     )

@@ -65,8 +65,9 @@ def spec_for(record: dict, repo_path: Path, settings: GradeSettings = GradeSetti
 
 def grade(record: dict, patch: str | None, repos_dir: str | Path, testbeds: TestbedCache, runner: TestRunner,
           model: str = "", logs_dir: str | Path | None = None, settings: GradeSettings = GradeSettings(),
-          run_empty: bool = False, install_again: bool = True) -> InstanceGraded:
-    """Grade `patch` (None: the prediction has none) against the SWE-bench `record`. An empty or
+          run_empty: bool = False, install_again: bool = True, repository: Path | None = None) -> InstanceGraded:
+    """Grade `patch` (None: the prediction has none) against the SWE-bench `record`, its repository
+    at `repository`, else REPOS_DIR/owner__name (its submodules' mirrors beside it). An empty or
     missing patch is not run (the harness's rule) unless `run_empty`: the grader's own check
     that the tests fail without a fix. `install_again=False` leaves out the eval script's install
     step (the benchmark's like-for-like run against `--sandbox none`, which has none)."""
@@ -74,7 +75,7 @@ def grade(record: dict, patch: str | None, repos_dir: str | Path, testbeds: Test
                             patch_is_None=patch is None, patch_exists=patch is not None, completed=False)
     if patch in ("", None) and not run_empty:
         return replace(result, ran=False)
-    repo_path = Path(repos_dir) / record["repo"].replace("/", "__")
+    repo_path = repository or Path(repos_dir) / record["repo"].replace("/", "__")
     if not repo_path.is_dir():
         return _failed(result, "repository", f"no repository for {record['repo']} in {repos_dir} (looked for {repo_path})")
     try:

@@ -64,15 +64,19 @@ def testbed_cache(options: WorkerOptions, cache_root: str | None = None, stop: t
     return TestbedCache(envs)
 
 
+def test_runner(settings: GradeSettings, stop: threading.Event | None = None) -> TestRunner:
+    """A grading's test runs: in the settings' sandbox, within their limits, with the network where
+    they give it; `stop` ends them (SandboxStopped)."""
+    return TestRunner(open_sandbox(settings.sandbox, stop=stop), test_limits(settings.timeout, size_bytes(settings.memory)),
+                      network=settings.network)
+
+
 def grade_job(job: GradeJob, options: WorkerOptions, cache_root: str | None = None,
               stop: threading.Event | None = None) -> InstanceGraded:
     """One instance, start to end, on whichever node runs it (its environment cache is that node's);
     `stop` ends its builds and its test run (SandboxStopped)."""
-    settings = options.grade
-    runner = TestRunner(open_sandbox(settings.sandbox, stop=stop), test_limits(settings.timeout, size_bytes(settings.memory)),
-                        network=settings.network)
-    return grade(job.record, job.patch, options.repos_dir, testbed_cache(options, cache_root, stop), runner, job.model,
-                 options.logs_dir, settings, run_empty=options.run_empty)
+    return grade(job.record, job.patch, options.repos_dir, testbed_cache(options, cache_root, stop),
+                 test_runner(options.grade, stop), job.model, options.logs_dir, options.grade, run_empty=options.run_empty)
 
 
 def grade_after_build(job: GradeJob, options: WorkerOptions, built: dict | None) -> InstanceGraded:

@@ -44,6 +44,12 @@ class Instance:
     pass_to_pass: tuple[str, ...] = ()
     line: int = 0  # where it was in the dataset file (1-based; a .json list's item number)
 
+    def record(self) -> dict:
+        """As a SWE-bench record, with the fields grading reads."""
+        return {"instance_id": self.instance_id, "repo": self.repo, "base_commit": self.base_commit, "patch": self.patch,
+                "test_patch": self.test_patch, "version": self.version, "environment_setup_commit": self.base_commit,
+                "FAIL_TO_PASS": json.dumps(list(self.fail_to_pass)), "PASS_TO_PASS": json.dumps(list(self.pass_to_pass))}
+
     def issue(self) -> IssueRecord:
         return IssueRecord(
             instance_id=self.instance_id, repo=self.repo, base_commit=self.base_commit,
@@ -269,53 +275,6 @@ def apply_patch(repo_path: str | os.PathLike, commit: str, diff: str) -> dict[st
     """The files `diff` changes after applying it to `commit` (None: deleted); PatchError if it does not apply."""
     with ScratchIndex(repo_path, commit) as scratch:
         return scratch.apply(diff)
-
-
-# --- running an instance's tests ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TestOutcome:
-    resolved: bool
-    detail: str  # why not, or the test command's last output line
-
-
-def run_tests(
-    repo_path: str | os.PathLike, instance: Instance, diff: str, test_cmd: str, timeout_s: float = 1800.0,
-    sandbox: str = "bwrap",
-) -> TestOutcome:
-    """Apply `diff` and the instance's test patch to a scratch checkout of the base commit and run
-    `test_cmd` there, in the sandbox, its "{tests}" replaced by the FAIL_TO_PASS and PASS_TO_PASS
-    tests (quoted). Resolved iff the command exits 0: every one of those tests passed."""
-    from magis_ray.actors.execution.runner import INPUTS, TestRunner, test_limits
-    from magis_ray.actors.execution.sandbox import SandboxUnavailable, open_sandbox
-    from magis_ray.actors.code.workspaces import Workspace, WorkspaceError
-
-    if not diff.strip():
-        return TestOutcome(False, "the diff is empty")
-    tests = " ".join(shlex.quote(t) for t in (*instance.fail_to_pass, *instance.pass_to_pass))
-    runner = TestRunner(open_sandbox(sandbox), test_limits(timeout_s, 0))
-    inputs = {"diff": diff if diff.endswith("\n") else diff + "\n", "test_patch": instance.test_patch}
-    steps = [f"git apply -v {INPUTS}/diff || {{ echo 'magis-ray: the diff does not apply'; exit 97; }}"]
-    if instance.test_patch.strip():  # a record of the user's own repository may bring its tests in the diff
-        steps.append(f"git apply -v {INPUTS}/test_patch || {{ echo 'magis-ray: the test patch does not apply'; exit 97; }}")
-    script = "\n".join([*steps, test_cmd.replace("{tests}", tests)])
-    try:
-        with Workspace(repo_path, instance.base_commit) as workspace:
-            run = runner.run(None, script, inputs=inputs, tree=workspace.path)
-    except WorkspaceError as exc:
-        return TestOutcome(False, str(exc))
-    except SandboxUnavailable as exc:
-        return TestOutcome(False, str(exc))
-    if run.exit_code == 97:
-        reason = next((line for line in run.output.splitlines() if line.startswith("error:")), "")
-        which = "the test patch" if "the test patch does not apply" in run.output else "the diff"
-        return TestOutcome(False, f"{which} does not apply: {reason}".strip())
-    if run.timed_out:
-        return TestOutcome(False, f"the tests did not finish within {timeout_s:.0f} s")
-    output = run.output.strip().splitlines()
-    last = _one_line(output[-1]) if output else ""
-    return TestOutcome(run.exit_code == 0, last if run.exit_code == 0 else f"exit {run.exit_code}: {last}")
 
 
 def docker_available() -> bool:
