@@ -3,7 +3,9 @@ user's config.toml; flags, then the environment, then the project, then the user
 defaults; `magis-ray config` shows each setting's source and never the key."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -187,3 +189,40 @@ def test_resume_lays_the_record_by_the_settings_own_names_under_the_flags():
     assert "llm" not in other.values and "model" not in other.values and other.values["timeout"] == 7.0
     # a run from before the endpoint was recorded gives its model's name only
     assert recorded_layer(RunSettings(model="m"), flag_layer({})).values == {"model": "m"}
+
+
+# A copy of the package in which the settings model says other defaults, imported instead of the
+# installed one: what a grading's and a team's test runs are limited by must follow the model.
+OTHER_DEFAULTS = """
+import json, sys
+sys.meta_path[:] = [finder for finder in sys.meta_path if "editable" not in repr(finder).lower()]
+sys.path.insert(0, sys.argv[1])
+from magis_ray.events.settings import GradeSettings, RunSettings
+import magis_ray.events.settings
+assert magis_ray.events.settings.__file__.startswith(sys.argv[1]), magis_ray.events.settings.__file__
+from magis_ray.actors.runtime.bench import BenchSetup, ExecutionBench
+from magis_ray.actors.swebench.grading_batch import test_runner
+graded = test_runner(GradeSettings()).limits
+team = ExecutionBench(BenchSetup(record={"repo": "o/n", "base_commit": "0" * 40}, repo_path=".", settings=RunSettings()))
+print(json.dumps([graded.wall_seconds, graded.memory_bytes, team._runner.limits.wall_seconds, team._runner.limits.memory_bytes]))
+"""
+
+
+def test_a_default_changed_in_the_settings_model_is_what_test_runs_are_limited_by(tmp_path):
+    """No default of a test run's limits is written twice: changed in the settings model alone, the
+    limits of a grading's test runs and of a team's follow."""
+    root = Path(__file__).resolve().parents[1]
+    package = tmp_path / "magis_ray"
+    for folder in ("actors", "events", "store", "cli"):
+        shutil.copytree(root / folder, package / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    model = package / "events" / "settings.py"
+    text = model.read_text()
+    for old, new in (('timeout: Seconds = 1800.0', 'timeout: Seconds = 321.0'), ('memory: Size = "8G"', 'memory: Size = "3G"'),
+                     ('test_timeout: Seconds = 600.0', 'test_timeout: Seconds = 123.0'),
+                     ('test_memory: Size = "4G"', 'test_memory: Size = "2G"')):
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    model.write_text(text)
+    done = subprocess.run([sys.executable, "-c", OTHER_DEFAULTS, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [321.0, 3 << 30, 123.0, 2 << 30]
