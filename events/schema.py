@@ -231,6 +231,38 @@ class ReproductionWritten(Event, frozen=True, tag="ReproductionWritten"):
     attempt: int = 1
 
 
+class SourceRead(msgspec.Struct, frozen=True):
+    """One place a project declares what its tests need, as its environment's preparation read it:
+    `installed` what was taken from it ([] where it was read and passed over)."""
+
+    name: str  # "pyproject.toml [dependency-groups] tests"
+    installed: list[str] = []
+
+
+class SuiteReport(msgspec.Struct, frozen=True):
+    """A repository's suite as its test environment's preparation found it: where the environment
+    came from, what the suite's collection found, and how it did when run once at the base."""
+
+    python: str = ""  # the interpreter chosen ("3.12")
+    date: str = ""  # what its packages resolved as of (ISO 8601; "": today's)
+    sources: list[SourceRead] = []  # the places read, in order
+    added: list[str] = []  # distributions added for modules the collection found missing
+    collected: int = 0
+    collection_errors: list[str] = []  # "FILE: why", a file (or conftest) pytest could not load
+    ran: bool = False  # the suite ran at the base (not with collect-only, nor when nothing collected)
+    timed_out: bool = False  # its run at the base ran out of time: the counts are of what finished
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    deselected: int = 0
+    known_failures: list[str] = []  # failing at the base already: never held against a patch
+    left_out: list[str] = []  # what could not run here, in words: "2 need the network"
+    build_seconds: float = 0.0
+    collect_seconds: float = 0.0
+    run_seconds: float = 0.0
+
+
 class TestsRan(Event, frozen=True, tag="TestsRan"):
     """One test command on a workspace: the base commit with `patches` applied (their digest names
     them), the outcome, the parsed per-test results and the output cut to a sane size.
@@ -257,6 +289,7 @@ class TestsRan(Event, frozen=True, tag="TestsRan"):
     peak_memory_mb: int = 0  # the most memory the run held at once (what cannot be reclaimed)
     node: str = ""  # the Ray node id the tests ran on ("" outside Ray, and in logs written before)
     host: str = ""  # that node's host name
+    suite: SuiteReport | None = None  # a preparation's: the suite as it found it (None for SWE-bench's specs)
 
 
 class CandidateChosen(Event, frozen=True, tag="CandidateChosen"):

@@ -19,6 +19,9 @@ in the team's events and in a grading's report; tests/test_pytest_log.py checks 
 - a later line for the same test wins."""
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 STATUSES = ("FAILED", "PASSED", "SKIPPED", "ERROR", "XFAIL")
 
 
@@ -34,3 +37,78 @@ def parse_pytest_log(log: str) -> dict[str, str]:
         if len(words) > 1:
             results[words[1]] = words[0]
     return results
+
+
+# --- a whole suite: its collection, and what its failures need --------------------------------
+
+# A failure for want of the network, as Python, urllib3, requests and curl say it.
+NETWORK_SIGNS = ("Temporary failure in name resolution", "Name or service not known", "gaierror",
+                 "Network is unreachable", "Failed to establish a new connection", "nodename nor servname",
+                 "Could not resolve host", "No address associated with hostname", "[Errno 101]", "[Errno -3]",
+                 "[Errno -2]", "Max retries exceeded with url")
+# A failure for want of a server on this machine (a database, a cache), as their clients say it.
+SERVICE_SIGNS = ("Connection refused", "could not connect to server", "Can't connect to MySQL server",
+                 "Error 111 connecting to")
+_MISSING_MODULE = re.compile(r"No module named '([^']+)'")
+_ERROR_HEADING = re.compile(r"^_+ ERROR collecting (\S+) _+$", re.M)
+_COLLECTED = re.compile(r"(\d+)(?:/\d+)? tests? collected|collected (\d+) items?")
+_DESELECTED = re.compile(r"(\d+) deselected")
+
+
+@dataclass(frozen=True)
+class Collection:
+    """What `pytest --collect-only -q` said of a suite: the tests it found, and for each file (or
+    conftest) it could not load, the first line of why."""
+
+    tests: tuple[str, ...]
+    errors: tuple[tuple[str, str], ...]  # (the file, why), in pytest's order
+    deselected: int = 0
+    internal_error: str = ""  # pytest itself failed (INTERNALERROR, a conftest it cannot import): its line
+
+    @property
+    def missing_modules(self) -> tuple[str, ...]:
+        """The top-level modules the errors say are missing, in order, each once."""
+        found = [match.group(1).split(".")[0] for _, why in self.errors for match in _MISSING_MODULE.finditer(why)]
+        found += [m.group(1).split(".")[0] for m in _MISSING_MODULE.finditer(self.internal_error)]
+        return tuple(dict.fromkeys(found))
+
+
+def read_collection(output: str) -> Collection:
+    """`pytest --collect-only -q` output as a Collection: `-q` prints one test id a line, then the
+    errors' sections (a heading per file that failed to load, its traceback, its `E` lines), then
+    the count."""
+    tests = tuple(line.strip() for line in output.splitlines() if "::" in line and not line.startswith(("E ", " ", "_")))
+    errors: list[tuple[str, str]] = []
+    headings = list(_ERROR_HEADING.finditer(output))
+    for number, heading in enumerate(headings):
+        end = headings[number + 1].start() if number + 1 < len(headings) else len(output)
+        errors.append((heading.group(1), _why(output[heading.end():end])))
+    internal = ""
+    if "ImportError while loading conftest" in output or "INTERNALERROR" in output:
+        internal = _why(output) or next(line for line in output.splitlines() if "INTERNALERROR" in line or "conftest" in line)
+    deselected = _DESELECTED.search(output)
+    return Collection(tests=tests, errors=tuple(errors), deselected=int(deselected.group(1)) if deselected else 0,
+                      internal_error=internal)
+
+
+def _why(section: str) -> str:
+    """A traceback's reason: its last `E ` line (pytest's), else its last line that names an error."""
+    lines = [line[1:].strip() for line in section.splitlines() if line.startswith("E ")]
+    named = [line.strip() for line in section.splitlines() if "Error" in line or "error:" in line]
+    return (lines or named or [""])[-1][:300]
+
+
+def failures_wanting(output: str, failing: list[str], signs: tuple[str, ...]) -> list[str]:
+    """Of the `failing` tests, those whose failure section in pytest's output (its "____ name ____"
+    blocks) shows one of `signs`; with no sections to read, all of them when the output does."""
+    sections = re.split(r"\n_{3,} (.+?) _{3,}\n", output)
+    if len(sections) < 3:
+        return list(failing) if any(sign in output for sign in signs) else []
+    names = {test.split("::")[-1].split(" ")[0]: test for test in failing}
+    found = []
+    for header, body in zip(sections[1::2], sections[2::2]):
+        named = header.strip().split("::")[-1].split(".")[-1]
+        test = header.strip() if header.strip() in failing else names.get(named)
+        if test is not None and test not in found and any(sign in body for sign in signs):
+            found.append(test)
+    return found

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,16 +32,12 @@ from magis_ray.actors.execution.environments.interpreters import InterpreterMiss
 from magis_ray.actors.execution.runner import INPUTS, TestRunner
 from magis_ray.actors.execution.sandbox import MiB
 from magis_ray.actors.execution.specs import InstanceSpec, NoSpec, custom_spec, instance_spec
+from magis_ray.actors.code.pytest_log import NETWORK_SIGNS, failures_wanting
 from magis_ray.actors.code.swebench_harness import HarnessMissing, eval_script_lines, git_apply_commands, harness, test_spec
 from magis_ray.actors.execution.testbeds import TestbedCache
 
 OUTPUT_KEPT = 4000  # characters of test output kept in the result (its tail)
 EVAL_BEGINS = ">>>>> magis-ray: the eval script begins"
-# Test failures for want of the network, as Python, urllib3, requests and curl say them.
-NETWORK_SIGNS = ("Temporary failure in name resolution", "Name or service not known", "gaierror",
-                 "Network is unreachable", "Failed to establish a new connection", "nodename nor servname",
-                 "Could not resolve host", "No address associated with hostname", "[Errno 101]", "[Errno -3]",
-                 "[Errno -2]", "Max retries exceeded with url")
 
 
 def patch_sha(patch: str | None) -> str:
@@ -208,17 +203,7 @@ def needs_internet(test_output: str, tests_status: dict) -> bool:
     of one of them (pytest's "____ name ____" blocks, or the whole output when there are none)
     says so."""
     failing = [t for key in ("FAIL_TO_PASS", "PASS_TO_PASS") for t in tests_status.get(key, {}).get("failure", [])]
-    if not failing:
-        return False
-    sections = re.split(r"\n_{3,} (.+?) _{3,}\n", test_output)
-    if len(sections) < 3:
-        return any(sign in test_output for sign in NETWORK_SIGNS)
-    names = {t.split("::")[-1].split(" ")[0] for t in failing} | set(failing)
-    for header, body in zip(sections[1::2], sections[2::2]):
-        named = header.strip().split("::")[-1].split(".")[-1]
-        if (header.strip() in names or named in names) and any(sign in body for sign in NETWORK_SIGNS):
-            return True
-    return False
+    return bool(failing) and bool(failures_wanting(test_output, failing, NETWORK_SIGNS))
 
 
 def install_needs_the_index(eval_output: str) -> bool:

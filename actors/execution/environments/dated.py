@@ -231,21 +231,31 @@ def _version_of(filename: str, name: str) -> str:
     return version if normalized(head) == name else ""
 
 
+def index_files(name: str, environ: dict[str, str] | None = None, timeout: float = 30.0) -> list[dict] | None:
+    """The files the package index has of distribution `name`, from its JSON simple API (each with
+    its filename and upload-time); None when the index has no such name or does not answer."""
+    import urllib.request
+
+    index = (environ or process_environment()).get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+    request = urllib.request.Request(f"{index}/{normalized(name)}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return json.load(answer).get("files", [])
+    except (OSError, ValueError):
+        return None
+
+
+def on_the_index(name: str, environ: dict[str, str] | None = None) -> bool:
+    """Whether the package index has a release of distribution `name`."""
+    return bool(index_files(name, environ))
+
+
 def released(pin: str, environ: dict[str, str] | None = None, timeout: float = 30.0) -> str:
     """When `name==version` was first uploaded to the index (ISO 8601), from the index's JSON
     simple API; "" when the index does not say."""
-    import urllib.request
-
     name, _, version = pin.partition("==")
-    name = normalized(name)
-    index = (environ or process_environment()).get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
-    request = urllib.request.Request(f"{index}/{name}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            files = json.load(answer).get("files", [])
-    except (OSError, ValueError):
-        return ""
-    times = [f.get("upload-time", "") for f in files if _version_of(f.get("filename", ""), name) == version.lower()]
+    files = index_files(name, environ, timeout) or []
+    times = [f.get("upload-time", "") for f in files if _version_of(f.get("filename", ""), normalized(name)) == version.lower()]
     return min((t for t in times if t), default="")
 
 

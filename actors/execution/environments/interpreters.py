@@ -58,6 +58,20 @@ def find_python(version: str, overrides: dict[str, str] | None = None) -> str:
     )
 
 
+def available_versions(overrides: dict[str, str] | None = None) -> list[str]:
+    """The CPython versions ("3.11") this machine has, as find_python finds them, oldest first."""
+    found = {version for version in (overrides or {}) if version}
+    versions = _pyenv_root() / "versions"
+    if versions.is_dir():
+        found |= {match.group(1) for p in versions.iterdir() if (match := re.fullmatch(r"(\d+\.\d+)\.\d+", p.name))
+                  and (p / "bin" / "python").is_file()}
+    for minor in range(0, 30):
+        on_path = shutil.which(f"python3.{minor}")
+        if on_path and "/shims/" not in on_path:
+            found.add(f"3.{minor}")
+    return sorted(found, key=_patch_key)
+
+
 def interpreter_prefix(python: str) -> str:
     """Where the interpreter's own files are (its sys.base_prefix): what a sandbox must show for a
     virtual environment made from it to run."""

@@ -1,0 +1,133 @@
+"""A repository's tests made ready and measured before anyone relies on them: the environment its
+declarations give (inferred.py) built, its suite collected in the sandbox, each module the
+collection says is missing mapped to the distribution that provides it and added, a bounded number
+of times, and then the suite run once at the base, bounded in time.
+
+What the run at the base fails is a known failure, never held against a patch; a failure for want of
+the network or of a server this sandbox does not give is counted apart, with the reason. The report
+(`SuiteReport`) is what the team's preparation records and what `magis-ray tests` prints.
+
+A missing module is mapped to its distribution by pipreqs' map of import names (`yaml` is PyYAML,
+`PIL` is Pillow), else by its own name, and only a distribution the package index has is added: a
+module of the project itself (its install failed, or its layout hides it) is never one."""
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import msgspec
+from packaging.utils import canonicalize_name
+
+from magis_ray.events.schema import SourceRead, SuiteReport
+
+from magis_ray.actors.code.pytest_log import (NETWORK_SIGNS, SERVICE_SIGNS, Collection, failures_wanting,
+                                              parse_pytest_log, read_collection)
+from magis_ray.actors.code.suites import PYTEST_COMMAND
+
+from .environments.dated import on_the_index
+from .inferred import Inference
+from .runner import TestRunner
+from .testbeds import Testbed, TestbedCache
+
+ROUNDS = 3  # collections that may each add what the one before found missing
+COLLECT_COMMAND = f"{PYTEST_COMMAND} --collect-only -q"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The environment as the preparation left it, its testbed, and what it found."""
+
+    inference: Inference
+    testbed: Testbed
+    report: SuiteReport
+
+    @property
+    def usable(self) -> bool:
+        """Whether the team can run tests here: the suite collected at least one test."""
+        return self.report.collected > 0
+
+    def line(self) -> str:
+        """The one line the terminal says of it: "on: 2,016 collected (...)", "on, partly: ..."."""
+        report = self.report
+        where = f"{self.inference.sources_line()}; Python {report.python}"
+        if not self.usable:
+            why = report.collection_errors[0] if report.collection_errors else "pytest collected no test"
+            return f"off: {why} ({where})"
+        if report.collection_errors:
+            files = len(report.collection_errors)
+            return (f"on, partly: {files} file{'s' if files != 1 else ''} not collectable "
+                    f"({report.collection_errors[0].split(': ', 1)[-1]}); {report.collected:,} collected ({where})")
+        return f"on: {report.collected:,} collected ({where})"
+
+
+def prepare_suite(inference: Inference, testbeds: TestbedCache, runner: TestRunner, repo_path: str | Path,
+                  mirrors: str | Path | None = None, collect_only: bool = False, rounds: int = ROUNDS) -> Prepared:
+    """Build the inferred environment and testbed, collect the suite (adding what it finds missing,
+    `rounds` times at most), then run it once at the base unless `collect_only`. Raises what
+    TestbedCache.get raises."""
+    build_seconds = collect_seconds = 0.0
+    for round_ in range(rounds + 1):
+        testbed = testbeds.get(inference.spec.testbed, repo_path, mirrors=mirrors)
+        build_seconds += testbed.env.build_seconds + testbed.build_seconds
+        collecting = time.monotonic()
+        collection = read_collection(runner.run(testbed, COLLECT_COMMAND, installs=False, name="collect").output)
+        collect_seconds += time.monotonic() - collecting
+        wanted = distributions_for(collection, Path(testbed.tree), inference)
+        if not wanted or round_ == rounds:
+            break
+        inference = inference.with_added(wanted)
+    report = SuiteReport(
+        python=inference.python, date=inference.date, sources=sources_read(inference), added=list(inference.added),
+        collected=len(collection.tests), deselected=collection.deselected, build_seconds=round(build_seconds, 1),
+        collect_seconds=round(collect_seconds, 1),
+        collection_errors=[f"{file}: {why}" for file, why in collection.errors]
+                          + ([f"conftest: {collection.internal_error}"] if collection.internal_error else []))
+    if collection.tests and not collect_only:
+        report = run_at_the_base(report, testbed, runner)
+    return Prepared(inference, testbed, report)
+
+
+def run_at_the_base(report: SuiteReport, testbed: Testbed, runner: TestRunner) -> SuiteReport:
+    """The whole suite once on the base commit, within the runner's limits: its counts, its known
+    failures, and those among them that need what the sandbox does not give."""
+    run = runner.run(testbed, PYTEST_COMMAND, parse_pytest_log, installs=False, name="base")
+    statuses = run.results
+    failing = sorted(test for test, status in statuses.items() if status in ("FAILED", "ERROR"))
+    network = failures_wanting(run.output, failing, NETWORK_SIGNS)
+    services = [test for test in failures_wanting(run.output, failing, SERVICE_SIGNS) if test not in network]
+    left_out = [*([f"{len(network)} need the network"] if network else []),
+                *([f"{len(services)} need a server (a database, a cache)"] if services else [])]
+    count = lambda *wanted: sum(1 for status in statuses.values() if status in wanted)  # noqa: E731
+    return msgspec.structs.replace(report, ran=True, timed_out=run.timed_out, passed=count("PASSED", "XFAIL"), failed=count("FAILED"),
+                                   errors=count("ERROR"), skipped=count("SKIPPED"), known_failures=failing,
+                                   left_out=left_out, run_seconds=round(run.duration_s, 1))
+
+
+def distributions_for(collection: Collection, tree: Path, inference: Inference) -> tuple[str, ...]:
+    """The distributions that provide the modules `collection` found missing: none for a module of
+    the project's own, one already asked for, or one the index does not have."""
+    asked = {canonicalize_name(name) for name in inference.added}
+    found = []
+    for module in collection.missing_modules:
+        if (tree / module).exists() or (tree / f"{module}.py").exists() or (tree / "src" / module).exists():
+            continue  # the project's own: its install, not a distribution, is missing
+        name = import_names().get(module, module)
+        if canonicalize_name(name) not in asked and on_the_index(name):
+            found.append(name)
+            asked.add(canonicalize_name(name))
+    return tuple(found)
+
+
+@functools.cache
+def import_names() -> dict[str, str]:
+    """pipreqs' map of import names to the distributions that provide them (`yaml` -> PyYAML)."""
+    text = resources.files("pipreqs").joinpath("mapping").read_text(encoding="utf-8")
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+
+def sources_read(inference: Inference) -> list[SourceRead]:
+    return [SourceRead(name=source.name, installed=[*source.requirements, *(f".[{e}]" for e in source.extras)]
+                       if source.chosen else []) for source in inference.declared.sources]
