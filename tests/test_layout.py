@@ -62,7 +62,7 @@ def test_the_graph_is_read_whole(graph, contracts):
     assert graph.direct_import_exists(importer="magis_ray.actors.runtime.remote", imported="ray")
     assert graph.direct_import_exists(importer="magis_ray.actors.roles.developer", imported="magis_ray.actors.model.asking")
     assert [type(c) for c in contracts] == [LayersContract, IndependenceContract, ForbiddenContract, ForbiddenContract,
-                                           LayersContract, AcyclicSiblingsContract]
+                                           LayersContract, ForbiddenContract, AcyclicSiblingsContract]
 
 
 def test_imports_run_one_way():
@@ -94,6 +94,10 @@ WRONG = [
     ("magis_ray.actors.execution.environments.cache", "magis_ray.actors.execution.testbeds.cache"),
     ("magis_ray.actors.execution.testbeds.build", "magis_ray.actors.execution.runner"),
     ("magis_ray.actors.execution.testbeds.cache", "magis_ray.actors.execution.specs"),
+    # what a project declares is read from its files alone
+    ("magis_ray.actors.execution.environments.declared.reader", "magis_ray.actors.execution.sandbox.process"),
+    ("magis_ray.actors.execution.environments.declared.files", "magis_ray.actors.execution.sharing.builds"),
+    ("magis_ray.actors.execution.environments.declared.tox", "magis_ray.actors.execution.testbeds.recipe"),
 ]
 
 

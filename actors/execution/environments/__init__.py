@@ -6,7 +6,9 @@ recipe.py says what an environment is made of and what a built one is; cache.py 
 them; steps.py runs a build's steps in the sandbox; installers.py (uv, pip), resolver.py and
 dated.py (packages as of a date), interpreters.py (the machine's Pythons), conda.py (a conda
 environment as pip packages) and system.py (what the machine itself must have) serve it.
-Environments know nothing of testbeds."""
+declared/ reads what a project declares for its tests (dependency groups, extras, requirement
+files, tox, the tools' tables, setup.py), its Python and its pytest, from its files at a commit,
+nothing run. Environments know nothing of testbeds."""
 from __future__ import annotations
 
 from magis_ray.actors.execution.sharing.builds import BuildFailed
