@@ -105,11 +105,11 @@ def grade_settings(ctx: click.Context) -> Effective:
                                        "shared filesystem, or an s3:// or gs:// URL (default: MAGIS_ARTIFACT_STORE; none: "
                                        "each node builds its own).")
 @click.option("--env-setup", default=GRADE.env_setup,
-              help="Your repository: the environment's setup command (default: pip install -e . pytest).")
+              help="Your repository: the environment's setup command (default: what the project declares).")
 @click.option("--test-cmd", default=GRADE.test_cmd,
               help="Your repository: the test command (default: pytest -rA), followed by the test patch's files.")
-@click.option("--env-python", default=GRADE.env_python, show_default=True,
-              help="Your repository: the Python version of its environment.")
+@click.option("--env-python", default=GRADE.env_python,
+              help="Your repository: the Python version of its environment (default: the newest the project allows).")
 @click.option("--report", type=click.Path(path_type=Path), help="Write the report (official shape) here "
                                                                "(default: STORE/gradings/NAME.json).")
 @click.option("--no-ray", is_flag=True, help="Grade in this process (threads) instead of Ray tasks.")

@@ -26,6 +26,24 @@ def read_source(source: str) -> tuple[bytes, str]:
         raise BadInput(f"cannot read {source}: {exc.strerror}") from None
 
 
+def prepare_repository(repo: str | None, base: str | None, cwd: str = ".") -> PreparedIssue:
+    """A repository at a commit, with no issue: --repo (else the current folder's repository) at
+    --base (else HEAD), as a record whose problem is not stated."""
+    from magis_ray.actors.code.repository import RepoError, RepoSnapshot
+    from magis_ray.actors.code.workingcopy import open_working_copy
+    from magis_ray.actors.runtime.issue import IssueDraft, complete
+
+    try:
+        copy = open_working_copy(repo or cwd, search=repo is None)
+        commit = copy.commit(base or "HEAD")
+        RepoSnapshot.open(copy.path, commit)
+    except RepoError as exc:
+        raise BadInput(str(exc)) from None
+    issue = complete(IssueDraft(problem_statement=""), base_commit=commit, repo_name=copy.remote_name(),
+                     folder=copy.folder, repo_path=str(copy.path.resolve()))
+    return PreparedIssue(issue, "")
+
+
 def prepare_issue(source: str, repo: str | None, repos_dir: str | None, base: str | None, cwd: str = ".") -> PreparedIssue:
     """The run's issue record. The repository: --repo, else the record's repo_path, else its
     owner__name clone in --repos-dir, else the repository of the current folder. The base: --base,

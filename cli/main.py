@@ -238,6 +238,9 @@ cli.add_command(apply_command)
 from .config import config_command  # noqa: E402 - a click command; its heavy imports are inside it
 
 cli.add_command(config_command)
+from .suite import tests_command  # noqa: E402 - a click command; its heavy imports are inside it
+
+cli.add_command(tests_command)
 from .tasks import tasks_group  # noqa: E402 - a click group; its heavy imports are inside it
 
 cli.add_command(tasks_group)

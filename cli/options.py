@@ -61,8 +61,18 @@ def settings_options(f):
         click.option("--candidates", type=int, default=RUN.candidates, show_default=True,
                      help="Candidate patches per task, each by its own Developer sampling above temperature 0; "
                           "the tests, then a majority of equivalent patches, then the QA Engineer choose."),
+    ]):
+        f = option(f)
+    return test_settings_options(f)
+
+
+def test_settings_options(f):
+    """The settings of a repository's test environment and its test runs."""
+    for option in reversed([
         click.option("--env-setup", default=RUN.env_setup, help="Tests: the install step of your repository's environment "
-                                                     "(default: SWE-bench's spec, or `pip install -e . pytest`)."),
+                                                     "(default: SWE-bench's spec, or what the project declares)."),
+        click.option("--python", default=RUN.python,
+                     help="Tests: the Python version of the repository's environment (default: the newest the project allows)."),
         click.option("--sandbox", type=click.Choice(["bwrap", "none"]), default=RUN.sandbox, show_default=True,
                      help="Tests: bubblewrap (no network, read-only system), or none (unconfined; only for code you trust)."),
         click.option("--test-timeout", type=float, default=RUN.test_timeout, show_default=True,

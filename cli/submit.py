@@ -90,17 +90,15 @@ def check_artifact_store(effective) -> None:
 
 def run_settings(settings):
     """What a run records: its effective settings (cli/settings.py) with what the run settles
-    itself: the endpoint `auto` stands for, a script's absolute path, the model's name, the
-    interpreter of a user's repository's environment. Resume and replay need no flag and no
-    settings file again."""
+    itself: the endpoint `auto` stands for, a script's absolute path, the model's name. Resume and
+    replay need no flag and no settings file again."""
     import msgspec
 
     section = settings.endpoint
     llm = resolve_llm(section.llm, section.base_url)
     kind = "scripted:" + os.path.abspath(llm.removeprefix("scripted:")) if llm.startswith("scripted:") else llm
     endpoint = msgspec.structs.replace(section, llm=kind, base_url=section.base_url if llm == "openai" else "")
-    return msgspec.structs.replace(settings, model=default_model(llm, settings.model), endpoint=endpoint,
-                                   test_python=f"{sys.version_info.major}.{sys.version_info.minor}")
+    return msgspec.structs.replace(settings, model=default_model(llm, settings.model), endpoint=endpoint)
 
 
 def write_outputs(store_path: str, run_id: str):

@@ -73,8 +73,9 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
     # Execution (off: the paper's MAGIS exactly). With tests on, a reproduction test and the
     # repository's nearest regression tests judge every patch.
     tests: bool = True
-    env_setup: str = ""  # the user's install step for the test environment ("": SWE-bench's spec, or the default)
+    env_setup: str = ""  # the user's install step for the test environment ("": SWE-bench's spec, or what the project declares)
     test_cmd: str = ""  # the user's test command, followed by the tests to run ("": the spec's runner, or pytest)
+    python: str = ""  # the interpreter of a repository's test environment, "3.12" ("": the newest the project allows)
     sandbox: Literal["bwrap", "none"] = "bwrap"  # "none" runs tests unconfined (the user asked for it)
     test_timeout: Seconds = 600.0  # seconds each of the team's test runs may take
     test_memory: Size = "4G"  # each of the team's test runs' memory budget: its processes and in-memory scratch ("0": no limit)
@@ -87,7 +88,7 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
     memory_any_model: bool = False  # reuse file summaries written by any model, not only by `model`
     # Recorded by the run, not set by the user:
     batch: str = ""  # the batch the run belongs to ("" for a single issue); its token budget is shared
-    test_python: str = ""  # the interpreter version for a user's repository's environment
+    test_python: str = ""  # the interpreter version a run of an earlier version recorded for its environment (python holds it now)
     # The Custodian's file ranking (actors.code.ranking.RANKINGS): "symbols" weighs BM25 with
     # symbol and path evidence; "previous" is plain BM25 over paths and contents.
     ranking: str = "symbols"
@@ -114,9 +115,9 @@ class GradeSettings(msgspec.Struct, frozen=True, kw_only=True):
     memory: Size = "8G"  # each test run's memory budget: its processes and in-memory scratch together ("0": no limit)
     workers: AtLeastOne = 1  # instances graded at once
     network: bool = False  # the tests get the network (only for predictions you trust)
-    env_setup: str = ""  # a user's repository: its environment's setup command ("": pip install -e . pytest)
+    env_setup: str = ""  # a user's repository: its environment's setup command ("": what the project declares)
     test_cmd: str = ""  # a user's repository: its test command ("": pytest -rA)
-    env_python: str = "3.11"  # a user's repository: the Python version of its environment
+    env_python: str = ""  # a user's repository: the Python version of its environment ("": the newest it allows)
 
 
 def size_bytes(size: str) -> int:

@@ -86,6 +86,12 @@ def inferred_spec(record: dict, repo_path: str | Path, python: str = "", pythons
     return Inference(spec=spec, declared=declared, python=chosen, date=date)
 
 
+def declared_python(record: dict, repo_path: str | Path, pythons: dict[str, str] | None = None) -> str:
+    """The interpreter the project's declarations choose at the record's base commit (for a user's
+    own `env-setup`, which says how to install but not on which Python)."""
+    return inferred_spec(record, repo_path, pythons=pythons).python
+
+
 def released_by(version: str, when: datetime) -> bool:
     """Whether CPython `version` ("3.12") had been released by `when` (a line not in the table is
     newer than it, so never)."""

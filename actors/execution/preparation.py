@@ -29,6 +29,7 @@ from magis_ray.actors.code.suites import PYTEST_COMMAND
 
 from .environments.dated import on_the_index
 from .inferred import Inference
+from .specs import InstanceSpec
 from .runner import TestRunner
 from .testbeds import Testbed, TestbedCache
 
@@ -40,7 +41,8 @@ COLLECT_COMMAND = f"{PYTEST_COMMAND} --collect-only -q"
 class Prepared:
     """The environment as the preparation left it, its testbed, and what it found."""
 
-    inference: Inference
+    spec: InstanceSpec
+    inference: Inference | None  # where the project's declarations gave the recipe (None: the user's env-setup)
     testbed: Testbed
     report: SuiteReport
 
@@ -52,7 +54,8 @@ class Prepared:
     def line(self) -> str:
         """The one line the terminal says of it: "on: 2,016 collected (...)", "on, partly: ..."."""
         report = self.report
-        where = f"{self.inference.sources_line()}; Python {report.python}"
+        sources = self.inference.sources_line() if self.inference is not None else "env-setup"
+        where = f"{sources}; Python {report.python}"
         if not self.usable:
             why = report.collection_errors[0] if report.collection_errors else "pytest collected no test"
             return f"off: {why} ({where})"
@@ -63,31 +66,35 @@ class Prepared:
         return f"on: {report.collected:,} collected ({where})"
 
 
-def prepare_suite(inference: Inference, testbeds: TestbedCache, runner: TestRunner, repo_path: str | Path,
-                  mirrors: str | Path | None = None, collect_only: bool = False, rounds: int = ROUNDS) -> Prepared:
-    """Build the inferred environment and testbed, collect the suite (adding what it finds missing,
-    `rounds` times at most), then run it once at the base unless `collect_only`. Raises what
-    TestbedCache.get raises."""
+def prepare_suite(spec: InstanceSpec, testbeds: TestbedCache, runner: TestRunner, repo_path: str | Path,
+                  mirrors: str | Path | None = None, collect_only: bool = False, inference: Inference | None = None,
+                  rounds: int = ROUNDS) -> Prepared:
+    """Build `spec`'s environment and testbed, collect the suite, then run it once at the base
+    unless `collect_only`. Where the recipe is an `inference` of the project's declarations, what
+    the collection finds missing is added, `rounds` times at most. Raises what TestbedCache.get
+    raises."""
     build_seconds = collect_seconds = 0.0
     for round_ in range(rounds + 1):
-        testbed = testbeds.get(inference.spec.testbed, repo_path, mirrors=mirrors)
+        testbed = testbeds.get(spec.testbed, repo_path, mirrors=mirrors)
         build_seconds += testbed.env.build_seconds + testbed.build_seconds
         collecting = time.monotonic()
         collection = read_collection(runner.run(testbed, COLLECT_COMMAND, installs=False, name="collect").output)
         collect_seconds += time.monotonic() - collecting
-        wanted = distributions_for(collection, Path(testbed.tree), inference)
+        wanted = distributions_for(collection, Path(testbed.tree), inference) if inference is not None else ()
         if not wanted or round_ == rounds:
             break
         inference = inference.with_added(wanted)
+        spec = inference.spec
     report = SuiteReport(
-        python=inference.python, date=inference.date, sources=sources_read(inference), added=list(inference.added),
+        python=testbed.env.python_version.rsplit(".", 1)[0], date=inference.date if inference is not None else "",
+        sources=sources_read(inference) if inference is not None else [], added=list(inference.added) if inference else [],
         collected=len(collection.tests), deselected=collection.deselected, build_seconds=round(build_seconds, 1),
         collect_seconds=round(collect_seconds, 1),
         collection_errors=[f"{file}: {why}" for file, why in collection.errors]
                           + ([f"conftest: {collection.internal_error}"] if collection.internal_error else []))
     if collection.tests and not collect_only:
         report = run_at_the_base(report, testbed, runner)
-    return Prepared(inference, testbed, report)
+    return Prepared(spec, inference, testbed, report)
 
 
 def run_at_the_base(report: SuiteReport, testbed: Testbed, runner: TestRunner) -> SuiteReport:

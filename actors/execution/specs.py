@@ -12,6 +12,7 @@ A user's own repository (`custom_spec`) needs none of it: its tests are pytest's
 core's parser, so a plain install tests it."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -206,7 +207,6 @@ def _conda_to_pip(package: str) -> str:
     return package
 
 
-DEFAULT_ENV_SETUP = "python -m pip install -e . pytest"
 DEFAULT_TEST_CMD = "pytest -rA"
 TESTS_PLACE = "{tests}"  # in a user's test command: where the instance's tests go
 
@@ -216,26 +216,28 @@ def _listed(record: dict, name: str) -> list[str]:
     return json.loads(value) if isinstance(value, str) else list(value)
 
 
-def custom_spec(record: dict, python: str, env_setup: str | None = None, test_cmd: str | None = None) -> InstanceSpec:
-    """A user's own repository: an environment of `python` alone, and a testbed made by `env_setup`
-    (default: the project installed editable, and pytest) at the record's base commit; the tests
-    are `test_cmd` (default `pytest -rA`), parsed as pytest's -rA summary. A record with a test
-    patch (a grading's) has the files it touches as the command's directives, as the harness
-    names them; a team's run has none and needs no harness. A changed command or commit is
-    another testbed."""
-    env = Recipe(python=python, label=f"{record['repo']} (--env-setup)")
-    testbed = TestbedRecipe(env=env, repo=record["repo"], commit=record["base_commit"], install=(env_setup or DEFAULT_ENV_SETUP,),
-                            label=f"{record['repo']} (--env-setup)")
+def with_record_tests(spec: InstanceSpec, record: dict, test_cmd: str = "") -> InstanceSpec:
+    """`spec` running the record's tests with `test_cmd` (default: the spec's own command): in
+    place of {tests} in the command, the record's FAIL_TO_PASS and PASS_TO_PASS by id; else after
+    it, the files its test patch touches, as the harness names them. A record without a test patch
+    (a team's run) adds none."""
     test_patch = record.get("test_patch", "")
-    if test_cmd and TESTS_PLACE in test_cmd:
-        # the user's command says where the instance's tests go: FAIL_TO_PASS and PASS_TO_PASS by id
+    command = test_cmd or spec.test_command
+    if TESTS_PLACE in command:
         tests = [*_listed(record, "FAIL_TO_PASS"), *_listed(record, "PASS_TO_PASS")]
-        command = test_cmd.replace(TESTS_PLACE, " ".join(shlex.quote(test) for test in tests))
-    else:
-        directives = swebench_harness.test_directives(record) if test_patch else []
-        command = " ".join([test_cmd or DEFAULT_TEST_CMD, *directives])
-    return InstanceSpec(
-        testbed=testbed, test_command=command,
-        test_files=tuple(swebench_harness.modified_files(test_patch)) if test_patch else (), eval_commands=(),
-        parse=parse_pytest_log,
-    )
+        command = command.replace(TESTS_PLACE, " ".join(shlex.quote(test) for test in tests))
+    elif test_patch:
+        command = " ".join([command, *swebench_harness.test_directives(record)])
+    files = tuple(swebench_harness.modified_files(test_patch)) if test_patch else ()
+    return dataclasses.replace(spec, test_command=command, test_files=files, parse=parse_pytest_log)
+
+
+def custom_spec(record: dict, python: str, env_setup: str, test_cmd: str | None = None) -> InstanceSpec:
+    """A user's own repository installed their own way: an environment of `python` alone, and a
+    testbed made by `env_setup` at the record's base commit; the tests are `test_cmd` (default
+    `pytest -rA`), parsed as pytest's -rA summary. A changed command or commit is another testbed."""
+    env = Recipe(python=python, label=f"{record['repo']} (--env-setup)")
+    testbed = TestbedRecipe(env=env, repo=record["repo"], commit=record["base_commit"], install=(env_setup,),
+                            label=f"{record['repo']} (--env-setup)")
+    spec = InstanceSpec(testbed=testbed, test_command=DEFAULT_TEST_CMD, test_files=(), eval_commands=(), parse=parse_pytest_log)
+    return with_record_tests(spec, record, test_cmd or "")

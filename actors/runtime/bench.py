@@ -4,19 +4,21 @@ node and cached), with its patches applied as `git apply` applies them and its f
 its tests run, all in the sandbox.
 
 The environment and the install are the repository's SWE-bench spec when the issue names a version
-the SWE-bench harness knows (the same testbeds grading uses; the `grade` extra), and otherwise the
-user's `--env-setup` (default: the project installed editable, and pytest), which needs nothing
-beyond a plain install. The tests run in the repository's own suite (actors/code/suites.py),
-chosen from the spec's test command or the user's `test-cmd`: pytest, or Django's runner with its
-labels, read by the parser grading reads it with. Whether one can be built is settled before the
-team starts (`prepare`, whose event names the test command, or says in words about the run why
-its tests cannot run), so that a run with tests never finds out halfway."""
+the SWE-bench harness knows (the same testbeds grading uses; the `grade` extra); the user's
+`--env-setup` where given; and otherwise what the project itself declares (execution/inferred.py),
+which needs nothing beyond a plain install. The tests run in the repository's own suite
+(actors/code/suites.py), chosen from the spec's test command or the user's `test-cmd`: pytest, or
+Django's runner with its labels, read by the parser grading reads it with.
+
+Whether tests can run is settled before the team starts (`prepare`): the testbed is built and,
+for a declared environment, the suite collected (what it finds missing added) and run once at the
+base (execution/preparation.py). Its event names the test command and what the suite gave, or says
+in words about the run why its tests cannot run, so that a run with tests never finds out halfway."""
 from __future__ import annotations
 
 import os
 import re
 import shlex
-import sys
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -33,10 +35,11 @@ from magis_ray.actors.execution.environments import BuildFailed, EnvironmentCach
 from magis_ray.actors.execution.environments.interpreters import InterpreterMissing
 from magis_ray.actors.execution.runner import INPUTS, TestRunner, test_limits
 from magis_ray.actors.execution.sandbox import MiB, SandboxUnavailable, open_sandbox
+from magis_ray.actors.execution.inferred import Inference, declared_python, inferred_spec
+from magis_ray.actors.execution.preparation import prepare_suite
 from magis_ray.actors.execution.specs import InstanceSpec, NoSpec, custom_spec, instance_spec
 from magis_ray.actors.code.swebench_harness import INSTALL, HarnessMissing, available as harness_available
 from magis_ray.actors.execution.testbeds import Testbed, TestbedCache
-from magis_ray.actors.code.workspaces import read_file_at
 from magis_ray.actors.roles.testing import TestRequest
 from magis_ray.actors.runtime.issue import IssueRecord
 
@@ -57,6 +60,8 @@ class BenchSetup:
     record: dict  # the issue as a SWE-bench record: repo, base_commit, version, environment_setup_commit
     repo_path: str
     settings: RunSettings  # the run's, whole: its environment, test command, sandbox, limits and artifact store
+    # distributions the preparation's collection found missing and added to an inferred environment
+    added: tuple[str, ...] = ()
 
     def __hash__(self) -> int:  # `record` is a dict; a worker's benches are cached by setup (services._bench_for)
         return hash(repr(self))
@@ -69,35 +74,31 @@ class BenchSetup:
 
     @property
     def python(self) -> str:
-        """The interpreter of a user's repository's environment: the one the run recorded, else
-        (a run recorded before it did) the one running this."""
-        return self.settings.test_python or f"{sys.version_info.major}.{sys.version_info.minor}"
+        """The interpreter of a repository's environment the settings choose ("": the newest the
+        project allows); a run of an earlier version recorded the one it used as test_python."""
+        return self.settings.python or self.settings.test_python
 
 
-PACKAGING_FILES = ("pyproject.toml", "setup.py")  # what `pip install -e .` needs (setup.cfg alone is not enough)
-# A repository that is no installable package (a folder of modules and tests): its tests import it
-# from the checkout, so its environment needs only the test runner.
-UNPACKAGED_SETUP = "python -m pip install pytest"
-
-
-def spec_of(setup: BenchSetup) -> InstanceSpec:
-    """The run's spec: SWE-bench's, as grading has it (the same environment and testbed), when the
-    issue names a version the swebench package knows; else the user's own setup."""
-    record = setup.record
-    if record.get("version") and not setup.settings.env_setup:
+def recipe_of(setup: BenchSetup) -> tuple[InstanceSpec, Inference | None]:
+    """The run's spec, and the inference it comes from where the project's declarations give it:
+    SWE-bench's, as grading has it (the same environment and testbed), when the issue names a
+    version the swebench package knows; the user's own `env-setup` where given; else what the
+    project declares at the base commit (with what its preparation added)."""
+    record, settings = setup.record, setup.settings
+    if record.get("version") and not settings.env_setup:
         try:
-            return instance_spec(record, Path(setup.repo_path))
+            return instance_spec(record, Path(setup.repo_path)), None
         except NoSpec:
-            pass  # a version the harness does not know: the repository is treated as the user's own
+            pass  # a version the harness does not know: the repository is treated as any other
         except HarnessMissing:
             raise BenchUnavailable(
                 f"the issue names version {record['version']} of {record['repo']}, so its tests need SWE-bench's recipe "
                 f"for that version, which comes with the SWE-bench harness ({INSTALL}); or give --env-setup to "
                 "install the repository your own way") from None
-    env_setup = setup.settings.env_setup or None
-    if env_setup is None and not any(read_file_at(setup.repo_path, record["base_commit"], f) is not None for f in PACKAGING_FILES):
-        env_setup = UNPACKAGED_SETUP
-    return custom_spec(record, setup.python, env_setup)
+    if settings.env_setup:
+        return custom_spec(record, setup.python or declared_python(record, setup.repo_path), settings.env_setup), None
+    inference = inferred_spec(record, setup.repo_path, setup.python).with_added(setup.added)
+    return inference.spec, inference
 
 
 def with_pytest(spec: InstanceSpec) -> InstanceSpec:
@@ -118,6 +119,7 @@ class ExecutionBench:
     def __init__(self, setup: BenchSetup):
         self._setup = setup
         self._spec: InstanceSpec | None = None
+        self._inference: Inference | None = None  # where the project's declarations give the recipe
         self._suite: TestSuite | None = None
         self._testbed: Testbed | None = None
         settings = setup.settings
@@ -127,22 +129,32 @@ class ExecutionBench:
         envs = EnvironmentCache(sandbox=sandbox, artifacts=open_artifact_store(settings.artifact_store))
         self.cache = TestbedCache(envs)
 
+    def _choose_recipe(self) -> None:
+        """The run's spec and suite, settled once (nothing built yet); BenchUnavailable says why
+        there can be none here."""
+        if self._spec is not None:
+            return
+        try:
+            self._runner.sandbox.check()
+            self._spec, self._inference = recipe_of(self._setup)
+        except (SandboxUnavailable, EnvironmentUnsupported, InterpreterMissing) as exc:
+            raise BenchUnavailable(why_no_tests(exc)) from None
+        self._suite = suite_of(self._spec, self._setup)
+        if self._suite.name == "django" and not harness_available():
+            raise BenchUnavailable("the test command runs Django's runner (tests/runtests.py), whose output is "
+                                   f"read with the SWE-bench harness's parser ({INSTALL})")
+
     def testbed(self) -> Testbed:
         """The run's testbed, built now if this node has none; BenchUnavailable says why not."""
         if self._testbed is None:
+            self._choose_recipe()
             try:
-                self._runner.sandbox.check()
-                self._spec = spec_of(self._setup)
-                self._suite = suite_of(self._spec, self._setup)
-                if self._suite.name == "django" and not harness_available():
-                    raise BenchUnavailable("the test command runs Django's runner (tests/runtests.py), whose output is "
-                                           f"read with the SWE-bench harness's parser ({INSTALL})")
                 repo_path = Path(self._setup.repo_path)
                 mirrors = mirrors_beside(repo_path)
                 self._testbed = self.cache.get(self._spec.testbed, repo_path, mirrors=mirrors)
                 # pytest as the team runs it, where the spec's install did not bring it (the user's own
-                # command is theirs to provide for)
-                if self._suite.command == PYTEST_COMMAND and not self._has_pytest(self._testbed):
+                # command is theirs to provide for; a declared environment has it)
+                if self._inference is None and self._suite.command == PYTEST_COMMAND and not self._has_pytest(self._testbed):
                     self._spec = with_pytest(self._spec)
                     self._testbed = self.cache.get(self._spec.testbed, repo_path, mirrors=mirrors)
             except (SandboxUnavailable, EnvironmentUnsupported, InterpreterMissing, BuildFailed) as exc:
@@ -154,10 +166,14 @@ class ExecutionBench:
                                  installs=False)
         return probe.exit_code == 0
 
-    def prepare(self) -> TestsRan:
+    def prepare(self, collect_only: bool = False) -> TestsRan:
         """Bench.prepare: the testbed, ready, with the command its tests run with (the team reads
-        the suite from it), or why it cannot be."""
+        the suite from it), or why it cannot be; a declared environment's suite collected and run
+        at the base first (unless `collect_only`; its report in the event)."""
         try:
+            self._choose_recipe()
+            if self._inference is not None:
+                return self._prepare_suite(collect_only)
             testbed = self.testbed()
         except BenchUnavailable as exc:
             return TestsRan(purpose="prepare", command="", outcome="error", output=str(exc))
@@ -167,6 +183,21 @@ class ExecutionBench:
         how = f"{how} in {seconds:.0f} s" if how else "from this node's cache"
         return TestsRan(purpose="prepare", command=self._suite.command, outcome="passed",
                         output=f"environment {testbed.label or testbed.key}: {how}", duration_s=round(seconds, 3))
+
+    def _prepare_suite(self, collect_only: bool) -> TestsRan:
+        """A declared environment's preparation: what its suite's collection found missing added,
+        the suite run once at the base. The testbed it leaves is the run's."""
+        repo_path = Path(self._setup.repo_path)
+        try:
+            prepared = prepare_suite(self._spec, self.cache, self._runner, repo_path, mirrors_beside(repo_path),
+                                     collect_only=collect_only, inference=self._inference)
+        except (EnvironmentUnsupported, InterpreterMissing, BuildFailed) as exc:
+            raise BenchUnavailable(why_no_tests(exc)) from None
+        self._inference, self._spec, self._testbed = prepared.inference, prepared.spec, prepared.testbed
+        report = prepared.report
+        return TestsRan(purpose="prepare", command=self._suite.command, outcome="passed" if prepared.usable else "error",
+                        output=prepared.line(), duration_s=round(report.build_seconds + report.collect_seconds
+                                                                 + report.run_seconds, 3), suite=report)
 
     def run(self, request: TestRequest) -> TestsRan:
         testbed = self.testbed()

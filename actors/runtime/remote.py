@@ -402,7 +402,7 @@ def placements_actor():
 def bench_environment(setup) -> str:
     """What names a run's environment before it is built: runs that share it share a node."""
     record = setup.record
-    return "|".join([record.get("repo", ""), str(record.get("version") or ""), setup.env_setup, setup.python])
+    return "|".join([record.get("repo", ""), str(record.get("version") or ""), setup.settings.env_setup, setup.settings.python])
 
 
 class BenchTasks:
@@ -442,6 +442,9 @@ class BenchTasks:
                 self._placements.finished.remote(prefer)
             raise
         self._node = node
+        if ran.suite is not None and ran.suite.added:
+            # what the preparation's collection added: every later build of this run's testbed has it
+            self._setup = ray.put(dataclasses.replace(ray.get(self._setup), added=tuple(ran.suite.added)))
         if self._placements and ran.outcome == "passed":
             self._placements.held.remote(self._key, node)
         return ran

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from msgspec.structs import replace
@@ -31,7 +30,8 @@ from magis_ray.actors.execution.environments import BuildFailed, EnvironmentUnsu
 from magis_ray.actors.execution.environments.interpreters import InterpreterMissing
 from magis_ray.actors.execution.runner import INPUTS, TestRunner
 from magis_ray.actors.execution.sandbox import MiB
-from magis_ray.actors.execution.specs import InstanceSpec, NoSpec, custom_spec, instance_spec
+from magis_ray.actors.execution.inferred import declared_python, inferred_spec
+from magis_ray.actors.execution.specs import InstanceSpec, NoSpec, custom_spec, instance_spec, with_record_tests
 from magis_ray.actors.code.pytest_log import NETWORK_SIGNS, failures_wanting
 from magis_ray.actors.code.swebench_harness import HarnessMissing, eval_script_lines, git_apply_commands, harness, test_spec
 from magis_ray.actors.execution.testbeds import TestbedCache
@@ -47,15 +47,25 @@ def patch_sha(patch: str | None) -> str:
 
 def custom_setup(settings: GradeSettings) -> bool:
     """Whether the grade settings give the repository's setup themselves (`--env-setup`,
-    `--test-cmd`: a user's repository) instead of SWE-bench's specs."""
+    `--test-cmd`: a user's repository) instead of SWE-bench's specs (which then need no harness)."""
     return bool(settings.env_setup or settings.test_cmd)
 
 
 def spec_for(record: dict, repo_path: Path, settings: GradeSettings = GradeSettings()) -> InstanceSpec:
-    """SWE-bench's spec for the record, or the user's own setup when the settings give one."""
-    if custom_setup(settings):
-        return custom_spec(record, settings.env_python, settings.env_setup or None, settings.test_cmd or None)
-    return instance_spec(record, repo_path)
+    """The user's own install where the settings give one (`env-setup`); else SWE-bench's spec for
+    the record, unless the settings give a test command of their own; else, as for a repository
+    SWE-bench's tables do not know (a record of SWE-bench-Live, of SWE-rebench, or made by
+    `magis-ray tasks make`), what the project declares at the record's base commit; its tests run
+    with the settings' test command, or pytest, named as the harness names them."""
+    if settings.env_setup:
+        return custom_spec(record, settings.env_python or declared_python(record, repo_path), settings.env_setup,
+                           settings.test_cmd)
+    if not settings.test_cmd:
+        try:
+            return instance_spec(record, repo_path)
+        except NoSpec:
+            pass
+    return with_record_tests(inferred_spec(record, repo_path, settings.env_python).spec, record, settings.test_cmd)
 
 
 def grade(record: dict, patch: str | None, repos_dir: str | Path, testbeds: TestbedCache, runner: TestRunner,
