@@ -12,7 +12,7 @@ alike, so the ratios hold where the seconds do not.
 
 The options: tarfile + gzip at levels 3 and 1; GNU tar piped to gzip -1, to pigz -1 and to
 zstd -3 -T0 (each where the program is installed); GNU tar with the zstandard package at level 3,
-on every core: what actors/execution/archives.py does.
+on every core: what actors/execution/sharing/archives.py does.
 """
 from __future__ import annotations
 

@@ -51,6 +51,6 @@ def test_the_picture_follows_a_run_and_a_grading_through_modules_that_exist():
                                                                      "actors/execution", "actors/swebench"))]
     assert missing == []
     grading = ["cli/grade.py", "actors/swebench/grading_service.py", "actors/swebench/grading_batch.py",
-               "actors/swebench/grading.py", "actors/execution/specs.py", "sandbox.py"]
+               "actors/swebench/grading.py", "actors/execution/specs.py", "sandbox/bubblewrap.py"]
     at = [picture.index(name) for name in grading]
     assert at == sorted(at)

@@ -1,4 +1,4 @@
-"""Environments and testbeds as cluster artifacts (actors/execution/artifacts.py), on real folders:
+"""Environments and testbeds as cluster artifacts (actors/execution/sharing/artifacts.py), on real folders:
 a real environment and testbed of the calc fixture built in the sandbox and published to a store
 folder, fetched under another cache root (of another length) and run there; corrupt and
 half-written archives detected and rebuilt, the grading's verdict unchanged; two builders of one

@@ -13,7 +13,7 @@ archive; a claim whose expiry has passed (its builder died) is taken over. A bui
 published too, as a small record in place of the archive (`KEY.failed`: the failed step, its
 one-line reason, the node, when): the nodes waiting for the key, and those that ask for it later,
 give their instances that failure at once rather than run the same build again. The record holds
-for FAILURE_TTL_S, the time a node keeps its own failed build as the answer (environments.py), so
+for FAILURE_TTL_S, the time a node keeps its own failed build as the answer (builds.py), so
 the cluster behaves as one node would: after it, the next node to need the key builds it again
 (one node, under the claim), which a flaky index or a fixed mirror deserves; a fixed recipe is
 another key anyway. A build that succeeds removes the record.

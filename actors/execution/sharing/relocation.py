@@ -1,6 +1,6 @@
 """Moving a built folder's files to another path: the files that name the old path written anew
 naming the new one, and the links that point under it pointed under the new one. A testbed made
-from a donor (testbed_reuse.py) and an artifact unpacked under another node's cache root
+from a donor (testbeds/reuse.py) and an artifact unpacked under another node's cache root
 (artifacts.py) both move this way."""
 from __future__ import annotations
 

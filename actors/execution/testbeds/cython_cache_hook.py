@@ -1,7 +1,7 @@
 """Cython's own cache of the C it generates, for the installs no trace can follow.
 
 Copied into a testbed's prefix (with a .pth line that imports it) only while its install steps
-run, as the trace hook is (testbeds._start_hooks). An install on a Python without audit hooks
+run, as the trace hook is (prefix.start_hooks). An install on a Python without audit hooks
 (before 3.8) cannot be traced, so no testbed is ever made from its outputs and every testbed would
 run Cython on every .pyx again (scikit-learn 0.2x: about 50 modules, minutes). Cython can keep
 what it generates under a fingerprint of the .pyx, of everything it cimports or includes, of its

@@ -2,7 +2,7 @@
 
 Copied into the testbed's prefix (with a .pth file that imports it) only while its install steps
 run, so every Python process of the install (pip, its build subprocesses, setup.py) loads it at
-start-up, and the .pth line starts it with the trace's folder and roots (testbeds._start_hooks
+start-up, and the .pth line starts it with the trace's folder and roots (prefix.start_hooks
 writes them in: the hook reads nothing of the install's environment). An audit hook (PEP 578)
 then notes, once each, in FOLDER/PID.trace:
 
