@@ -111,10 +111,13 @@ def tests_decision(tests_on: bool, prepared: ev.TestsRan | None) -> str:
         return "off (--tests off): the patches are judged from their diffs, as in the MAGIS paper"
     if prepared is None:
         return ""
+    said = " ".join(prepared.output.split())
+    if prepared.suite is not None:  # a declared environment's preparation says what its suite gave
+        return said if prepared.outcome == "passed" else f"off for this run: {said.removeprefix('off: ')[:400]}"
     if prepared.outcome == "passed":
         command = f": {prepared.command}" if prepared.command else ""  # logs before v3 name no command
-        return f"on{command} ({' '.join(prepared.output.split())})"
-    return f"off for this run: {' '.join(prepared.output.split())[:400]}"
+        return f"on{command} ({said})"
+    return f"off for this run: {said[:400]}"
 
 
 def tally(runs) -> Tally:
