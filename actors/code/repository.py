@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import posixpath
 import threading
-from datetime import datetime, timezone
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,8 +134,6 @@ class RepoSnapshot:
         self._lock = threading.Lock()
         self.path = path
         self.commit_id = str(commit.id)
-        # when the commit was made (committer time, UTC): what its world's packages date from
-        self.committed_at = datetime.fromtimestamp(commit.commit_time, timezone.utc)
         self._files: list[FileEntry] | None = None
 
     @classmethod

@@ -8,7 +8,9 @@ import re
 import shutil
 import subprocess
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from magis_ray.events.errors import MagisError
 from magis_ray.events.settings import process_environment
 
@@ -135,6 +137,41 @@ def read_file_at(repo_path: str | os.PathLike, commit: str, path: str) -> str | 
     result = subprocess.run(["git", "--git-dir", str(_git_dir(Path(repo_path))), "show", f"{commit}:{path}"],
                             env=git_env(), capture_output=True)
     return result.stdout.decode("utf-8", "replace") if result.returncode == 0 else None
+
+
+class CommitFiles:
+    """The files of one commit read with git itself, which reads every repository git makes: a
+    node's partial copy of a commit (commit_packs.py), whose format libgit2 does not open, as well
+    as a user's clone. Lists, reads and dates what a recipe needs of a commit, as RepoSnapshot
+    does for the team."""
+
+    def __init__(self, repo_path: str | os.PathLike, commit: str) -> None:
+        self._git_dir = str(_git_dir(Path(repo_path)))
+        listed = self._git("ls-tree", "-r", "-z", "--full-tree", commit)
+        if listed is None:
+            raise WorkspaceError(f"{repo_path} has no commit {commit}")
+        self._blobs = {}
+        for entry in listed.split(b"\0"):
+            meta, _, path = entry.partition(b"\t")
+            parts = meta.split()
+            if len(parts) == 3 and parts[1] == b"blob":
+                self._blobs[path.decode("utf-8", "surrogateescape")] = parts[2].decode()
+        when = self._git("show", "-s", "--format=%ct", commit)
+        self.committed_at = datetime.fromtimestamp(int(when.strip() or 0), timezone.utc)
+
+    def _git(self, *args: str) -> bytes | None:
+        done = subprocess.run(["git", "--git-dir", self._git_dir, *args], env=git_env(), capture_output=True)
+        return done.stdout if done.returncode == 0 else None
+
+    def files(self) -> list[SimpleNamespace]:
+        return [SimpleNamespace(path=path, blob_id=blob) for path, blob in self._blobs.items()]
+
+    def blob_id(self, path: str) -> str | None:
+        return self._blobs.get(path)
+
+    def read_text(self, path: str) -> str:
+        data = self._git("cat-file", "blob", self._blobs[path])
+        return (data or b"").decode("utf-8", "replace")
 
 
 def _git_dir(repo_path: Path) -> Path:

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from magis_ray.actors.code.pytest_log import parse_pytest_log
-from magis_ray.actors.code.repository import RepoSnapshot
+from magis_ray.actors.code.workspaces import CommitFiles, WorkspaceError
 from magis_ray.actors.code.suites import PYTEST_COMMAND
 
 from .environments import EnvironmentUnsupported, Recipe
@@ -67,7 +67,10 @@ def inferred_spec(record: dict, repo_path: str | Path, python: str = "", pythons
     """The test environment of `record`'s repository at its base commit, from its declarations;
     `python` ("3.12") overrides the interpreter the declarations choose. EnvironmentUnsupported
     when no interpreter here satisfies the project."""
-    snapshot = RepoSnapshot.open(repo_path, record["base_commit"])
+    try:
+        snapshot = CommitFiles(repo_path, record["base_commit"])
+    except WorkspaceError as exc:
+        raise EnvironmentUnsupported(f"the project's files cannot be read: {exc}") from None
     when = snapshot.committed_at
     offered = [v for v in available_versions(pythons) if v.startswith("3.") and released_by(v, when)]
     read, listdir = files_in_snapshot(snapshot)
