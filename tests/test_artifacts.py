@@ -491,7 +491,7 @@ def test_a_result_logged_before_it_said_how_its_environment_was_had_reads_from_b
     from magis_ray.actors.swebench.grading_batch import instance_details, preparation_seconds
     from magis_ray.events.codec import decode_recorded
 
-    line = (b'{"run_id": "grading:g", "version": 2, "position": 2, "time": 1.0, "actor": "grader", "schema_version": 4,'
+    line = (b'{"run_id": "grading:g", "version": 2, "position": 2, "time": 1.0, "actor": "grader", "event_id": "e2", "schema_version": 4,'
             b' "event": {"type": "InstanceGraded", "instance_id": "a__b-1", "patch_sha": "x", "resolved": true,'
             b' "env_key": "k", "env_build_seconds": 30.0, "env_built_now": true, "testbed_build_seconds": 5.0}}')
     old = decode_recorded(line).event

@@ -11,7 +11,8 @@ import pytest
 from gitfixtures import make_repo
 from magis_ray.actors.code.suites import PYTEST_COMMAND, PytestSuite, suite_for
 from magis_ray.actors.execution.specs import custom_spec
-from magis_ray.actors.runtime.bench import BenchSetup, ExecutionBench, spec_of
+from magis_ray.actors.runtime.bench import BenchSetup, ExecutionBench, recipe_of
+from magis_ray.events.settings import RunSettings
 
 PYTEST_SUMMARY = """\
 =========================== short test summary info ============================
@@ -40,16 +41,19 @@ def user_repo(tmp_path):
     return tmp_path / "calc", base
 
 
-def setup_of(repo, base, **given) -> BenchSetup:
-    record = dict(repo="example/calc", instance_id="calc-1", base_commit=base, version="", environment_setup_commit="")
-    record.update(given.pop("record", {}))
-    return BenchSetup(record=record, repo_path=str(repo), **given)
+def setup_of(repo, base, record=None, **settings) -> BenchSetup:
+    """A run's bench setup on `repo` at `base`, with these settings of the run's."""
+    found = dict(repo="example/calc", instance_id="calc-1", base_commit=base, version="", environment_setup_commit="")
+    found.update(record or {})
+    return BenchSetup(record=found, repo_path=str(repo), settings=RunSettings(**settings))
 
 
 def test_a_user_s_repository_has_its_spec_and_suite_without_the_harness(without_harness, user_repo):
     repo, base = user_repo
-    spec = spec_of(setup_of(repo, base))
-    assert spec.harness_specs is None and spec.testbed.install == ("python -m pip install pytest",)  # no package: pytest alone
+    spec, inference = recipe_of(setup_of(repo, base))
+    # declared: nothing, and no package to install: pytest in the environment, the checkout as it is
+    assert inference is not None and spec.harness_specs is None and spec.testbed.install == ()
+    assert spec.testbed.env.requirements.split() == ["pytest"]
     assert spec.parse(PYTEST_SUMMARY) == {"tests/test_stats.py::test_median": "PASSED", "tests/test_stats.py::test_mean": "FAILED"}
     suite = suite_for(spec.test_command, "")
     assert isinstance(suite, PytestSuite) and suite.command == PYTEST_COMMAND
@@ -57,7 +61,7 @@ def test_a_user_s_repository_has_its_spec_and_suite_without_the_harness(without_
 
 
 def test_a_grading_s_own_setup_without_a_test_patch_needs_no_harness(without_harness):
-    spec = custom_spec({"repo": "example/calc", "instance_id": "calc-1", "base_commit": "0" * 40}, "3.11")
+    spec = custom_spec({"repo": "example/calc", "instance_id": "calc-1", "base_commit": "0" * 40}, "3.11", "pip install -e .")
     assert spec.test_command == "pytest -rA" and spec.parse(PYTEST_SUMMARY)["tests/test_stats.py::test_mean"] == "FAILED"
 
 
@@ -75,7 +79,7 @@ def test_a_swebench_version_without_the_harness_says_what_the_run_needs(without_
                    "which comes with the SWE-bench harness (pip install 'magis-ray[grade]'); or give --env-setup to "
                    "install the repository your own way")
     # with the user's own install step, the version is no SWE-bench recipe's: the user's repository
-    own = spec_of(setup_of(repo, base, record={"repo": "astropy/astropy", "version": "4.3"}, env_setup="pip install -e ."))
+    own, _ = recipe_of(setup_of(repo, base, record={"repo": "astropy/astropy", "version": "4.3"}, env_setup="pip install -e ."))
     assert own.harness_specs is None and own.testbed.install == ("pip install -e .",)
 
 

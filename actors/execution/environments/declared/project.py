@@ -37,8 +37,9 @@ class Project:
         backend = system.get("build-backend")
         if isinstance(backend, str) and backend.strip():
             return True, backend.strip()
-        if (self.files.text("setup.py") is not None or system or table(self.pyproject, "project")
-                or self.setup_cfg is not None and self.setup_cfg.has_section("metadata")):
+        # pip builds a project from its setup.py, or from pyproject.toml's build system or [project];
+        # a setup.cfg alone, or a pyproject.toml of tools' settings alone, it cannot build
+        if self.files.text("setup.py") is not None or system or table(self.pyproject, "project"):
             return True, "setuptools.build_meta:__legacy__"  # pip's own choice when none is named
         return False, ""
 
