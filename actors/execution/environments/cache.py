@@ -187,7 +187,7 @@ class EnvironmentCache:
                      installer: Installer) -> list[str]:
         """The pins of `recipe.uploaded_before` for the whole environment (pip, setuptools and wheel
         included), or [] when no resolution works (the build then goes on as of today, and
-        logs/dated.log says so). uv resolves for the environment's own interpreter; pip by a pip that
+        logs/era.log says so). uv resolves for the environment's own interpreter; pip by a pip that
         knows dates, in a venv of its own (3.9 and later) or, for an older Python, from wheels.
         Either way the testbeds' installs get that resolver and the spec's exact pins as files."""
         major_minor = tuple(int(p) for p in version.split(".")[:2])
@@ -200,7 +200,7 @@ class EnvironmentCache:
         if any(line.strip() for line in requirements):
             (folder / "era-requirements.txt").write_text("\n".join(requirements) + "\n")
             wanted = ["-r", str(folder / "era-requirements.txt"), *wanted]
-        log = folder / "logs" / "dated.log"
+        log = folder / "logs" / "era.log"
         when, notes = dated.effective_date(recipe.uploaded_before, pins)
         resolver = dated.resolver_pip(major_minor)
         attempts = [("everything", [*dated.TOOLS, *wanted]), ("the tools and the exact pins", [*dated.TOOLS, *pins])]
