@@ -81,13 +81,13 @@ def test_scikit_learn_and_matplotlib_run_pytest_on_the_test_patch_s_files(fixtur
 def test_django_s_parser_reads_its_runner_s_verbose_output(fixture_repo):
     path, commit = fixture_repo
     spec = instance_spec(record("django/django", "4.0", commit, touching("tests/queries/test_qs_combinators.py")), path)
-    output = ("test_limits (queries.test_qs_combinators.QuerySetSetOperationTests) ... ok\n"
+    output = ("limits_for_test_runs (queries.test_qs_combinators.QuerySetSetOperationTests) ... ok\n"
               "test_ordering_subqueries (queries.test_qs_combinators.QuerySetSetOperationTests) ... skipped "
               "\"Database doesn't support feature(s): supports_slicing_ordering_in_compound\"\n"
               "test_union_with_values_list_and_order (queries.test_qs_combinators.QuerySetSetOperationTests) ... FAIL\n"
               "Ensure the union keeps the order. ... ERROR\n")
     parsed = spec.parse(output)
-    assert parsed["test_limits (queries.test_qs_combinators.QuerySetSetOperationTests)"] == "PASSED"
+    assert parsed["limits_for_test_runs (queries.test_qs_combinators.QuerySetSetOperationTests)"] == "PASSED"
     assert parsed["test_ordering_subqueries (queries.test_qs_combinators.QuerySetSetOperationTests)"] == "SKIPPED"
     assert parsed["test_union_with_values_list_and_order (queries.test_qs_combinators.QuerySetSetOperationTests)"] == "FAILED"
     assert parsed["Ensure the union keeps the order."] == "ERROR"

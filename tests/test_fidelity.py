@@ -33,7 +33,7 @@ from magis_ray.actors.execution.runner import TestRunner
 from magis_ray.actors.execution.sandbox import BubblewrapSandbox, bwrap_path
 from magis_ray.actors.execution.environments import SystemPackagesMissing
 from magis_ray.actors.execution.testbeds import TestbedCache, TestbedRecipe
-from magis_ray.actors.execution.runner import test_limits
+from magis_ray.actors.execution.runner import limits_for_test_runs
 from magis_ray.actors.swebench.grading import grade
 from magis_ray.events.settings import GradeSettings
 
@@ -60,7 +60,7 @@ def record(repo: str, base: str, tests: dict, patch: str = "", setup_commit: str
 
 def grade_custom(caches, record_, patch, env_setup="python -m pip install -e . pytest", network=False):
     testbeds, root = caches
-    runner = TestRunner(BubblewrapSandbox(), test_limits(300, 4 * 1024 ** 3), network=network)
+    runner = TestRunner(BubblewrapSandbox(), limits_for_test_runs(300, 4 * 1024 ** 3), network=network)
     return grade(record_, patch, root / "repos", testbeds, runner, model="fixture",
                  settings=GradeSettings(env_python=PY, env_setup=env_setup, test_cmd="pytest -rA"))
 
@@ -123,7 +123,7 @@ def test_h_a_test_run_installing_again_builds_with_the_tools_the_testbeds_instal
     built_with = (Path(testbed.tree) / "built_with.txt").read_text()
     assert int(built_with.split(".")[0]) > 65  # newer than the date's (65.6.3 of December 2022)
     assert list(Path(testbed.wheelhouse).glob(f"setuptools-{built_with}-*.whl"))
-    run = TestRunner(BubblewrapSandbox(), test_limits(300, 4 * 1024 ** 3)).run(
+    run = TestRunner(BubblewrapSandbox(), limits_for_test_runs(300, 4 * 1024 ** 3)).run(
         testbed, "rm built_with.txt && python -m pip install -e . >/dev/null && cat built_with.txt", None)
     assert run.exit_code == 0 and run.output.strip().endswith(built_with), run.output[-2000:]
 

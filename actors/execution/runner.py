@@ -3,7 +3,7 @@
 This is the one call the team's test runs (reproduction tests, regression tests, candidate
 selection) and the grader share:
 
-    runner = TestRunner(open_sandbox("bwrap"), test_limits(timeout_s=600, memory_bytes=4 * GiB))
+    runner = TestRunner(open_sandbox("bwrap"), limits_for_test_runs(timeout_s=600, memory_bytes=4 * GiB))
     run = runner.run(testbed, "git apply -v /.magis-inputs/fix.diff && pytest -rA tests/test_x.py",
                      parse=parse_log_pytest_like, inputs={"fix.diff": diff})
     run.exit_code, run.timed_out, run.results, run.output, run.limits, run.duration_s
@@ -33,7 +33,7 @@ INPUTS = "/.magis-inputs"
 TEST_LOG_BYTES = 16 * MiB
 
 
-def test_limits(timeout_s: float, memory_bytes: int) -> Limits:
+def limits_for_test_runs(timeout_s: float, memory_bytes: int) -> Limits:
     """The limits of every test run (grading's, the team's, `eval`'s) from the settings' time and
     memory for it: the one place they are built. CPU time a little past the wall time, so that the
     wall's limit is the one a slow run meets; the output kept whole up to TEST_LOG_BYTES."""

@@ -33,7 +33,7 @@ from magis_ray.actors.code.suites import PYTEST_COMMAND, TestSuite, suite_for
 from magis_ray.actors.execution.sharing.artifacts import BUILT, FETCHED, open_artifact_store
 from magis_ray.actors.execution.environments import BuildFailed, EnvironmentCache, EnvironmentUnsupported
 from magis_ray.actors.execution.environments.interpreters import InterpreterMissing
-from magis_ray.actors.execution.runner import INPUTS, TestRunner, test_limits
+from magis_ray.actors.execution.runner import INPUTS, TestRunner, limits_for_test_runs
 from magis_ray.actors.execution.sandbox import MiB, SandboxUnavailable, open_sandbox
 from magis_ray.actors.execution.inferred import Inference, declared_python, inferred_spec
 from magis_ray.actors.execution.preparation import prepare_suite
@@ -124,7 +124,7 @@ class ExecutionBench:
         self._testbed: Testbed | None = None
         settings = setup.settings
         sandbox = open_sandbox(settings.sandbox)
-        self._runner = TestRunner(sandbox, test_limits(settings.test_timeout, size_bytes(settings.test_memory)))
+        self._runner = TestRunner(sandbox, limits_for_test_runs(settings.test_timeout, size_bytes(settings.test_memory)))
         # in this node's own cache (its node settings), shared through the run's artifact store
         envs = EnvironmentCache(sandbox=sandbox, artifacts=open_artifact_store(settings.artifact_store))
         self.cache = TestbedCache(envs)

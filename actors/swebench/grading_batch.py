@@ -21,7 +21,7 @@ from magis_ray.events.streams import StreamKind
 
 from magis_ray.actors.execution.sharing.artifacts import BUILT, CACHED, open_artifact_store
 from magis_ray.actors.execution.environments import EnvironmentCache
-from magis_ray.actors.execution.runner import TestRunner, test_limits
+from magis_ray.actors.execution.runner import TestRunner, limits_for_test_runs
 from magis_ray.actors.execution.sandbox import open_sandbox
 from magis_ray.actors.execution.testbeds import TestbedCache
 from .grading import grade, patch_sha, spec_for
@@ -67,7 +67,7 @@ def testbed_cache(options: WorkerOptions, cache_root: str | None = None, stop: t
 def test_runner(settings: GradeSettings, stop: threading.Event | None = None) -> TestRunner:
     """A grading's test runs: in the settings' sandbox, within their limits, with the network where
     they give it; `stop` ends them (SandboxStopped)."""
-    return TestRunner(open_sandbox(settings.sandbox, stop=stop), test_limits(settings.timeout, size_bytes(settings.memory)),
+    return TestRunner(open_sandbox(settings.sandbox, stop=stop), limits_for_test_runs(settings.timeout, size_bytes(settings.memory)),
                       network=settings.network)
 
 

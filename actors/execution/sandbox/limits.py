@@ -1,7 +1,7 @@
 """What a sandboxed command is given and what it gives back: its limits, the host folders it
 sees (`Mount`), the bounded scratch folders it works in (`Scratch`), and its `Outcome`.
 
-A test run's limits are built from the settings in one place (runner.test_limits); `Limits` itself
+A test run's limits are built from the settings in one place (runner.limits_for_test_runs); `Limits` itself
 has no default for the time and memory that settings give."""
 from __future__ import annotations
 
