@@ -61,6 +61,7 @@ def as_object(record: dict, prepared, ran: bool) -> dict:
             "python": suite.python if suite is not None else "", "date": suite.date if suite is not None else "",
             "sources": [{"name": s.name, "installed": s.installed} for s in suite.sources] if suite is not None else [],
             "added": list(suite.added) if suite is not None else [],
+            "problems": list(suite.problems) if suite is not None else [],
             "collection_errors": list(suite.collection_errors) if suite is not None else [],
             "known_failures": list(suite.known_failures) if suite is not None else [],
             "left_out": list(suite.left_out) if suite is not None else [],
@@ -70,7 +71,9 @@ def as_object(record: dict, prepared, ran: bool) -> dict:
 def report(record: dict, prepared) -> str:
     """The report a person reads: the line a run would say, where the environment came from, and
     what the suite did at the base."""
-    lines = [f"{record['repo']} at {record['base_commit'][:12]}", f"tests {prepared.output}"]
+    said = " ".join(prepared.output.split())
+    line = f"tests {said}" if prepared.outcome == "passed" else f"tests off: {said.removeprefix('off: ')}"
+    lines = [f"{record['repo']} at {record['base_commit'][:12]}", line]
     suite = prepared.suite
     if suite is None:
         return "\n".join(lines)
@@ -78,6 +81,8 @@ def report(record: dict, prepared) -> str:
     for source in suite.sources:
         taken = ", ".join(source.installed) if source.installed else "read, not taken"
         lines.append(f"  {source.name}: {taken}")
+    for problem in suite.problems:
+        lines.append(f"  not read: {problem}")
     if suite.added:
         lines.append(f"  added for modules the collection found missing: {', '.join(suite.added)}")
     for error in suite.collection_errors[:10]:

@@ -246,6 +246,7 @@ class SuiteReport(msgspec.Struct, frozen=True):
     python: str = ""  # the interpreter chosen ("3.12")
     date: str = ""  # what its packages resolved as of (ISO 8601; "": today's)
     sources: list[SourceRead] = []  # the places read, in order
+    problems: list[str] = []  # what could not be read of them, a line each (a broken pyproject.toml)
     added: list[str] = []  # distributions added for modules the collection found missing
     collected: int = 0
     collection_errors: list[str] = []  # "FILE: why", a file (or conftest) pytest could not load

@@ -63,7 +63,8 @@ class Collection:
     tests: tuple[str, ...]
     errors: tuple[tuple[str, str], ...]  # (the file, why), in pytest's order
     deselected: int = 0
-    internal_error: str = ""  # pytest itself failed (INTERNALERROR, a conftest it cannot import): its line
+    # pytest itself failed (INTERNALERROR, a conftest it cannot import, a configuration it cannot read): its line
+    internal_error: str = ""
 
     @property
     def missing_modules(self) -> tuple[str, ...]:
@@ -86,6 +87,10 @@ def read_collection(output: str) -> Collection:
     internal = ""
     if "ImportError while loading conftest" in output or "INTERNALERROR" in output:
         internal = _why(output) or next(line for line in output.splitlines() if "INTERNALERROR" in line or "conftest" in line)
+    elif not tests and not errors:
+        # pytest refused to start: its configuration (a pyproject.toml it cannot read), an option
+        internal = next((line.removeprefix("ERROR: ").strip()[:300] for line in output.splitlines()
+                         if line.startswith("ERROR: ")), "")
     deselected = _DESELECTED.search(output)
     return Collection(tests=tests, errors=tuple(errors), deselected=int(deselected.group(1)) if deselected else 0,
                       internal_error=internal)

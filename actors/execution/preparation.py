@@ -57,7 +57,7 @@ class Prepared:
         sources = self.inference.sources_line() if self.inference is not None else "env-setup"
         where = f"{sources}; Python {report.python}"
         if not self.usable:
-            why = report.collection_errors[0] if report.collection_errors else "pytest collected no test"
+            why = report.collection_errors[-1] if report.collection_errors else "pytest collected no test"
             return f"off: {why} ({where})"
         if report.collection_errors:
             files = len(report.collection_errors)
@@ -91,7 +91,8 @@ def prepare_suite(spec: InstanceSpec, testbeds: TestbedCache, runner: TestRunner
         collected=len(collection.tests), deselected=collection.deselected, build_seconds=round(build_seconds, 1),
         collect_seconds=round(collect_seconds, 1),
         collection_errors=[f"{file}: {why}" for file, why in collection.errors]
-                          + ([f"conftest: {collection.internal_error}"] if collection.internal_error else []))
+                          + ([f"pytest: {collection.internal_error}"] if collection.internal_error else []),
+        problems=list(inference.declared.problems) if inference is not None else [])
     if collection.tests and not collect_only:
         report = run_at_the_base(report, testbed, runner)
     return Prepared(spec, inference, testbed, report)
