@@ -377,7 +377,7 @@ def test_the_grading_service_grades_without_the_command(setup, tmp_path):
     dotted = plan_grading(msgspec.structs.replace(options, name="gold@verified.test-3.11"))
     assert dotted.report_path == store / "gradings" / "gold@verified.test-3.11.json"
     with pytest.raises(GradingInputError) as refused:
-        plan_grading(msgspec.structs.replace(options, grade=GradeSettings(memory="64T")))
+        plan_grading(msgspec.structs.replace(options, grade=GradeSettings(memory="4096G")))
     assert refused.value.setting == "grade.memory"
 
 
