@@ -132,7 +132,7 @@ def grade_command(ctx: click.Context, **flags) -> None:
     from magis_ray.actors.code.swebench_harness import HarnessMissing
     from magis_ray.actors.swebench.grading_service import GradingInputError, plan_grading, run_grading_plan, start_ray
 
-    from .signals import interrupted_exit_code, stopped_by_signals
+    from .signals import interrupted_exit_code
 
     effective = grade_settings(ctx)
     options = grading_options(flags, effective.grade, effective.settings.artifact_store)
@@ -147,7 +147,7 @@ def grade_command(ctx: click.Context, **flags) -> None:
         raise BadInput(missing_extra("grade", "magis-ray grade", ["swebench"])) from None
     except SandboxUnavailable as exc:
         raise BadInput(str(exc)) from None
-    start_ray(plan)  # before the signals' handlers: Ray sets its own when it starts
+    start_ray(plan)
     with tqdm(total=len(plan.jobs), unit="instance", desc=f"grade {plan.name}", file=sys.stderr) as bar:
         def progress(event, skipped: bool) -> None:
             bar.update(1)
@@ -155,8 +155,7 @@ def grade_command(ctx: click.Context, **flags) -> None:
             bar.set_postfix_str(f"{event.instance_id}: {state}", refresh=True)
 
         try:
-            with stopped_by_signals():
-                outcome = run_grading_plan(plan, progress)
+            outcome = run_grading_plan(plan, progress)
         except KeyboardInterrupt:
             click.echo(f"magis-ray: interrupted; run the same command again to resume grading {plan.name}", err=True)
             sys.exit(interrupted_exit_code())

@@ -242,23 +242,26 @@ cli.add_command(config_command)
 def main(argv: list[str] | None = None) -> None:
     from magis_ray.actors.runtime.logs import configure_logging
 
+    from .signals import decide, handle_signals, interrupted_exit_code
+
+    handle_signals()  # first of all: a signal at any moment of the command stops it with one line
     configure_logging()
     try:
         cli.main(args=argv, prog_name="magis-ray", standalone_mode=False)
+        status, line = 0, ""
     except click.exceptions.Abort:
-        from .signals import interrupted_exit_code
-
-        click.echo("magis-ray: interrupted", err=True)
-        sys.exit(interrupted_exit_code())
-    except click.ClickException as exc:
-        click.echo(f"magis-ray: error: {exc.format_message()}", err=True)
-        sys.exit(2)
+        status, line = interrupted_exit_code(), "magis-ray: interrupted"
+    except SystemExit as exc:  # a command's own exit status (replay's 1, an interrupted batch's), its lines printed
+        status, line = exc.code if isinstance(exc.code, int) else 0, ""
     except Exception as exc:  # noqa: BLE001 - every known user-facing failure becomes one line
-        user_error = _as_user_error(exc)
-        if user_error is None:
+        error = exc if isinstance(exc, click.ClickException) else _as_user_error(exc)
+        if error is None:
             raise
-        user_error.show()
-        sys.exit(2)
+        status, line = 2, f"magis-ray: error: {error.format_message()}"
+    decide(status)
+    if line:
+        click.echo(line, err=True)
+    sys.exit(status)
 
 
 def _as_user_error(exc: Exception) -> UserError | None:

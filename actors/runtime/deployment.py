@@ -5,6 +5,7 @@ import logging
 import os
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,16 +118,37 @@ def ensure_ray(address: str | None = None) -> str:
     deadline = time.monotonic() + node.ray_start_s
     while True:
         try:
-            ray.init(
-                address=address, namespace=NAMESPACE, runtime_env=settings_runtime_env(address, process_environment()),
-                include_dashboard=False, log_to_driver=False, configure_logging=False, **own_ray_config(address),
-            )
+            with signal_handlers_kept():
+                ray.init(
+                    address=address, namespace=NAMESPACE, runtime_env=settings_runtime_env(address, process_environment()),
+                    include_dashboard=False, log_to_driver=False, configure_logging=False, **own_ray_config(address),
+                )
             return address
         except Exception as exc:  # noqa: BLE001 - Ray raises bare Exceptions, RuntimeErrors and OSErrors here
             ray.shutdown()  # ends what a half-made start left running
             if address == "local" and start_timed_out(exc) and time.monotonic() < deadline:
                 continue
             raise RayStartFailed(start_failure(address, exc)) from None
+
+
+@contextmanager
+def signal_handlers_kept():
+    """Ray's start as this process's signal handlers stand. ray.init would set SIGTERM handlers of
+    its own (one exits with status 15, a Ray it starts ends its processes and exits with 1), and the
+    driver's core worker a crash handler that also takes SIGTERM (a C++ stack, then exit 15 or
+    134): a command stopped during or just after the start would end without its line. So Ray is
+    kept from setting them; its workers keep their crash handler, which this process's setting
+    does not reach."""
+    import ray._private.ray_constants as ray_constants
+    import ray._private.utils as ray_utils
+
+    crash_handler, set_handler = ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER, ray_utils.set_sigterm_handler
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+    ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER, ray_utils.set_sigterm_handler = crash_handler, set_handler
 
 
 def start_timed_out(exc: BaseException) -> bool:
@@ -176,8 +198,8 @@ class RunningRun:
 
     run_id: str
     supervisor: object
-    result: object  # ObjectRef of RunFinished | RunFailed
     fence: int = 0  # the epoch of this driver's lease on the run
+    result: object = None  # ObjectRef of RunFinished | RunFailed, once the supervisor is asked
 
 
 def taken_over(run_id: str) -> Fenced:
@@ -202,6 +224,7 @@ class Deployment:
         ray.get(self.store.uses_gateway.remote(gateway_name(gateway_config)))
         self._pool = None
         self._idle: list = []  # supervisors whose run ended normally
+        self.asked: dict[str, RunningRun] = {}  # the runs a supervisor was asked to run, by id
 
     @property
     def pool(self):
@@ -234,9 +257,12 @@ class Deployment:
             ray.get(self.gateway.set_budget.remote(run_id, max(settings.token_budget - spent, 1)))
         if settings.batch:
             ray.get(self.gateway.join_batch.remote(run_id, batch_budget_key(settings.batch)))
-        supervisor = self._supervisor()
-        result = supervisor.run.remote(run_id, issue, settings, os.path.abspath(repo_path), self.store, self.gateway, recorded, fence)
-        return RunningRun(run_id, supervisor, result, fence)
+        # known before the supervisor is asked: a stop from here on ends the run (interrupt), whether
+        # or not the supervisor has begun its log
+        run = self.asked[run_id] = RunningRun(run_id, self._supervisor(), fence)
+        run.result = run.supervisor.run.remote(run_id, issue, settings, os.path.abspath(repo_path), self.store,
+                                               self.gateway, recorded, fence)
+        return run
 
     def lost(self, run: RunningRun) -> bool:
         """Another driver took the run over (this one stalled past its lease)."""
@@ -261,6 +287,7 @@ class Deployment:
         finally:
             if ended:
                 self._idle.append(run.supervisor)
+                self.asked.pop(run.run_id, None)
             else:
                 self._end(run)
             self.liveness.release(run.run_id)
@@ -270,16 +297,18 @@ class Deployment:
         ray.kill(run.supervisor)
         self.pool.end_run.remote(run.run_id)
 
-    def interrupt(self, run: RunningRun) -> RunFailed:
+    def interrupt(self, run: RunningRun) -> RunFailed | None:
         """Stop a run's actors and end its log resumably; the store refuses any late append once
-        the log has ended."""
+        the log has ended. None: the run was stopped before its log began, and nothing of it is
+        recorded, nor ever will be (its supervisor's first events, late, are refused too)."""
         self._end(run)
         end = RunFailed(reason=INTERRUPTED, error_type="Interrupted", resumable=True)
         try:
-            ray.get(self.store.append_next.remote(run.run_id, [new_event(end, "driver")], run.fence))
+            ended = ray.get(self.store.end.remote(run.run_id, [new_event(end, "driver")], run.fence))
         finally:
+            self.asked.pop(run.run_id, None)
             self.liveness.release(run.run_id)
-        return end
+        return end if ended else None
 
     def close(self) -> None:
         """End the kept supervisors and role actors (the driver's exit ends them too), and the
@@ -296,26 +325,27 @@ class Deployment:
 
 def run_issue(*, store_path: str, issue: IssueRecord, settings: RunSettings, repo_path: str, gateway_config,
               run_id: str, resume: ResumePoint | None = None, liveness: Liveness | None = None,
-              fence: int | None = None) -> RunFinished | RunFailed:
-    """Run (or resume) one issue on Ray; returns the run's terminal event. Ctrl-C ends the log resumably.
+              fence: int | None = None) -> RunFinished | RunFailed | None:
+    """Run (or resume) one issue on Ray; returns the run's terminal event. Ctrl-C ends the log
+    resumably, or returns None when the run had not begun it (nothing of it is recorded).
     `liveness` and `fence`: the driver's leases and the run's epoch, when it took the run's lease
     already (the lease is taken once)."""
     deployment = Deployment(store_path, gateway_config, liveness)
     try:
-        run = deployment.start(
+        return deployment.finish(deployment.start(
             issue=issue, settings=settings, repo_path=repo_path, run_id=run_id,
             recorded=resume.recorded if resume else None, resume=resume, fence=fence,
-        )
-        try:
-            return deployment.finish(run)
-        except KeyboardInterrupt:
-            return deployment.interrupt(run)
+        ))
+    except KeyboardInterrupt:
+        if run_id not in deployment.asked:
+            raise  # no supervisor was asked to run it: nothing of it is recorded
+        return deployment.interrupt(deployment.asked[run_id])
     finally:
         deployment.close()
 
 
 def resume_issue(*, store_path: str, run_id: str, point: ResumePoint, repo_path: str, gateway_config,
-                 liveness: Liveness | None = None, fence: int | None = None) -> RunFinished | RunFailed:
+                 liveness: Liveness | None = None, fence: int | None = None) -> RunFinished | RunFailed | None:
     """Go on with a cut-off run: mark what is superseded, then re-live the log and continue."""
     return run_issue(
         store_path=store_path, issue=issue_of(point.started), settings=point.started.settings, repo_path=repo_path,
