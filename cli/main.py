@@ -242,7 +242,7 @@ cli.add_command(config_command)
 def main(argv: list[str] | None = None) -> None:
     from magis_ray.actors.runtime.logs import configure_logging
 
-    from .signals import decide, handle_signals, interrupted_exit_code
+    from .signals import decide, end_now, handle_signals, interrupted_exit_code
 
     handle_signals()  # first of all: a signal at any moment of the command stops it with one line
     configure_logging()
@@ -261,6 +261,9 @@ def main(argv: list[str] | None = None) -> None:
     decide(status)
     if line:
         click.echo(line, err=True)
+    deployment = sys.modules.get("magis_ray.actors.runtime.deployment")
+    if deployment is not None and deployment.ray_gone():
+        end_now(status)  # Ray's own exit would wait a minute for its GCS, then crash
     sys.exit(status)
 
 

@@ -76,7 +76,10 @@ def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instanc
 
 def drive(store_path: str, run_id: str, go, waiting: str = ""):
     """`go()` (the run, or its resume) with its progress lines: the run's ending. Stopped by a
-    signal, what the store holds of the run (`recorded_end`)."""
+    signal, what the store holds of the run (`recorded_end`). The Ray under it gone: one line
+    naming that Ray, and how to go on with the run."""
+    from magis_ray.actors.runtime.deployment import RayGone
+
     from .progress import Progress
 
     try:
@@ -86,6 +89,8 @@ def drive(store_path: str, run_id: str, go, waiting: str = ""):
     except KeyboardInterrupt:
         end = recorded_end(store_path, run_id)
         decide(exit_status(end))
+    except RayGone as exc:
+        raise UserError(f"run {run_id}: {exc}{resume_hint(store_path, run_id)}") from None
     return end
 
 
@@ -239,7 +244,8 @@ def start_ray(store_path: str, run_id: str) -> None:
     node = node_settings()
     address = ray_address(node)
     if address not in ("local", node.ray_address):
-        click.echo(f"magis-ray: using the running Ray at {address} (MAGIS_RAY=own starts one of this command's own)", err=True)
+        click.echo(f"magis-ray: joining the running Ray at {address}, which another process started and which must "
+                   "stay up while this command runs (MAGIS_RAY=own starts a Ray of this command's own)", err=True)
     try:
         # a stream no run writes: Progress shows its waiting line, and its heartbeat while Ray starts
         with Progress(store_path, f"{run_id}:ray-start", waiting="starting Ray"):

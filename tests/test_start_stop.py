@@ -14,7 +14,7 @@ import pytest
 from checks import assert_one_line_error
 from gated import Gate, run_gated
 from processes import busy_loops, describe, in_session
-from rayheads import recorded_head_started
+from rayheads import recorded_head_started, stop_head
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, write_issue
 from waiting import wait_until
 
@@ -235,12 +235,37 @@ def test_submit_uses_a_running_ray_head(issue_file, tmp_path):
         assert result.returncode == 0, result.stderr
         recorded = (Path(head.root) / "ray" / "ray_current_cluster").read_text().strip()  # the head's node address
         assert recorded.endswith(":" + head.address.rpartition(":")[2]), (recorded, head.address)
-        assert f"using the running Ray at {recorded}" in result.stderr, result.stderr
+        assert f"joining the running Ray at {recorded}, which another process started" in result.stderr, result.stderr
+        assert "MAGIS_RAY=own" in result.stderr
         # a Ray of its own would have made a session folder named after the driver's pid there
         sessions = sorted(p.name for p in (Path(head.root) / "ray").glob("session_*") if not p.is_symlink())
         assert len(sessions) == 1, sessions
     [run_id] = runs_in(store)
     assert final_diff(fold(events_of(store, run_id))) == EXPECTED_DIFF
+
+
+def test_a_joined_ray_stopped_mid_run_is_named_and_resume_finishes_the_run(issue_file, tmp_path):
+    """The warm Ray a submit joined is stopped by whoever started it, the moment the run's kick-off
+    meeting begins: one line naming that Ray by its address and saying how to go on, exit 2; the
+    resume (on a Ray of its own) finishes the run."""
+    store = tmp_path / "store"
+    with ScriptedServer(team()) as server:
+        with recorded_head_started("magis-gone-") as head:
+            env = environment(**{name: value for name, value in head.env.items() if name.startswith("RAY_")},
+                              RAY_TMPDIR=head.root, MAGIS_RAY="auto")
+            address = (Path(head.root) / "ray" / "ray_current_cluster").read_text().strip()
+            stop = Gate("stderr", "  kick-off meeting", act=lambda _driver: stop_head(head.process, head.root))
+            stopped = run_gated(submit_args(issue_file, store, server), cwd=tmp_path, env=env, gate=stop)
+        assert stopped.opened_at is not None, stopped.stderr
+        assert stopped.returncode == 2, stopped.stderr
+        [run_id] = runs_in(store)
+        assert_one_ending_line(stopped, f"magis-ray: error: run {run_id}: the Ray this command joined at {address} is gone")
+        assert f"magis-ray resume {run_id}" in stopped.stderr[-1], stopped.stderr
+        resumed = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path,
+                      environment(MAGIS_RAY="own"))
+        assert resumed.returncode == 0, resumed.stderr
+    events = events_of(store, run_id)
+    assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF
 
 
 def test_runs_shows_a_run_without_a_driver_as_cut_off(tmp_path):

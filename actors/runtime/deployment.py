@@ -75,8 +75,6 @@ def warm_local_ray(node: NodeSettings) -> str | None:
     None when MAGIS_RAY=own, when none was started, when the recorded one is gone, or when another
     user recorded it: on a machine people share (a login node, a CI runner) /tmp/ray is everyone's,
     and another user's Ray is not this user's to run work in."""
-    import socket
-
     from ray._private.utils import get_ray_address_file
 
     if node.ray == "own":
@@ -90,18 +88,51 @@ def warm_local_ray(node: NodeSettings) -> str | None:
         return None
     if not address or ":" not in address:
         return None
+    return address if answers_at(address) else None
+
+
+def answers_at(address: str) -> bool:
+    """Whether a Ray's GCS listens at `address` (host:port)."""
+    import socket
+
     host, _, port = address.rpartition(":")
     try:
         with socket.create_connection((host, int(port)), timeout=1.0):
-            return address
+            return True
     except (OSError, ValueError):
-        return None
+        return False
 
 
 def ray_address(node: NodeSettings) -> str:
     """Where this driver's Ray is: the cluster RAY_ADDRESS names (as `ray job submit` sets it), else
     a warm local Ray (warm_local_ray), else "local", a Ray of our own."""
     return node.ray_address or warm_local_ray(node) or "local"
+
+
+class RayGone(Exception):
+    """The Ray this driver ran on went away under it; the message is the one line that says which."""
+
+
+_joined: list[str] = []  # the address of a Ray this process joined rather than started
+
+
+def ray_gone() -> str | None:
+    """The address of this process's Ray when its GCS no longer answers; None while it does, or
+    when no Ray was started or joined."""
+    if not ray.is_initialized():
+        return None
+    address = ray.get_runtime_context().gcs_address
+    return None if answers_at(address) else address
+
+
+def gone_ray(exc: Exception) -> RayGone | None:
+    """What a Ray error means when the Ray itself is gone: a joined one, named by its address;
+    None while it still answers (the error is the run's own)."""
+    address = ray_gone()
+    if address is None:
+        return None
+    whose = "the Ray this command joined" if _joined else "this command's own Ray"
+    return RayGone(f"{whose} at {address} is gone (Ray: {type(root_cause(exc)).__name__})")
 
 
 def ensure_ray(address: str | None = None) -> str:
@@ -123,6 +154,8 @@ def ensure_ray(address: str | None = None) -> str:
                     address=address, namespace=NAMESPACE, runtime_env=settings_runtime_env(address, process_environment()),
                     include_dashboard=False, log_to_driver=False, configure_logging=False, **own_ray_config(address),
                 )
+            if address != "local":
+                _joined.append(address)
             return address
         except Exception as exc:  # noqa: BLE001 - Ray raises bare Exceptions, RuntimeErrors and OSErrors here
             ray.shutdown()  # ends what a half-made start left running
@@ -330,18 +363,24 @@ def run_issue(*, store_path: str, issue: IssueRecord, settings: RunSettings, rep
     resumably, or returns None when the run had not begun it (nothing of it is recorded).
     `liveness` and `fence`: the driver's leases and the run's epoch, when it took the run's lease
     already (the lease is taken once)."""
-    deployment = Deployment(store_path, gateway_config, liveness)
     try:
-        return deployment.finish(deployment.start(
-            issue=issue, settings=settings, repo_path=repo_path, run_id=run_id,
-            recorded=resume.recorded if resume else None, resume=resume, fence=fence,
-        ))
-    except KeyboardInterrupt:
-        if run_id not in deployment.asked:
-            raise  # no supervisor was asked to run it: nothing of it is recorded
-        return deployment.interrupt(deployment.asked[run_id])
-    finally:
-        deployment.close()
+        deployment = Deployment(store_path, gateway_config, liveness)
+        try:
+            return deployment.finish(deployment.start(
+                issue=issue, settings=settings, repo_path=repo_path, run_id=run_id,
+                recorded=resume.recorded if resume else None, resume=resume, fence=fence,
+            ))
+        except KeyboardInterrupt:
+            if run_id not in deployment.asked:
+                raise  # no supervisor was asked to run it: nothing of it is recorded
+            return deployment.interrupt(deployment.asked[run_id])
+        finally:
+            deployment.close()
+    except ray.exceptions.RayError as exc:
+        gone = gone_ray(exc)
+        if gone is None:
+            raise
+        raise gone from None
 
 
 def resume_issue(*, store_path: str, run_id: str, point: ResumePoint, repo_path: str, gateway_config,
