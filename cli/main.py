@@ -34,8 +34,9 @@ def cli() -> None:
 
 
 @cli.command("runs")
+@click.option("--last", is_flag=True, help="Print only the id of the run started last (RUN=$(magis-ray runs --last)).")
 @store_option
-def runs_command(store_path: str) -> None:
+def runs_command(last: bool, store_path: str) -> None:
     """List the runs in the store."""
     from magis_ray.events.projections import fold
     from magis_ray.events.streams import StreamKind
@@ -43,13 +44,19 @@ def runs_command(store_path: str) -> None:
 
     from magis_ray.actors.runtime.liveness import driver_gone
 
+    from .errors import BadInput
+
     store = open_store(store_path)
     try:
         rows = []
         leases = {lease.key: lease for lease in store.leases()}
-        for info in store.list_runs():
-            if StreamKind.of(info.run_id) is not StreamKind.RUN:  # a grading's stream (`magis-ray grade` reports it)
-                continue
+        runs = [info for info in store.list_runs() if StreamKind.of(info.run_id) is StreamKind.RUN]  # not gradings' streams
+        if last:
+            if not runs:
+                raise BadInput(f"no runs in the store {store_path}")
+            click.echo(runs[-1].run_id)  # the store lists runs in the order they began
+            return
+        for info in runs:
             view = fold(store.read(info.run_id))
             instance = view.started.instance_id if view.started else "-"
             outcome = view.finished.outcome if view.finished else (view.failed.reason if view.failed else "")
