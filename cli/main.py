@@ -244,6 +244,9 @@ cli.add_command(apply_command)
 from .config import config_command  # noqa: E402 - a click command; its heavy imports are inside it
 
 cli.add_command(config_command)
+from .doctor import doctor_command  # noqa: E402 - a click command; its heavy imports are inside it
+
+cli.add_command(doctor_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,7 +19,7 @@ import pytest
 from gitfixtures import make_repo
 from magis_ray.actors.execution.conda import as_conda_has_it, pip_equivalent, with_wheel
 from magis_ray.actors.execution.specs import SWEBENCH_ERA, instance_spec
-from magis_ray.actors.execution.testbeds import (SystemPackagesMissing, _check_system_locales, _check_system_packages,
+from magis_ray.actors.execution.testbeds import (SystemPackagesMissing, check_system_locales, check_system_packages,
                                                  missing_system_packages, system_packages_of)
 
 DJANGO_REQUIREMENTS = "asgiref >= 3.2\nargon2-cffi >= 16.1.0\npytz\nsqlparse\n"
@@ -112,8 +112,8 @@ def test_django_s_locale_is_a_requirement_of_the_machine_not_a_step(fixture_repo
 def test_a_missing_locale_is_named_with_the_commands_that_make_it():
     with pytest.raises(SystemPackagesMissing, match=r"needs the locale xx_XX\.UTF-8, which this machine has not generated "
                                                     r"\(.*sed -i '/\^# \*xx_XX\[\.\]UTF-8 /s/\^# \*//' /etc/locale\.gen && locale-gen\)"):
-        _check_system_locales(("xx_XX.UTF-8",))
-    _check_system_locales(("C.UTF-8",))  # every glibc has it
+        check_system_locales(("xx_XX.UTF-8",))
+    check_system_locales(("C.UTF-8",))  # every glibc has it
 
 
 # --- scikit-learn's environments -----------------------------------------------------------------
@@ -175,7 +175,7 @@ def test_matplotlib_s_environment_yml_without_its_conda_only_gui_toolkits():
 def test_a_missing_system_package_is_named_with_its_install_command():
     with pytest.raises(SystemPackagesMissing, match=r"needs system packages not on this machine: magis-no-such-package "
                                                     r"\(apt-get install magis-no-such-package\)"):
-        _check_system_packages(("magis-no-such-package",))
+        check_system_packages(("magis-no-such-package",))
 
 
 @pytest.mark.skipif(missing_system_packages(("libfreetype-dev",)) != [], reason="Debian's libfreetype-dev is not installed")

@@ -161,8 +161,8 @@ class TestbedCache:
         """The testbed of `recipe`, built now unless this node has it. Raises what
         EnvironmentCache.get raises, and EnvironmentBuildError for a failed checkout or install."""
         env = self.envs.get(recipe.env)
-        _check_system_packages(recipe.system_packages)
-        _check_system_locales(recipe.system_locales)
+        check_system_packages(recipe.system_packages)
+        check_system_locales(recipe.system_locales)
         key = recipe.key(env.key)
         folder = self.root / key
         repo_path = Path(repo_path).resolve()
@@ -878,7 +878,8 @@ def missing_system_packages(packages: tuple[str, ...]) -> list[str]:
     return [p for p in packages if p not in present]
 
 
-def _check_system_packages(packages: tuple[str, ...]) -> None:
+def check_system_packages(packages: tuple[str, ...]) -> None:
+    """SystemPackagesMissing naming the Debian packages of `packages` this machine lacks, and their install."""
     missing = missing_system_packages(packages)
     if missing:
         raise SystemPackagesMissing(f"needs system packages not on this machine: {', '.join(missing)} "
@@ -890,8 +891,9 @@ def _locale_name(name: str) -> str:
     return name.lower().replace("utf-8", "utf8")
 
 
-def _check_system_locales(locales: tuple[str, ...]) -> None:
-    """The spec generates these locales in its image (locale-gen); a test run sees this machine's."""
+def check_system_locales(locales: tuple[str, ...]) -> None:
+    """SystemPackagesMissing naming the locales of `locales` this machine has not generated, and how to
+    generate them: the spec generates them in its image (locale-gen); a test run sees this machine's."""
     if not locales:
         return
     listed = subprocess.run(["locale", "-a"], capture_output=True, text=True)
@@ -907,5 +909,5 @@ def _check_system_locales(locales: tuple[str, ...]) -> None:
 
 
 __all__ = ["TestbedRecipe", "Testbed", "TestbedCache", "TESTBED", "chain", "make_prefix", "build_requirements", "system_packages_of",
-           "missing_system_packages",
+           "missing_system_packages", "check_system_packages", "check_system_locales",
            "SYSTEM_PREFIXES"]
