@@ -247,6 +247,9 @@ cli.add_command(config_command)
 from .doctor import doctor_command  # noqa: E402 - a click command; its heavy imports are inside it
 
 cli.add_command(doctor_command)
+from .repos import repos_command  # noqa: E402 - a click command; its heavy imports are inside it
+
+cli.add_command(repos_command)
 
 
 def main(argv: list[str] | None = None) -> None:
