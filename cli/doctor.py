@@ -16,7 +16,7 @@ from .errors import BadInput, missing_extra
 GRADE = GradeSettings()
 
 
-@click.command("doctor", short_help="Check this machine, or every node of a cluster, for what a grading needs.")
+@click.command("doctor", short_help="Check this machine, or every node, for what a grading needs.")
 @click.option("--dataset", type=click.Path(path_type=Path),
               help="The SWE-bench dataset about to be graded: the Pythons, Debian packages and locales its specs need.")
 @click.option("--workers", type=int, default=GRADE.workers, show_default=True,

@@ -85,7 +85,7 @@ def grade_settings(ctx: click.Context) -> Effective:
     return effective_settings(given_flags(ctx, ("grade",), SHARED_KEYS), project_root(None))
 
 
-@click.command("grade")
+@click.command("grade", short_help="Grade predictions on SWE-bench without Docker.")
 @click.argument("predictions", required=False, type=click.Path(path_type=Path))
 @click.option("--dataset", required=True, type=click.Path(path_type=Path), help="The SWE-bench dataset (.jsonl or .json).")
 @click.option("--repos-dir", required=True, type=click.Path(), help="A folder of owner__name repositories.")

@@ -33,7 +33,7 @@ def cli() -> None:
     """magis-ray: a team of LLM agents (MAGIS) resolving GitHub issues, as an event-sourced Ray actor system."""
 
 
-@cli.command("runs")
+@cli.command("runs", short_help="List the runs in the store (--last: the newest run's id).")
 @click.option("--last", is_flag=True, help="Print only the id of the run started last (RUN=$(magis-ray runs --last)).")
 @store_option
 def runs_command(last: bool, store_path: str) -> None:
@@ -84,7 +84,7 @@ def shorten(text: str, width: int) -> str:
     return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(" ,;:.") + "…"
 
 
-@cli.command("events")
+@cli.command("events", short_help="Print a run's events as JSON lines.")
 @click.argument("run")
 @store_option
 def events_command(run: str, store_path: str) -> None:
@@ -99,7 +99,7 @@ def events_command(run: str, store_path: str) -> None:
     out.flush()
 
 
-@cli.command("diff")
+@cli.command("diff", short_help="Print the run's diff, which applies to its base commit.")
 @click.argument("run")
 @store_option
 def diff_command(run: str, store_path: str) -> None:
@@ -116,7 +116,7 @@ def diff_command(run: str, store_path: str) -> None:
     click.echo(diff, nl=False)
 
 
-@cli.command("audit")
+@cli.command("audit", short_help="Print the run's audit trail: who decided what, why, at what cost.")
 @click.argument("run")
 @click.option("--format", "fmt", type=click.Choice(["md", "json", "html", "pr"]), default="md", show_default=True,
               help="Markdown, JSON, one self-contained HTML page, or a pull request's description (Markdown).")
@@ -141,7 +141,7 @@ def audit_command(run: str, fmt: str, store_path: str) -> None:
         click.echo(audit_markdown(view), nl=False)
 
 
-@cli.command("replay")
+@cli.command("replay", short_help="Rebuild a run's projections and re-run its team from its log.")
 @click.argument("run")
 @click.option("--repo", "repo", type=click.Path(), help="Where the repository is now, if it moved.")
 @store_option
@@ -186,7 +186,7 @@ def replay_command(run, repo, store_path) -> None:
     sys.exit(1)
 
 
-@cli.command("stop")
+@cli.command("stop", short_help="End the shared store and gateway actors on a Ray cluster.")
 @click.option("--force", is_flag=True, help="Stop them even while runs of the store are live.")
 @store_option
 def stop_command(force: bool, store_path: str) -> None:

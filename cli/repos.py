@@ -11,7 +11,7 @@ import click
 from .errors import BadInput
 
 
-@click.command("repos", short_help="Clone a dataset's repositories and their submodules' mirrors into a --repos-dir.")
+@click.command("repos", short_help="Clone a dataset's repositories and submodule mirrors.")
 @click.option("--dataset", required=True, type=click.Path(path_type=Path), help="The SWE-bench dataset (.jsonl or .json).")
 @click.option("--repos-dir", required=True, type=click.Path(path_type=Path), help="The folder to fill (made if missing).")
 @click.option("--from", "prefix", default="", metavar="URL-PREFIX",

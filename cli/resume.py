@@ -36,7 +36,7 @@ def recorded_layer(recorded, flags: Layer) -> Layer:
     return Layer("record", values={key: value for key, value in values.items() if value != ""})
 
 
-@click.command("resume")
+@click.command("resume", short_help="Go on with a cut-off run, reusing its recorded answers.")
 @click.argument("run")
 @click.option("--repo", "repo", type=click.Path(), help="Where the repository is now, if it moved.")
 @store_option

@@ -15,7 +15,7 @@ from .options import DEFAULT_STORE, RUN, model_options, settings_options, store_
 from .signals import decide, interrupted_exit_code
 
 
-@click.command("submit")
+@click.command("submit", short_help="Resolve an issue, or a dataset's issues, with the MAGIS team.")
 @click.argument("issue", metavar="ISSUE")
 @click.option("--repo", "repo", type=click.Path(), help="The issue's repository (default: the current folder's repository).")
 @click.option("--base", metavar="REV", help="The commit the run starts from (default: the record's base_commit, else HEAD).")
