@@ -109,9 +109,8 @@ def recorded_end(store_path: str, run_id: str):
     """The ending of a run that a signal stopped, as its log holds it: its RunFinished or RunFailed;
     a RunFailed of its own (not recorded) when the log holds none, which leaves the run cut off and
     resumable; None when the log holds nothing of the run."""
-    from magis_ray.actors.runtime.deployment import INTERRUPTED
+    from magis_ray.actors.runtime.deployment import STOPPED
     from magis_ray.events.projections import fold
-    from magis_ray.events.schema import RunFailed
     from magis_ray.store import UnknownRun, open_store
 
     with open_store(store_path) as store:
@@ -122,7 +121,7 @@ def recorded_end(store_path: str, run_id: str):
     if not events:
         return None
     view = fold(events)
-    return view.finished or view.failed or RunFailed(reason=INTERRUPTED, error_type="Interrupted", resumable=True)
+    return view.finished or view.failed or STOPPED
 
 
 def check_artifact_store(effective) -> None:

@@ -24,6 +24,8 @@ from magis_ray.store import Fenced
 from magis_ray.events.settings import NODE_ENV, NODE_OWN, NodeSettings, node_settings, process_environment
 
 INTERRUPTED = "interrupted by the user"
+# The ending of a run a signal stopped: resumable
+STOPPED = RunFailed(reason=INTERRUPTED, error_type="Interrupted", resumable=True)
 
 
 SETTINGS_PREFIX = "MAGIS_"
@@ -335,13 +337,12 @@ class Deployment:
         the log has ended. None: the run was stopped before its log began, and nothing of it is
         recorded, nor ever will be (its supervisor's first events, late, are refused too)."""
         self._end(run)
-        end = RunFailed(reason=INTERRUPTED, error_type="Interrupted", resumable=True)
         try:
-            ended = ray.get(self.store.end.remote(run.run_id, [new_event(end, "driver")], run.fence))
+            ended = ray.get(self.store.end.remote(run.run_id, [new_event(STOPPED, "driver")], run.fence))
         finally:
             self.asked.pop(run.run_id, None)
             self.liveness.release(run.run_id)
-        return end if ended else None
+        return STOPPED if ended else None
 
     def close(self) -> None:
         """End the kept supervisors and role actors (the driver's exit ends them too), and the
