@@ -50,7 +50,7 @@ def default_branch(view) -> str:
     return f"magis/{slug(issue_title(view), words=5, chars=32)}-{view.run_id[:6]}"
 
 
-@click.command("apply")
+@click.command("apply", short_help="Make a branch with the run's diff as one commit.")
 @click.argument("run")
 @click.option("--branch", help="The new branch's name (default: magis/ISSUE-SLUG-RUN). An existing branch is refused.")
 @click.option("--worktree", type=click.Path(), help="Also check the branch out in a new working tree at this path.")

@@ -21,7 +21,8 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
     from magis_ray.store import open_store
 
     from magis_ray.events.errors import BadInput
-    from .signals import interrupted_exit_code, stopped_by_signals
+
+    from .signals import interrupted_exit_code
 
     try:
         items = read_batch_items(dataset.read_bytes().splitlines(), dataset.name)
@@ -53,9 +54,8 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
                         bar.set_postfix_str(f"{result.instance_id}: {result.status}", refresh=True)
 
                     try:
-                        with stopped_by_signals():
-                            results = BatchRunner(deployment, store, run_config, repos_dir, workers, progress,
-                                                  run_config.batch_budget).run(items)
+                        results = BatchRunner(deployment, store, run_config, repos_dir, workers, progress,
+                                              run_config.batch_budget).run(items)
                     except KeyboardInterrupt:
                         click.echo(f"magis-ray: interrupted; run the same command again to resume batch {batch_name}", err=True)
                         sys.exit(interrupted_exit_code())

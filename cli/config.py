@@ -55,7 +55,7 @@ def setting_value(key: str, root: Path | None):
     return resolve(below_flags(root)).value(key)
 
 
-@click.command("config")
+@click.command("config", short_help="Print the effective settings and where each came from.")
 @click.option("--repo", type=click.Path(), help="The project whose settings apply (default: the current folder's repository).")
 def config_command(repo: str | None) -> None:
     """Print the effective settings of `submit` and `grade` here by section, and where each came

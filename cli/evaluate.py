@@ -143,7 +143,7 @@ def coverage_svg(summary: dict, subject: str) -> str:
 # --- the command -----------------------------------------------------------------------------
 
 
-@click.command("eval")
+@click.command("eval", short_help="Evaluate runs against a SWE-bench dataset.")
 @store_option
 @click.option("--dataset", type=click.Path(path_type=Path), required=True, help="SWE-bench instances (.jsonl or a .json list).")
 @click.option("--runs", multiple=True, metavar="RUN", help="Runs to evaluate (repeatable; ids or prefixes). Default: every run of a dataset instance.")

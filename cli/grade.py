@@ -80,7 +80,7 @@ def grade_settings(ctx: click.Context) -> Effective:
     return effective_settings(given_flags(ctx, ("grade",), SHARED_KEYS), project_root(None))
 
 
-@click.command("grade")
+@click.command("grade", short_help="Grade predictions on SWE-bench without Docker.")
 @click.argument("predictions", required=False, type=click.Path(path_type=Path))
 @click.option("--dataset", required=True, type=click.Path(path_type=Path), help="The SWE-bench dataset (.jsonl or .json).")
 @click.option("--repos-dir", required=True, type=click.Path(), help="A folder of owner__name repositories.")
@@ -126,7 +126,7 @@ def grade_command(ctx: click.Context, **flags) -> None:
     from magis_ray.actors.code.swebench_harness import HarnessMissing
     from magis_ray.actors.swebench.grading_service import GradingInputError, plan_grading, run_grading_plan, start_ray
 
-    from .signals import interrupted_exit_code, stopped_by_signals
+    from .signals import interrupted_exit_code
 
     effective = grade_settings(ctx)
     options = grading_options(flags, effective.grade, effective.settings.artifact_store)
@@ -140,7 +140,7 @@ def grade_command(ctx: click.Context, **flags) -> None:
         raise BadInput(f"{effective.given(exc.setting)}: {exc}" if exc.setting else str(exc)) from None
     except HarnessMissing:
         raise Unavailable(missing_extra("grade", "magis-ray grade", ["swebench"])) from None
-    start_ray(plan)  # before the signals' handlers: Ray sets its own when it starts
+    start_ray(plan)
     with tqdm(total=len(plan.jobs), unit="instance", desc=f"grade {plan.name}", file=sys.stderr) as bar:
         def progress(event, skipped: bool) -> None:
             bar.update(1)
@@ -148,8 +148,7 @@ def grade_command(ctx: click.Context, **flags) -> None:
             bar.set_postfix_str(f"{event.instance_id}: {state}", refresh=True)
 
         try:
-            with stopped_by_signals():
-                outcome = run_grading_plan(plan, progress)
+            outcome = run_grading_plan(plan, progress)
         except KeyboardInterrupt:
             click.echo(f"magis-ray: interrupted; run the same command again to resume grading {plan.name}", err=True)
             sys.exit(interrupted_exit_code())

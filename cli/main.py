@@ -34,9 +34,10 @@ def cli() -> None:
     """magis-ray: a team of LLM agents (MAGIS) resolving GitHub issues, as an event-sourced Ray actor system."""
 
 
-@cli.command("runs")
+@cli.command("runs", short_help="List the runs in the store (--last: the newest run's id).")
+@click.option("--last", is_flag=True, help="Print only the id of the run started last (RUN=$(magis-ray runs --last)).")
 @store_option
-def runs_command(store_path: str) -> None:
+def runs_command(last: bool, store_path: str) -> None:
     """List the runs in the store."""
     from magis_ray.events.projections import fold
     from magis_ray.events.streams import StreamKind
@@ -44,13 +45,19 @@ def runs_command(store_path: str) -> None:
 
     from magis_ray.actors.runtime.liveness import driver_gone
 
+    from magis_ray.events.errors import BadInput
+
     store = open_store(store_path)
     try:
         rows = []
         leases = {lease.key: lease for lease in store.leases()}
-        for info in store.list_runs():
-            if StreamKind.of(info.run_id) is not StreamKind.RUN:  # a grading's stream (`magis-ray grade` reports it)
-                continue
+        runs = [info for info in store.list_runs() if StreamKind.of(info.run_id) is StreamKind.RUN]  # not gradings' streams
+        if last:
+            if not runs:
+                raise BadInput(f"no runs in the store {store_path}")
+            click.echo(runs[-1].run_id)  # the store lists runs in the order they began
+            return
+        for info in runs:
             view = fold(store.read(info.run_id))
             instance = view.started.instance_id if view.started else "-"
             outcome = view.finished.outcome if view.finished else (view.failed.reason if view.failed else "")
@@ -78,7 +85,7 @@ def shorten(text: str, width: int) -> str:
     return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(" ,;:.") + "…"
 
 
-@cli.command("events")
+@cli.command("events", short_help="Print a run's events as JSON lines.")
 @click.argument("run")
 @store_option
 def events_command(run: str, store_path: str) -> None:
@@ -93,7 +100,7 @@ def events_command(run: str, store_path: str) -> None:
     out.flush()
 
 
-@cli.command("diff")
+@cli.command("diff", short_help="Print the run's diff, which applies to its base commit.")
 @click.argument("run")
 @store_option
 def diff_command(run: str, store_path: str) -> None:
@@ -110,7 +117,7 @@ def diff_command(run: str, store_path: str) -> None:
     click.echo(diff, nl=False)
 
 
-@cli.command("audit")
+@cli.command("audit", short_help="Print the run's audit trail: who decided what, why, at what cost.")
 @click.argument("run")
 @click.option("--format", "fmt", type=click.Choice(["md", "json", "html", "pr"]), default="md", show_default=True,
               help="Markdown, JSON, one self-contained HTML page, or a pull request's description (Markdown).")
@@ -135,7 +142,7 @@ def audit_command(run: str, fmt: str, store_path: str) -> None:
         click.echo(audit_markdown(view), nl=False)
 
 
-@cli.command("replay")
+@cli.command("replay", short_help="Rebuild a run's projections and re-run its team from its log.")
 @click.argument("run")
 @click.option("--repo", "repo", type=click.Path(), help="Where the repository is now, if it moved.")
 @store_option
@@ -180,7 +187,7 @@ def replay_command(run, repo, store_path) -> None:
     sys.exit(1)
 
 
-@cli.command("stop")
+@cli.command("stop", short_help="End the shared store and gateway actors on a Ray cluster.")
 @click.option("--force", is_flag=True, help="Stop them even while runs of the store are live.")
 @store_option
 def stop_command(force: bool, store_path: str) -> None:
@@ -244,28 +251,43 @@ cli.add_command(tests_command)
 from .tasks import tasks_group  # noqa: E402 - a click group; its heavy imports are inside it
 
 cli.add_command(tasks_group)
+from .doctor import doctor_command  # noqa: E402 - a click command; its heavy imports are inside it
+
+cli.add_command(doctor_command)
+from .repos import repos_command  # noqa: E402 - a click command; its heavy imports are inside it
+
+cli.add_command(repos_command)
 
 
 def main(argv: list[str] | None = None) -> None:
     from magis_ray.actors.runtime.logs import configure_logging
 
+    from .signals import decide, end_now, handle_signals, interrupted_exit_code
+
+    handle_signals()  # first of all: a signal at any moment of the command stops it with one line
     configure_logging()
     try:
         cli.main(args=argv, prog_name="magis-ray", standalone_mode=False)
+        status, line = 0, ""
     except click.exceptions.Abort:
-        from .signals import interrupted_exit_code
-
-        click.echo("magis-ray: interrupted", err=True)
-        sys.exit(interrupted_exit_code())
+        status, line = interrupted_exit_code(), "magis-ray: interrupted"
+    except SystemExit as exc:  # a command's own exit status (replay's 1, an interrupted batch's), its lines printed
+        status, line = exc.code if isinstance(exc.code, int) else 0, ""
     except click.ClickException as exc:  # a usage error click found (an unknown flag, a missing argument)
-        click.echo(f"magis-ray: error: {exc.format_message()}", err=True)
-        sys.exit(2)
+        status, line = 2, f"magis-ray: error: {exc.format_message()}"
     except Exception as exc:  # noqa: BLE001 - every failure of ours becomes one line; anything else is a bug
         failure = as_magis_error(exc)
         if failure is None:
             raise
-        click.echo(f"magis-ray: error: {failure.line}", err=True)
-        sys.exit(failure.exit_status)
+        status, line = failure.exit_status, f"magis-ray: error: {failure.line}"
+    decide(status)
+    if line:
+        click.echo(line, err=True)
+    # only where this command started or joined a Ray: importing Ray to ask would cost every command a second
+    deployment = sys.modules.get("magis_ray.actors.runtime.deployment")
+    if deployment is not None and deployment.ray_gone():
+        end_now(status)  # Ray's own exit would wait a minute for its GCS, then crash
+    sys.exit(status)
 
 
 def as_magis_error(exc: Exception) -> MagisError | None:

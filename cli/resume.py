@@ -36,7 +36,7 @@ def recorded_layer(recorded, flags: Layer) -> Layer:
     return Layer("record", values={key: value for key, value in values.items() if value != ""})
 
 
-@click.command("resume")
+@click.command("resume", short_help="Go on with a cut-off run, reusing its recorded answers.")
 @click.argument("run")
 @click.option("--repo", "repo", type=click.Path(), help="Where the repository is now, if it moved.")
 @store_option
@@ -56,9 +56,7 @@ def resume_command(ctx, run, repo, store_path, local_port, **_settings) -> None:
     from .config import effective_settings, given_flags
     from magis_ray.events.errors import BadInput
     from .source import repo_of, resolve_run_id
-    from .progress import Progress
-    from .signals import stopped_by_signals
-    from .submit import conclude, run_settings, start_ray
+    from .submit import conclude, drive, run_settings, start_ray
 
     flags = given_flags(ctx)
     with open_store(store_path) as store:
@@ -79,9 +77,8 @@ def resume_command(ctx, run, repo, store_path, local_port, **_settings) -> None:
             check_endpoint(endpoint, resumed.model, resumed.endpoint.models)
             click.echo(f"resuming run {run_id} from event {point.kept_version} ({point.superseded} superseded)", err=True)
             start_ray(store_path, run_id)
-            with Progress(store_path, run_id), stopped_by_signals():
-                end = resume_issue(
-                    store_path=store_path, run_id=run_id, point=point, repo_path=repo_path, liveness=liveness, fence=fence,
-                    gateway_config=gateway_config(endpoint, resumed),
-                )
+            end = drive(store_path, run_id, lambda: resume_issue(
+                store_path=store_path, run_id=run_id, point=point, repo_path=repo_path, liveness=liveness, fence=fence,
+                gateway_config=gateway_config(endpoint, resumed),
+            ))
     conclude(store_path, run_id, end)

@@ -10,12 +10,12 @@ from pathlib import Path
 import click
 
 from .endpoint import check_endpoint, default_model, gateway_config, model_endpoint, resolve_llm
-from magis_ray.events.errors import BadInput, Failed
+from magis_ray.events.errors import BadInput, Failed, Unavailable
 from .options import DEFAULT_STORE, RUN, model_options, settings_options, store_option
-from .signals import interrupted_exit_code, stopped_by_signals
+from .signals import decide, interrupted_exit_code
 
 
-@click.command("submit")
+@click.command("submit", short_help="Resolve an issue, or a dataset's issues, with the MAGIS team.")
 @click.argument("issue", metavar="ISSUE")
 @click.option("--repo", "repo", type=click.Path(), help="The issue's repository (default: the current folder's repository).")
 @click.option("--base", metavar="REV", help="The commit the run starts from (default: the record's base_commit, else HEAD).")
@@ -61,21 +61,67 @@ def submit_command(ctx, issue: str, repo, base, repos_dir, out, workers, instanc
         from magis_ray.actors.runtime.deployment import new_run_id, run_issue  # imports Ray: after every check
         from magis_ray.actors.runtime.liveness import Liveness
 
-        from .progress import Progress
-
         ensure_store(store_path)
         run_id = new_run_id()
         start_ray(store_path, run_id)  # before the id is shown: a Ray that does not start leaves no run behind
-        with Liveness(store_path) as liveness, stopped_by_signals():
+        with Liveness(store_path) as liveness:
             fence = liveness.take(run_id)  # before the id is shown: resume can tell a run that never started
             click.echo(f"run {run_id}: {issue_record.instance_id} ({issue_record.repo} @ {issue_record.base_commit[:10]})", err=True)
-            with Progress(store_path, run_id, waiting="starting the team"):
-                end = run_issue(
-                    store_path=store_path, issue=issue_record, settings=run_config, repo_path=issue_record.repo_path,
-                    gateway_config=gateway_config(endpoint, run_config),
-                    run_id=run_id, liveness=liveness, fence=fence,
-                )
+            end = drive(store_path, run_id, lambda: run_issue(
+                store_path=store_path, issue=issue_record, settings=run_config, repo_path=issue_record.repo_path,
+                gateway_config=gateway_config(endpoint, run_config), run_id=run_id, liveness=liveness, fence=fence,
+            ), waiting="starting the team")
     conclude(store_path, run_id, end)
+
+
+def drive(store_path: str, run_id: str, go, waiting: str = ""):
+    """`go()` (the run, or its resume) with its progress lines: the run's ending. Stopped by a
+    signal, what the store holds of the run (`recorded_end`). The Ray under it gone: one line
+    naming that Ray, and how to go on with the run."""
+    from magis_ray.actors.runtime.deployment import RayGone
+
+    from .progress import Progress
+
+    try:
+        with Progress(store_path, run_id, waiting=waiting):
+            end = go()
+            decide(exit_status(end))  # from here on a signal no longer changes the outcome
+    except KeyboardInterrupt:
+        end = recorded_end(store_path, run_id)
+        decide(exit_status(end))
+    except RayGone as exc:
+        raise Unavailable(f"run {run_id}: {exc}{resume_hint(store_path, run_id)}") from None
+    return end
+
+
+def exit_status(end) -> int:
+    """What the command exits with after the run's ending `end`: 0 for a finished run, 128 + the
+    signal's number for a run a signal stopped (None: before it began), 2 for a failed one."""
+    from magis_ray.actors.runtime.deployment import INTERRUPTED
+    from magis_ray.events.schema import RunFailed
+
+    if end is None or (isinstance(end, RunFailed) and end.reason == INTERRUPTED):
+        return interrupted_exit_code()
+    return Failed.exit_status if isinstance(end, RunFailed) else 0
+
+
+def recorded_end(store_path: str, run_id: str):
+    """The ending of a run that a signal stopped, as its log holds it: its RunFinished or RunFailed;
+    a RunFailed of its own (not recorded) when the log holds none, which leaves the run cut off and
+    resumable; None when the log holds nothing of the run."""
+    from magis_ray.actors.runtime.deployment import STOPPED
+    from magis_ray.events.projections import fold
+    from magis_ray.store import UnknownRun, open_store
+
+    with open_store(store_path) as store:
+        try:
+            events = store.read(run_id)
+        except UnknownRun:
+            return None
+    if not events:
+        return None
+    view = fold(events)
+    return view.finished or view.failed or STOPPED
 
 
 def check_artifact_store(effective) -> None:
@@ -148,18 +194,29 @@ def report(run_id: str, end, view, out: Path) -> None:
 
 
 def conclude(store_path: str, run_id: str, end) -> None:
-    """Write the diff and the audit, print the summary; a failed run exits non-zero."""
+    """Write the diff and the audit, print the summary; a failed run exits non-zero. `end` None:
+    the run was stopped before it started, and nothing of it is recorded."""
     from magis_ray.actors.runtime.deployment import INTERRUPTED
     from magis_ray.events.schema import RunFailed
 
+    if end is None:
+        click.echo(f"magis-ray: interrupted before run {run_id} started: nothing of it is recorded", err=True)
+        sys.exit(interrupted_exit_code())
+    interrupted = isinstance(end, RunFailed) and end.reason == INTERRUPTED
     report(run_id, end, *write_outputs(store_path, run_id))
+    if interrupted:
+        click.echo(f"magis-ray: interrupted{resume_hint(store_path, run_id, end)}", err=True)
+        sys.exit(interrupted_exit_code())
     if isinstance(end, RunFailed):
-        store = "" if store_path == DEFAULT_STORE else f" --store {shlex.quote(store_path)}"
-        hint = f"; resume it with `magis-ray resume {run_id}{store}`" if end.resumable else ""
-        if end.reason == INTERRUPTED:
-            click.echo(f"magis-ray: interrupted{hint}", err=True)
-            sys.exit(interrupted_exit_code())
-        raise Failed(f"run {run_id} failed: {end.reason}{hint}")
+        raise Failed(f"run {run_id} failed: {end.reason}{resume_hint(store_path, run_id, end)}")
+
+
+def resume_hint(store_path: str, run_id: str, end=None) -> str:
+    """"; resume it with `magis-ray resume RUN [--store S]`", or "" for an ending `end` that is not resumable."""
+    if end is not None and not end.resumable:
+        return ""
+    store = "" if store_path == DEFAULT_STORE else f" --store {shlex.quote(store_path)}"
+    return f"; resume it with `magis-ray resume {run_id}{store}`"
 
 
 def ensure_store(store_path: str) -> None:
@@ -184,7 +241,8 @@ def start_ray(store_path: str, run_id: str) -> None:
     node = node_settings()
     address = ray_address(node)
     if address not in ("local", node.ray_address):
-        click.echo(f"magis-ray: using the running Ray at {address} (MAGIS_RAY=own starts one of this command's own)", err=True)
+        click.echo(f"magis-ray: joining the running Ray at {address}, which another process started and which must "
+                   "stay up while this command runs (MAGIS_RAY=own starts a Ray of this command's own)", err=True)
     try:
         # a stream no run writes: Progress shows its waiting line, and its heartbeat while Ray starts
         with Progress(store_path, f"{run_id}:ray-start", waiting="starting Ray"):

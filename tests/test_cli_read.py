@@ -122,6 +122,27 @@ def test_runs_lists_the_runs(store):
     assert rows[RUN][1:5] == ["calc__calc-2", "finished", "55", "patched"]
 
 
+def test_runs_last_prints_the_id_of_the_run_started_last(store, tmp_path):
+    """What a page's RUN=$(magis-ray runs --last) takes: the id alone, of the newest run."""
+    assert ok(cli("runs", "--last", "--store", store)) == OTHER + "\n"
+    empty = tmp_path / "empty"
+    SQLiteStore.open(empty, create=True).close()
+    none = cli("runs", "--last", "--store", empty)
+    assert none.returncode == 2 and none.stdout == b""
+    assert none.stderr.decode().strip() == f"magis-ray: error: no runs in the store {empty}"
+
+
+def test_help_lists_every_command_with_its_whole_summary():
+    """On an 80-column terminal, each command's one-line summary whole: none cut with an ellipsis."""
+    from magis_ray.cli.main import cli as group
+
+    result = subprocess.run([*MAGIS, "--help"], capture_output=True, env={**_env(), "COLUMNS": "80"}, timeout=60)
+    listed = ok(result).split("Commands:\n", 1)[1]
+    assert "..." not in listed, listed
+    summaries = dict(line.split(None, 1) for line in listed.splitlines() if line.strip())
+    assert summaries == {name: command.short_help for name, command in group.commands.items()}
+
+
 def test_runs_reads_the_store_from_the_environment(store, tmp_path):
     result = subprocess.run([*MAGIS, "runs"], cwd=tmp_path, capture_output=True, env={**_env(), "MAGIS_STORE": str(store)}, timeout=60)
     assert RUN in ok(result)

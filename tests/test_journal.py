@@ -6,12 +6,14 @@ import pytest
 
 from magis_ray.actors.runtime.journal import Divergence, Journal, RunClosed, RunWriter, lanes_of
 from magis_ray.events.codec import new_event
-from magis_ray.events.schema import LLMExchanged, MeetingUtterance, Message, RunFinished, RunResumed
+from magis_ray.events.schema import (LLMExchanged, MeetingUtterance, Message, RunFailed, RunFinished, RunResumed,
+                                     RunStarted)
 from magis_ray.store import ConcurrencyConflict
 from magis_ray.store.memory import InMemoryStore
 
 ASK = LLMExchanged(purpose="meeting_open", model="m", messages=[Message("user", "open the meeting")], answer='{"text": "hi"}')
 SAID = MeetingUtterance(turn=1, speaker="Manager", text="hi")
+STARTED = RunStarted(instance_id="calc__calc-1", repo="calc/calc", base_commit="0" * 40, problem_statement="mean is wrong")
 
 
 def recorded_lane():
@@ -62,6 +64,22 @@ def test_an_ended_log_takes_nothing_until_a_resume_reopens_it():
         RunWriter(store, "r").write([new_event(SAID, "manager")])
     writer.write([new_event(RunResumed(kept_version=1), "resume"), new_event(SAID, "manager")])
     assert store.version("r") == 4
+
+
+def test_a_log_ended_before_it_began_is_closed_unbegun():
+    """A run stopped before its supervisor wrote RunStarted is no run: the ending is not written,
+    and neither is the supervisor's late first event. Once begun, the ending is written."""
+    store = InMemoryStore()
+    interrupted = RunFailed(reason="interrupted by the user", error_type="Interrupted", resumable=True)
+    writer = RunWriter(store, "r")
+    assert writer.end([new_event(interrupted, "driver")]) is False
+    with pytest.raises(RunClosed):
+        writer.write([new_event(STARTED, "supervisor")])
+    assert store.list_runs() == []
+    begun = RunWriter(store, "s")
+    begun.write([new_event(STARTED, "supervisor")])
+    assert begun.end([new_event(interrupted, "driver")]) is True
+    assert [type(r.event).__name__ for r in store.read("s")] == ["RunStarted", "RunFailed"]
 
 
 def test_a_second_writer_fences_out_the_first():

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 from checks import assert_one_line_error
+from gated import Gate, run_gated
 from processes import busy_loops, describe, in_session
-from rayheads import recorded_head_started
+from rayheads import recorded_head_started, stop_head
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, write_issue
 from waiting import wait_until
 
@@ -22,7 +23,7 @@ from magis_ray.actors.code.edits import apply_edits
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.events.projections import final_diff, fold
-from magis_ray.events.schema import RunFailed, RunFinished
+from magis_ray.events.schema import RunFailed, RunFinished, RunStarted
 from magis_ray.store import NotAStore, open_store
 
 MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
@@ -75,39 +76,78 @@ def test_a_ray_that_cannot_start_ends_in_one_line_and_records_nothing(issue_file
     assert server.requests == []  # the model was asked for its list of models, and for nothing else
 
 
-def test_sigterm_ends_the_run_resumably_and_resume_finishes_it(issue_file, tmp_path):
+# The moments of a scripted submit at which it is sent SIGTERM: the line whose appearance sends it.
+# The run's id is shown the instant Ray has started (the lease taken in between).
+MOMENTS = {
+    "during-ray-start": Gate("stderr", "  starting Ray"),
+    "ray-started-run-id-shown": Gate("stderr", "run "),
+    "starting-the-team": Gate("stderr", "  starting the team"),
+    "mid-run": Gate("stderr", "  kick-off meeting"),
+    "after-the-summary": Gate("stdout", "page:"),
+}
+# Under `slow`, those that other tests cover without a submit of their own: the instant after
+# Ray's start (test_ray_start_keeps_the_commands_signal_handlers), a run stopped before its log
+# began (test_journal.py: test_a_log_ended_before_it_began_is_closed_unbegun), a signal once the
+# outcome is decided (test_a_signal_after_the_outcome_is_decided_exits_with_it, and the mid-run
+# moment's resume, sent SIGTERM after its summary).
+COVERED_IN_PROCESS = {"ray-started-run-id-shown", "starting-the-team", "after-the-summary"}
+STACK_MARKS = ("Traceback", "logging.cc", "*** SIGTERM", "Aborted", "Fatal Python error")
+
+
+def submit_args(issue_file: Path, store: Path, server) -> list[str]:
+    return [*MAGIS, "submit", str(issue_file), "--store", str(store), "--base-url", server.base_url, "--model", "m"]
+
+
+def assert_one_ending_line(stopped, starts: str) -> None:
+    """What the command said after the gate: progress lines (indented) at most, then exactly one
+    line of its own, and no stack of any kind."""
+    said = [line for line in stopped.after_gate() if line.strip() and not line.startswith("  ")]
+    everything = "\n".join(stopped.stderr + stopped.stdout)
+    assert not any(mark in everything for mark in STACK_MARKS), everything
+    assert len(said) == 1 and said[0].startswith(starts), stopped.stderr
+
+
+def assert_session_ends(pid: int) -> None:
+    """The stopped driver's Ray (its GCS, raylet, workers) ends with it."""
+    left: list[int] = []
+
+    def nothing_left() -> bool:
+        left[:] = in_session(pid)
+        return not left
+
+    wait_until(nothing_left, lambda: "the stopped driver's processes end; left: " + "; ".join(f"{p} {describe(p)}" for p in left))
+
+
+@pytest.mark.parametrize("moment", [pytest.param(name, marks=pytest.mark.slow) if name in COVERED_IN_PROCESS else name
+                                    for name in MOMENTS])
+def test_sigterm_at_any_moment_of_a_submit_ends_in_one_line_and_leaves_no_run_or_a_resumable_one(moment, issue_file, tmp_path):
+    """The signal is sent the moment the command prints the moment's line. Before the summary: exit
+    143, one line, and no run recorded or one that `resume` finishes; after it: the run's own status.
+    The resume that finishes is itself sent SIGTERM once its summary has printed."""
     store = tmp_path / "store"
-    with busy_loops(2), ScriptedServer(team()) as server:
-        driver = subprocess.Popen(
-            [*MAGIS, "submit", str(issue_file), "--store", str(store), "--base-url", server.base_url, "--model", "m"],
-            cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True,
-        )
-        try:
-            run_id = wait_until(lambda: next((r for r in runs_in(store) if len(events_of(store, r)) >= 15), None),
-                                "the run holds 15 events", while_running=driver, timeout_s=GENEROUS_S)
-            driver.send_signal(signal.SIGTERM)  # to the driver alone, as `kill PID` and `timeout` send it
-            out, err = driver.communicate(timeout=GENEROUS_S)
-        finally:
-            if driver.poll() is None:
-                os.killpg(driver.pid, signal.SIGKILL)
-                driver.wait()
-        assert driver.returncode == 143 and "Traceback" not in err and "Aborted" not in err, err
-        assert f"magis-ray resume {run_id}" in err
-        cut = events_of(store, run_id)
-        assert isinstance(cut[-1].event, RunFailed) and cut[-1].event.resumable and cut[-1].event.error_type == "Interrupted"
-        # the driver's Ray (its GCS, raylet, workers) ended with it
-        left: list[int] = []
-
-        def nothing_left() -> bool:
-            left[:] = in_session(driver.pid)
-            return not left
-
-        wait_until(nothing_left, lambda: "the stopped driver's processes end; left: " + "; ".join(f"{p} {describe(p)}" for p in left))
-        listed = run(["runs", "--store", str(store)], tmp_path)
-        assert run_id in listed.stdout and "running" not in listed.stdout, listed.stdout
-        resumed = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path)
-        assert resumed.returncode == 0, resumed.stderr
+    gate = MOMENTS[moment]
+    with ScriptedServer(team()) as server:
+        stopped = run_gated(submit_args(issue_file, store, server), cwd=tmp_path, env=environment(MAGIS_RAY="own"), gate=gate)
+        assert stopped.opened_at is not None, stopped.stderr
+        assert_session_ends(stopped.pid)
+        runs = runs_in(store)
+        if moment == "after-the-summary":
+            assert stopped.returncode == 0, stopped.stderr
+            assert stopped.after_gate() == [] and stopped.stdout[1] == "outcome:  patched", stopped.stdout
+            [run_id] = runs
+        else:
+            assert stopped.returncode == 143, stopped.stderr
+            assert_one_ending_line(stopped, "magis-ray: interrupted")
+            if not runs:
+                assert moment != "mid-run", stopped.stderr
+                return
+            [run_id] = runs
+            assert f"magis-ray resume {run_id}" in stopped.stderr[-1], stopped.stderr
+            cut = events_of(store, run_id)
+            assert isinstance(cut[0].event, RunStarted) and isinstance(cut[-1].event, RunFailed), cut[-1]
+            resumed = run_gated([*MAGIS, "resume", run_id, "--store", str(store), "--base-url", server.base_url],
+                                cwd=tmp_path, env=environment(MAGIS_RAY="own"), gate=MOMENTS["after-the-summary"])
+            assert resumed.returncode == 0 and resumed.stdout[1] == "outcome:  patched", resumed.stderr
     events = events_of(store, run_id)
     assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF
 
@@ -195,12 +235,37 @@ def test_submit_uses_a_running_ray_head(issue_file, tmp_path):
         assert result.returncode == 0, result.stderr
         recorded = (Path(head.root) / "ray" / "ray_current_cluster").read_text().strip()  # the head's node address
         assert recorded.endswith(":" + head.address.rpartition(":")[2]), (recorded, head.address)
-        assert f"using the running Ray at {recorded}" in result.stderr, result.stderr
+        assert f"joining the running Ray at {recorded}, which another process started" in result.stderr, result.stderr
+        assert "MAGIS_RAY=own" in result.stderr
         # a Ray of its own would have made a session folder named after the driver's pid there
         sessions = sorted(p.name for p in (Path(head.root) / "ray").glob("session_*") if not p.is_symlink())
         assert len(sessions) == 1, sessions
     [run_id] = runs_in(store)
     assert final_diff(fold(events_of(store, run_id))) == EXPECTED_DIFF
+
+
+def test_a_joined_ray_stopped_mid_run_is_named_and_resume_finishes_the_run(issue_file, tmp_path):
+    """The warm Ray a submit joined is stopped by whoever started it, the moment the run's kick-off
+    meeting begins: one line naming that Ray by its address and saying how to go on, exit 2; the
+    resume (on a Ray of its own) finishes the run."""
+    store = tmp_path / "store"
+    with ScriptedServer(team()) as server:
+        with recorded_head_started("magis-gone-") as head:
+            env = environment(**{name: value for name, value in head.env.items() if name.startswith("RAY_")},
+                              RAY_TMPDIR=head.root, MAGIS_RAY="auto")
+            address = (Path(head.root) / "ray" / "ray_current_cluster").read_text().strip()
+            stop = Gate("stderr", "  kick-off meeting", act=lambda _driver: stop_head(head.process, head.root))
+            stopped = run_gated(submit_args(issue_file, store, server), cwd=tmp_path, env=env, gate=stop)
+        assert stopped.opened_at is not None, stopped.stderr
+        assert stopped.returncode == 2, stopped.stderr
+        [run_id] = runs_in(store)
+        assert_one_ending_line(stopped, f"magis-ray: error: run {run_id}: the Ray this command joined at {address} is gone")
+        assert f"magis-ray resume {run_id}" in stopped.stderr[-1], stopped.stderr
+        resumed = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path,
+                      environment(MAGIS_RAY="own"))
+        assert resumed.returncode == 0, resumed.stderr
+    events = events_of(store, run_id)
+    assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF
 
 
 def test_runs_shows_a_run_without_a_driver_as_cut_off(tmp_path):
@@ -251,17 +316,76 @@ def test_sighup_stops_a_command_unless_it_was_started_under_nohup(under_nohup):
         "import os, signal, sys\n"
         # As a terminal or nohup leaves it, whatever the test runner itself was started under.
         f"signal.signal(signal.SIGHUP, signal.SIG_IGN if {under_nohup} else signal.SIG_DFL)\n"
-        "from magis_ray.cli.signals import stopped_by_signals\n"
+        "from magis_ray.cli.signals import handle_signals\n"
+        "handle_signals()\n"
         "try:\n"
-        "    with stopped_by_signals():\n"
-        "        os.kill(os.getpid(), signal.SIGHUP)\n"
-        "        print('went on')\n"
+        "    os.kill(os.getpid(), signal.SIGHUP)\n"
+        "    print('went on')\n"
         "except KeyboardInterrupt:\n"
         "    print('stopped')\n"
-        "print('after:', 'ignored' if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else 'default')\n")
+        "print('after:', 'ignored' if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else 'handled')\n")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=GENEROUS_S)
     assert done.returncode == 0, done.stderr
     if under_nohup:
         assert done.stdout.split() == ["went", "on", "after:", "ignored"]
     else:
-        assert done.stdout.split() == ["stopped", "after:", "default"]
+        assert done.stdout.split() == ["stopped", "after:", "handled"]
+
+
+def test_ray_start_keeps_the_commands_signal_handlers():
+    """Ray's start would put handlers of its own in place (SIGTERM: exit 15, or its crash handler's
+    C++ stack and exit 134): the command's stay, so SIGTERM the instant after the start stops the
+    command as anywhere else. The gate is the start's return itself."""
+    program = (
+        "import os, signal, time\n"
+        "from magis_ray.cli.signals import handle_signals\n"
+        "handle_signals()\n"
+        "from magis_ray.actors.runtime.deployment import ensure_ray\n"
+        "ensure_ray('local')\n"
+        "print('handler:', signal.getsignal(signal.SIGTERM).__name__, flush=True)\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(60)\n"
+        "    print('went on')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('stopped')\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=GENEROUS_S,
+                          env=environment(MAGIS_RAY="own"), start_new_session=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["handler: _on_signal", "stopped"], done.stdout
+    assert not any(mark in done.stderr for mark in STACK_MARKS), done.stderr
+
+
+@pytest.mark.parametrize("signals, printed, status", [
+    ("before", ["stopped", "went on"], 0),
+    ("once-decided", ["summary", "went on"], 7),
+    ("twice-decided", ["summary"], 7),
+])
+def test_a_signal_after_the_outcome_is_decided_exits_with_it(signals, printed, status):
+    """Before the outcome is decided a signal stops the command (KeyboardInterrupt). Once it is
+    decided (status 7 here), a signal lets the command go on printing and exit as it would; a
+    second one ends it at once, with that status."""
+    program = (
+        "import os, signal, sys, time\n"
+        "from magis_ray.cli.signals import decide, handle_signals\n"
+        "handle_signals()\n"
+        f"signals = {signals!r}\n"
+        "if signals == 'before':\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(60)\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('stopped')\n"
+        "    print('went on')\n"
+        "    sys.exit(0)\n"
+        "decide(7)\n"
+        "print('summary')\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "if signals == 'twice-decided':\n"
+        "    os.kill(os.getpid(), signal.SIGHUP)\n"
+        "    time.sleep(60)\n"
+        "print('went on')\n"
+        "sys.exit(7)\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=GENEROUS_S)
+    assert done.returncode == status and done.stderr == "", done.stderr
+    assert done.stdout.splitlines() == printed

@@ -18,7 +18,8 @@ from magis_ray.store import EventLog
 
 from magis_ray.actors.code.repository import RepoError, RepoSnapshot, find_repo
 from magis_ray.actors.runtime.continuation import CannotResume, ResumePoint, resume_point
-from magis_ray.actors.runtime.deployment import Deployment, RunningRun, batch_budget_key, new_run_id, tokens_spent
+from magis_ray.actors.runtime.deployment import (INTERRUPTED, Deployment, RunningRun, batch_budget_key, new_run_id,
+                                                 tokens_spent)
 from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.liveness import RunIsLive
 from magis_ray.actors.runtime.replay import issue_of
@@ -200,8 +201,8 @@ class BatchRunner:
                 waiting.clear()
         except KeyboardInterrupt:
             for item, run, resumed in in_flight.values():
-                end = self._deployment.interrupt(run)
-                results[item.instance_id] = BatchResult(item.instance_id, run.run_id, "failed", end.reason, resumed)
+                self._deployment.interrupt(run)
+                results[item.instance_id] = BatchResult(item.instance_id, run.run_id, "failed", INTERRUPTED, resumed)
             raise
 
 

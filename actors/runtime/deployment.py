@@ -5,6 +5,7 @@ import logging
 import os
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from magis_ray.store import Fenced
 from magis_ray.events.settings import NODE_ENV, NODE_OWN, NodeSettings, node_settings, process_environment
 
 INTERRUPTED = "interrupted by the user"
+# The ending of a run a signal stopped: resumable
+STOPPED = RunFailed(reason=INTERRUPTED, error_type="Interrupted", resumable=True)
 
 
 SETTINGS_PREFIX = "MAGIS_"
@@ -90,8 +93,6 @@ def warm_local_ray(node: NodeSettings) -> str | None:
     None when MAGIS_RAY=own, when none was started, when the recorded one is gone, or when another
     user recorded it: on a machine people share (a login node, a CI runner) /tmp/ray is everyone's,
     and another user's Ray is not this user's to run work in."""
-    import socket
-
     from ray._private.utils import get_ray_address_file
 
     if node.ray == "own":
@@ -105,18 +106,51 @@ def warm_local_ray(node: NodeSettings) -> str | None:
         return None
     if not address or ":" not in address:
         return None
+    return address if answers_at(address) else None
+
+
+def answers_at(address: str) -> bool:
+    """Whether a Ray's GCS listens at `address` (host:port)."""
+    import socket
+
     host, _, port = address.rpartition(":")
     try:
         with socket.create_connection((host, int(port)), timeout=1.0):
-            return address
+            return True
     except (OSError, ValueError):
-        return None
+        return False
 
 
 def ray_address(node: NodeSettings) -> str:
     """Where this driver's Ray is: the cluster RAY_ADDRESS names (as `ray job submit` sets it), else
     a warm local Ray (warm_local_ray), else "local", a Ray of our own."""
     return node.ray_address or warm_local_ray(node) or "local"
+
+
+class RayGone(Unavailable):
+    """The Ray this driver ran on went away under it; the message is the one line that says which."""
+
+
+_joined: list[str] = []  # the address of a Ray this process joined rather than started
+
+
+def ray_gone() -> str | None:
+    """The address of this process's Ray when its GCS no longer answers; None while it does, or
+    when no Ray was started or joined."""
+    if not ray.is_initialized():
+        return None
+    address = ray.get_runtime_context().gcs_address
+    return None if answers_at(address) else address
+
+
+def gone_ray(exc: Exception) -> RayGone | None:
+    """What a Ray error means when the Ray itself is gone: a joined one, named by its address;
+    None while it still answers (the error is the run's own)."""
+    address = ray_gone()
+    if address is None:
+        return None
+    whose = "the Ray this command joined" if _joined else "this command's own Ray"
+    return RayGone(f"{whose} at {address} is gone (Ray: {type(root_cause(exc)).__name__})")
 
 
 def ensure_ray(address: str | None = None) -> str:
@@ -133,16 +167,39 @@ def ensure_ray(address: str | None = None) -> str:
     deadline = time.monotonic() + node.ray_start_s
     while True:
         try:
-            ray.init(
-                address=address, namespace=NAMESPACE, runtime_env=settings_runtime_env(address, process_environment()),
-                include_dashboard=False, log_to_driver=False, configure_logging=False, **own_ray_config(address),
-            )
+            with signal_handlers_kept():
+                ray.init(
+                    address=address, namespace=NAMESPACE, runtime_env=settings_runtime_env(address, process_environment()),
+                    include_dashboard=False, log_to_driver=False, configure_logging=False, **own_ray_config(address),
+                )
+            if address != "local":
+                _joined.append(address)
             return address
         except Exception as exc:  # noqa: BLE001 - Ray raises bare Exceptions, RuntimeErrors and OSErrors here
             ray.shutdown()  # ends what a half-made start left running
             if address == "local" and start_timed_out(exc) and time.monotonic() < deadline:
                 continue
             raise RayStartFailed(start_failure(address, exc)) from None
+
+
+@contextmanager
+def signal_handlers_kept():
+    """Ray's start as this process's signal handlers stand. ray.init would set SIGTERM handlers of
+    its own (one exits with status 15, a Ray it starts ends its processes and exits with 1), and the
+    driver's core worker a crash handler that also takes SIGTERM (a C++ stack, then exit 15 or
+    134): a command stopped during or just after the start would end without its line. So Ray is
+    kept from setting them; its workers keep their crash handler, which this process's setting
+    does not reach."""
+    import ray._private.ray_constants as ray_constants
+    import ray._private.utils as ray_utils
+
+    crash_handler, set_handler = ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER, ray_utils.set_sigterm_handler
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+    ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER, ray_utils.set_sigterm_handler = crash_handler, set_handler
 
 
 def start_timed_out(exc: BaseException) -> bool:
@@ -192,8 +249,8 @@ class RunningRun:
 
     run_id: str
     supervisor: object
-    result: object  # ObjectRef of RunFinished | RunFailed
     fence: int = 0  # the epoch of this driver's lease on the run
+    result: object = None  # ObjectRef of RunFinished | RunFailed, once the supervisor is asked
 
 
 def taken_over(run_id: str) -> Fenced:
@@ -218,6 +275,7 @@ class Deployment:
         ray.get(self.store.uses_gateway.remote(gateway_name(gateway_config)))
         self._pool = None
         self._idle: list = []  # supervisors whose run ended normally
+        self.asked: dict[str, RunningRun] = {}  # the runs a supervisor was asked to run, by id
 
     @property
     def pool(self):
@@ -250,9 +308,12 @@ class Deployment:
             ray.get(self.gateway.set_budget.remote(run_id, max(settings.token_budget - spent, 1)))
         if settings.batch:
             ray.get(self.gateway.join_batch.remote(run_id, batch_budget_key(settings.batch)))
-        supervisor = self._supervisor()
-        result = supervisor.run.remote(run_id, issue, settings, os.path.abspath(repo_path), self.store, self.gateway, recorded, fence)
-        return RunningRun(run_id, supervisor, result, fence)
+        # known before the supervisor is asked: a stop from here on ends the run (interrupt), whether
+        # or not the supervisor has begun its log
+        run = self.asked[run_id] = RunningRun(run_id, self._supervisor(), fence)
+        run.result = run.supervisor.run.remote(run_id, issue, settings, os.path.abspath(repo_path), self.store,
+                                               self.gateway, recorded, fence)
+        return run
 
     def lost(self, run: RunningRun) -> bool:
         """Another driver took the run over (this one stalled past its lease)."""
@@ -277,6 +338,7 @@ class Deployment:
         finally:
             if ended:
                 self._idle.append(run.supervisor)
+                self.asked.pop(run.run_id, None)
             else:
                 self._end(run)
             self.liveness.release(run.run_id)
@@ -286,16 +348,17 @@ class Deployment:
         ray.kill(run.supervisor)
         self.pool.end_run.remote(run.run_id)
 
-    def interrupt(self, run: RunningRun) -> RunFailed:
+    def interrupt(self, run: RunningRun) -> RunFailed | None:
         """Stop a run's actors and end its log resumably; the store refuses any late append once
-        the log has ended."""
+        the log has ended. None: the run was stopped before its log began, and nothing of it is
+        recorded, nor ever will be (its supervisor's first events, late, are refused too)."""
         self._end(run)
-        end = RunFailed(reason=INTERRUPTED, error_type="Interrupted", resumable=True)
         try:
-            ray.get(self.store.append_next.remote(run.run_id, [new_event(end, "driver")], run.fence))
+            ended = ray.get(self.store.end.remote(run.run_id, [new_event(STOPPED, "driver")], run.fence))
         finally:
+            self.asked.pop(run.run_id, None)
             self.liveness.release(run.run_id)
-        return end
+        return STOPPED if ended else None
 
     def close(self) -> None:
         """End the kept supervisors and role actors (the driver's exit ends them too), and the
@@ -312,26 +375,33 @@ class Deployment:
 
 def run_issue(*, store_path: str, issue: IssueRecord, settings: RunSettings, repo_path: str, gateway_config,
               run_id: str, resume: ResumePoint | None = None, liveness: Liveness | None = None,
-              fence: int | None = None) -> RunFinished | RunFailed:
-    """Run (or resume) one issue on Ray; returns the run's terminal event. Ctrl-C ends the log resumably.
+              fence: int | None = None) -> RunFinished | RunFailed | None:
+    """Run (or resume) one issue on Ray; returns the run's terminal event. Ctrl-C ends the log
+    resumably, or returns None when the run had not begun it (nothing of it is recorded).
     `liveness` and `fence`: the driver's leases and the run's epoch, when it took the run's lease
     already (the lease is taken once)."""
-    deployment = Deployment(store_path, gateway_config, liveness)
     try:
-        run = deployment.start(
-            issue=issue, settings=settings, repo_path=repo_path, run_id=run_id,
-            recorded=resume.recorded if resume else None, resume=resume, fence=fence,
-        )
+        deployment = Deployment(store_path, gateway_config, liveness)
         try:
-            return deployment.finish(run)
+            return deployment.finish(deployment.start(
+                issue=issue, settings=settings, repo_path=repo_path, run_id=run_id,
+                recorded=resume.recorded if resume else None, resume=resume, fence=fence,
+            ))
         except KeyboardInterrupt:
-            return deployment.interrupt(run)
-    finally:
-        deployment.close()
+            if run_id not in deployment.asked:
+                raise  # no supervisor was asked to run it: nothing of it is recorded
+            return deployment.interrupt(deployment.asked[run_id])
+        finally:
+            deployment.close()
+    except ray.exceptions.RayError as exc:
+        gone = gone_ray(exc)
+        if gone is None:
+            raise
+        raise gone from None
 
 
 def resume_issue(*, store_path: str, run_id: str, point: ResumePoint, repo_path: str, gateway_config,
-                 liveness: Liveness | None = None, fence: int | None = None) -> RunFinished | RunFailed:
+                 liveness: Liveness | None = None, fence: int | None = None) -> RunFinished | RunFailed | None:
     """Go on with a cut-off run: mark what is superseded, then re-live the log and continue."""
     return run_issue(
         store_path=store_path, issue=issue_of(point.started), settings=point.started.settings, repo_path=repo_path,

@@ -135,16 +135,34 @@ class RunWriter:
         if not events:
             return []
         with self._lock:
-            if self._version is None:
-                self._version = self._store.version(self._run_id)
-                last = self._store.read(self._run_id, self._version - 1) if self._version else []
-                self._closed = bool(last) and isinstance(last[-1].event, TERMINAL_EVENTS)
-            if self._closed and not isinstance(events[0].event, RunResumed):
-                raise RunClosed(f"run {self._run_id} has ended; refusing {type(events[0].event).__name__}")
-            recorded = self._store.append(self._run_id, self._version, events, fence)
-            self._version = recorded[-1].version
-            self._closed = isinstance(recorded[-1].event, TERMINAL_EVENTS)
-            return [r.position for r in recorded]
+            return self._write(events, fence)
+
+    def end(self, events: Sequence[NewEvent], fence: int = 0) -> bool:
+        """Append the run's ending `events` if its log has begun, and say so. A log that has not
+        begun is closed instead, so that it never does: a run stopped before its RunStarted is no
+        run at all, and its supervisor's late first events are refused."""
+        with self._lock:
+            self._load()
+            if self._version == 0:
+                self._closed = True
+                return False
+            self._write(events, fence)
+            return True
+
+    def _load(self) -> None:
+        if self._version is None:
+            self._version = self._store.version(self._run_id)
+            last = self._store.read(self._run_id, self._version - 1) if self._version else []
+            self._closed = bool(last) and isinstance(last[-1].event, TERMINAL_EVENTS)
+
+    def _write(self, events: Sequence[NewEvent], fence: int) -> list[int]:
+        self._load()
+        if self._closed and not isinstance(events[0].event, RunResumed):
+            raise RunClosed(f"run {self._run_id} has ended; refusing {type(events[0].event).__name__}")
+        recorded = self._store.append(self._run_id, self._version, events, fence)
+        self._version = recorded[-1].version
+        self._closed = isinstance(recorded[-1].event, TERMINAL_EVENTS)
+        return [r.position for r in recorded]
 
 
 def lanes_of(recorded: Iterable[Recorded]) -> dict[str, list[Recorded]]:

@@ -294,6 +294,26 @@ def pinned(node: str) -> NodeAffinitySchedulingStrategy:
     return NodeAffinitySchedulingStrategy(node_id=node, soft=False)
 
 
+def _on_node(work, cores: float, *args):
+    """`work(cores, *args)` on this node: (node id, host name, its result)."""
+    node, host = this_node()
+    return node, host, work(cores, *args)
+
+
+@cache
+def node_check_task():
+    # no CPU asked: it runs at once beside whatever the node is doing
+    return ray.remote(num_cpus=0, max_retries=0)(_on_node)
+
+
+def on_every_node(work, *args) -> list[tuple[str, str, object]]:
+    """`work(cores, *args)` once on every live node that runs tasks (`cores`: its CPUs), each call
+    a task pinned to its node: (node id, host name, result) a node, in Ray's order of the nodes."""
+    task = node_check_task()
+    return ray.get([task.options(scheduling_strategy=pinned(node)).remote(work, cores, *args)
+                    for node, cores in alive_nodes().items()])
+
+
 @dataclass(frozen=True)
 class ShippedRepository:
     """Commits of a repository, and the commits of their submodules, in the object store. The

@@ -41,12 +41,20 @@ class StoreService(delegating(SummaryMemory, "_store")):
     def append_next(self, run_id: str, events: Sequence[NewEvent], fence: int = 0) -> list[int]:
         """Append after whatever the run holds now; the events' global positions. `fence`: the
         epoch of the run's lease its driver holds (the store refuses a driver that lost it)."""
+        return self._writer(run_id, fence).write(events, fence)
+
+    def end(self, run_id: str, events: Sequence[NewEvent], fence: int = 0) -> bool:
+        """End the run's log with `events` if it has begun (True); else close it unbegun, so that
+        the run is never recorded (journal.RunWriter.end)."""
+        return self._writer(run_id, fence).end(events, fence)
+
+    def _writer(self, run_id: str, fence: int) -> RunWriter:
         # A writer per driver's lease: this actor outlives drivers, and a run resumed by another
         # driver (maybe through another store actor) is at a version the old writer never saw.
         writer = self._writers.get((run_id, fence))
         if writer is None:
             writer = self._writers[(run_id, fence)] = RunWriter(self._store, run_id)
-        return writer.write(events, fence)
+        return writer
 
     def read(self, run_id: str, after_version: int = 0) -> list[Recorded]:
         return self._store.read(run_id, after_version)

@@ -10,7 +10,7 @@ from ..options import store_option
 
 
 
-@click.command("serve")
+@click.command("serve", short_help="Open the inspector: a read-only web app over the store.")
 @store_option
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="The address to listen on. Loopback by default: anything else shows the store to the network.")
@@ -59,7 +59,7 @@ def serve_command(store_path: str, host: str, port: int, poll_s: float) -> None:
         store.close()
 
 
-@click.command("watch")
+@click.command("watch", short_help="Follow a run, or a batch, in the terminal until it ends.")
 @click.argument("run", required=False)
 @click.option("--batch", "batch", default="", help="Watch a batch (by its name) instead of one run.")
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between looks at the store.")
