@@ -18,7 +18,7 @@ from .wording import count
 JSON_COUNTS = ("collected", "passed", "failed", "errors", "skipped", "deselected")
 
 
-@click.command("tests")
+@click.command("tests", short_help="Build the test environment a run would use and run its suite once.")
 @click.argument("issue", metavar="[ISSUE]", required=False)
 @click.option("--repo", "repo", type=click.Path(), help="The repository (default: the current folder's repository).")
 @click.option("--base", metavar="REV", help="The commit (default: the record's base_commit, else HEAD).")

@@ -182,8 +182,8 @@ def _disks(needs: Needs) -> list[Check]:
     """The free disk under the node's cache root (against its bound, MAGIS_ENV_CACHE_GB, when one
     is set) and at the artifact store (a folder; a URL's space is not measured)."""
     from magis_ray.actors.execution.sharing.artifacts import ArtifactStoreUnusable, DirectoryBackend, open_artifact_store
-    from magis_ray.actors.execution.cache_bound import GiB, entries
-    from magis_ray.actors.execution.capture import size_text
+    from magis_ray.actors.execution.sharing.cache_bound import GiB, entries
+    from magis_ray.actors.execution.sandbox.capture import size_text
     from magis_ray.actors.execution.environments import default_cache_root
 
     root = default_cache_root()
@@ -224,7 +224,7 @@ def _existing(path: Path) -> Path:
 
 
 def _memory(needs: Needs, at_once: int) -> Check:
-    from magis_ray.actors.execution.capture import size_text
+    from magis_ray.actors.execution.sandbox.capture import size_text
     from magis_ray.actors.execution.sandbox.memory_budget import host_memory, workers_within_memory
 
     host = host_memory()
