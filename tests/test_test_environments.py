@@ -168,3 +168,19 @@ def test_magis_ray_tests_prints_and_exits_by_what_the_suite_did(tmp_path, capsys
     # bad input: no repository, an unknown commit; one line each, exit 2
     for done in (tests("nowhere"), tests("calc", "--base", "f" * 40)):
         assert done.code == 2 and len(done.error_lines) == 1, done.err
+
+
+@needs_sandbox
+def test_a_project_the_environment_also_holds_is_tested_from_its_checkout(tmp_path, testbeds):
+    """The environment holds a release of the project itself (here its own test group asks for six,
+    and the project is six; pytest brings packaging, pluggy and iniconfig alike): the project is
+    tested from its checkout, as in the harness's one environment, where pip replaced the release."""
+    project = {"pyproject.toml": PYPROJECT.replace('name = "calc"', 'name = "six"').replace('packages = ["calc"]',
+                                                                                           'py-modules = ["six"]'),
+               "six.py": "CHECKOUT = True\n",
+               "tests/test_own.py": "import six\n\n\ndef test_the_checkout():\n    assert six.CHECKOUT\n"}
+    _, base = make_repo(tmp_path / "six", project)
+    cache, runner = testbeds
+    inference = inferred_spec(record_of(base, "example/six"), tmp_path / "six")
+    prepared = prepare_suite(inference.spec, cache, runner, tmp_path / "six", inference=inference)
+    assert (prepared.report.passed, prepared.report.failed) == (1, 0), prepared.report

@@ -88,9 +88,10 @@ def read_collection(output: str) -> Collection:
     if "ImportError while loading conftest" in output or "INTERNALERROR" in output:
         internal = _why(output) or next(line for line in output.splitlines() if "INTERNALERROR" in line or "conftest" in line)
     elif not tests and not errors:
-        # pytest refused to start: its configuration (a pyproject.toml it cannot read), an option
+        # pytest refused to start (its configuration, a pyproject.toml it cannot read, an option) or
+        # could not be imported at all: its ERROR line, else the traceback's last error
         internal = next((line.removeprefix("ERROR: ").strip()[:300] for line in output.splitlines()
-                         if line.startswith("ERROR: ")), "")
+                         if line.startswith("ERROR: ")), "") or (_why(output) if "Traceback" in output else "")
     deselected = _DESELECTED.search(output)
     return Collection(tests=tests, errors=tuple(errors), deselected=int(deselected.group(1)) if deselected else 0,
                       internal_error=internal)
