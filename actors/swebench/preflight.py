@@ -100,12 +100,13 @@ def missing(rows: list[list[Check]]) -> bool:
 
 
 def _sandbox(needs: Needs) -> Check:
-    from magis_ray.actors.execution.sandbox import SandboxUnavailable, bwrap_path, check_available
+    from magis_ray.actors.execution.sandbox import SandboxUnavailable, bwrap_path, open_sandbox
 
-    if needs.sandbox == "none":
-        return Check("sandbox", "note", "none", "--sandbox none: the tests run unconfined, as you")
+    sandbox = open_sandbox(needs.sandbox)
+    if not sandbox.isolated:
+        return Check("sandbox", "note", needs.sandbox, f"--sandbox {needs.sandbox}: the tests run unconfined, as you")
     try:
-        check_available()
+        sandbox.check()
     except SandboxUnavailable as exc:
         return Check("sandbox", "missing", "MISSING", str(exc))
     return Check("sandbox", "ok", "bwrap", f"bubblewrap ({bwrap_path()}) makes a sandbox here: user namespaces work")
