@@ -172,9 +172,10 @@ def test_magis_ray_tests_prints_and_exits_by_what_the_suite_did(tmp_path, capsys
 
 @needs_sandbox
 def test_a_project_the_environment_also_holds_is_tested_from_its_checkout(tmp_path, testbeds):
-    """The environment holds a release of the project itself (here its own test group asks for six,
-    and the project is six; pytest brings packaging, pluggy and iniconfig alike): the project is
-    tested from its checkout, as in the harness's one environment, where pip replaced the release."""
+    """A test requirement brings a release of the project itself (here its own test group asks for
+    six, and the project is six; pytest brings packaging, pluggy and iniconfig alike): the
+    environment is made without it, and the project is tested from its checkout, as in the
+    harness's one environment, where pip replaced the release with it."""
     project = {"pyproject.toml": PYPROJECT.replace('name = "calc"', 'name = "six"').replace('packages = ["calc"]',
                                                                                            'py-modules = ["six"]'),
                "six.py": "CHECKOUT = True\n",
@@ -182,5 +183,6 @@ def test_a_project_the_environment_also_holds_is_tested_from_its_checkout(tmp_pa
     _, base = make_repo(tmp_path / "six", project)
     cache, runner = testbeds
     inference = inferred_spec(record_of(base, "example/six"), tmp_path / "six")
+    assert inference.spec.testbed.env.without == ("six",)
     prepared = prepare_suite(inference.spec, cache, runner, tmp_path / "six", inference=inference)
     assert (prepared.report.passed, prepared.report.failed) == (1, 0), prepared.report

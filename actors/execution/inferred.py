@@ -82,7 +82,8 @@ def inferred_spec(record: dict, repo_path: str | Path, python: str = "", pythons
                                      f"and none of those here ({', '.join(offered) or 'none'}) does; give the python setting")
     date = when.strftime("%Y-%m-%dT%H:%M:%SZ")
     label = f"{record['repo']} (declared)"
-    env = Recipe(python=chosen, requirements=_requirements_text(declared, ()), label=label, uploaded_before=date)
+    own = (declared.project_name,) if declared.installable and declared.project_name else ()
+    env = Recipe(python=chosen, requirements=_requirements_text(declared, ()), label=label, uploaded_before=date, without=own)
     install = (f"python -m pip install -e {shlex.quote('.' + _extras(declared))}",) if declared.installable else ()
     testbed = TestbedRecipe(env=env, repo=record["repo"], commit=record["base_commit"], install=install, label=label)
     spec = InstanceSpec(testbed=testbed, test_command=PYTEST_COMMAND, test_files=(), eval_commands=(), parse=parse_pytest_log)

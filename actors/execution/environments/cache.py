@@ -176,9 +176,13 @@ class EnvironmentCache:
         finish = installer.finish_command(venv)
         if finish:
             steps.run("finish", finish, network=False)
+        if recipe.without:
+            steps.run("without", "python -m pip uninstall --yes " + " ".join(shlex.quote(name) for name in recipe.without),
+                      network=False)
         if pins:
             # What later installs (the testbed's) keep to: the environment as it now is.
-            (folder / "era-constraints.txt").write_text("\n".join(pins) + "\n")
+            left = {dated.requirement_name(name) for name in recipe.without}
+            (folder / "era-constraints.txt").write_text("\n".join(p for p in pins if dated.requirement_name(p) not in left) + "\n")
         shutil.rmtree(folder / "tmp", ignore_errors=True)
         (folder / "recipe.json").write_text(json.dumps(recipe.identity(version), indent=1, sort_keys=True))
         return EnvironmentRecord(label=recipe.label, interpreter_prefix=prefix, interpreter=python, installer=installer.name)

@@ -45,6 +45,11 @@ class Recipe:
     label: str = ""  # for people: "sqlfluff/sqlfluff 0.6"
     uploaded_before: str = ""  # ISO 8601: packages as of this time (dated.py); "" for today's
     installer: str = AUTO  # uv, pip, or auto: uv where it serves the Python (installers.py)
+    # Distributions taken out after the install: the project itself, which each testbed installs
+    # from its checkout, where a test requirement brought a release of it (pytest brings packaging,
+    # pluggy and iniconfig). Left in, that release would be found before the checkout, and a pip
+    # installing the project would try to uninstall it from this read-only environment.
+    without: tuple[str, ...] = ()
 
     def installer_name(self, interpreter: str) -> str:
         """Who installs this recipe on Python `interpreter` ("3.9.18"); EnvironmentUnsupported
@@ -57,6 +62,8 @@ class Recipe:
     def identity(self, interpreter: str) -> dict:
         fields = asdict(self)
         fields.pop("label")
+        if not fields["without"]:
+            fields.pop("without")  # a recipe that takes nothing out keeps the key it had before there was the field
         # The installer that builds it, never "auto": a pip-built environment is not a uv one.
         fields["installer"] = self.installer_name(interpreter)
         return {"interpreter": interpreter, "tools": list(BASE_TOOLS), "layout": 3, **fields}

@@ -29,8 +29,7 @@ from magis_ray.actors.execution.sandbox.identities import build_identity, give_t
 
 from .install_inputs import DIFFERENT, INCREMENTAL, SAME, InstallInputs, Trace, TreeState
 from .install_steps import CONFLICT_SIGNS, PIP_INSTALL, build_requirements, pinned, pre_install_script, unpinned_env, uv_requirements
-from .prefix import (TRACE, chain, give_own_files, installed_names, make_prefix, put_project_first, readable_by_all,
-                     site_packages_of, start_hooks, stop_hooks)
+from .prefix import TRACE, chain, give_own_files, installed_names, make_prefix, readable_by_all, site_packages_of, start_hooks, stop_hooks
 from .recipe import BUILT, REINSTALLED, REUSED, TESTBED, TestbedRecipe, TestbedRecord
 from .reuse import (InstallRecord, TestbedGroup, copy_installed, copy_prefix, date_unchanged, distributions, drop_untouched,
                     installed_files, installs_in_place, link_folder, mentions_of, project_requirements, requested_extras,
@@ -366,9 +365,6 @@ class TestbedBuild:
                                           editable=installs_in_place(self.recipe.install))
         if inputs.refusal:
             self.notes.append(f"other commits install again: {inputs.refusal}")
-        shadowed = put_project_first(self.prefix, self.env, self.tree)
-        if shadowed:
-            self.notes.append(f"the environment holds a release of the project too: the checkout ({shadowed}) goes first")
         made, removed = installed_files(self.tree, before)
         record = InstallRecord(inputs=inputs, made=made, removed=removed, mentions=mentions_of(self.folder),
                                before=before.files, started=started, constraints=constraints,

@@ -17,7 +17,6 @@ them."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 from pathlib import Path
@@ -144,36 +143,6 @@ def installed_names(venv: str) -> set[str]:
         return set()
     return {requirement_name(entry.name.split("-")[0]) for entry in site.iterdir()
             if entry.name.endswith((".dist-info", ".egg-info"))}
-
-
-PROJECT_FIRST = "_magis_project_first.pth"
-
-
-def put_project_first(prefix: Path, env: Environment, tree: Path) -> str:
-    """Where the project was installed in place and the environment holds a release of the same
-    distribution (pytest brings packaging, pluggy and iniconfig; hypothesis brings attrs), the
-    checkout goes first on sys.path: in the harness's single environment pip would have replaced
-    that release with the project, and the tests test the checkout. Here the environment is
-    shared and stays as it is, and its release would be found first. Returns the folder put first
-    ("" where nothing was shadowed)."""
-    site = Path(site_packages_of(prefix))
-    (site / PROJECT_FIRST).unlink(missing_ok=True)
-    shadowed = installed_names(env.venv)
-    for metadata in site.glob("*.dist-info"):
-        try:
-            editable = json.loads((metadata / "direct_url.json").read_text()).get("dir_info", {}).get("editable")
-        except (OSError, ValueError):
-            continue
-        name = requirement_name(metadata.name.split("-")[0])
-        if not editable or name not in shadowed:
-            continue
-        module = name.replace("-", "_")
-        for root in ("src", ""):
-            if (tree / root / module).is_dir() or (tree / root / f"{module}.py").is_file():
-                folder = f"{HOOKED_ROOT}/{root}".rstrip("/")
-                (site / PROJECT_FIRST).write_text(f"import sys; sys.path.insert(0, {folder!r})\n")
-                return folder
-    return ""
 
 
 def start_hooks(folder: Path, prefix: Path, cython_cache: Path) -> None:
