@@ -186,3 +186,12 @@ def test_a_project_the_environment_also_holds_is_tested_from_its_checkout(tmp_pa
     assert inference.spec.testbed.env.without == ("six",)
     prepared = prepare_suite(inference.spec, cache, runner, tmp_path / "six", inference=inference)
     assert (prepared.report.passed, prepared.report.failed) == (1, 0), prepared.report
+
+
+def test_a_run_cut_off_before_its_summary_still_says_what_ran():
+    from magis_ray.actors.code.pytest_log import read_progress
+
+    cut = ("tests/test_a.py::test_one PASSED                                         [ 33%]\n"
+           "tests/test_a.py::test_two[x-1] FAILED                                    [ 66%]\n"
+           "tests/test_b.py::test_three ")
+    assert read_progress(cut) == {"tests/test_a.py::test_one": "PASSED", "tests/test_a.py::test_two[x-1]": "FAILED"}

@@ -39,6 +39,15 @@ def parse_pytest_log(log: str) -> dict[str, str]:
     return results
 
 
+_PROGRESS = re.compile(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b", re.M)
+
+
+def read_progress(log: str) -> dict[str, str]:
+    """Each test's status from `pytest -v`'s line per test as it ran ("path::test PASSED [ 50%]"):
+    what a run cut off before its summary still says."""
+    return {test: status for test, status in _PROGRESS.findall(log) if status != "XPASS"}
+
+
 # --- a whole suite: its collection, and what its failures need --------------------------------
 
 # A failure for want of the network, as Python, urllib3, requests and curl say it.

@@ -24,7 +24,7 @@ from packaging.utils import canonicalize_name
 from magis_ray.events.schema import SourceRead, SuiteReport
 
 from magis_ray.actors.code.pytest_log import (NETWORK_SIGNS, SERVICE_SIGNS, Collection, failures_wanting,
-                                              parse_pytest_log, read_collection)
+                                              parse_pytest_log, read_collection, read_progress)
 from magis_ray.actors.code.suites import PYTEST_COMMAND
 
 from .environments.dated import on_the_index
@@ -101,8 +101,9 @@ def prepare_suite(spec: InstanceSpec, testbeds: TestbedCache, runner: TestRunner
 def run_at_the_base(report: SuiteReport, testbed: Testbed, runner: TestRunner) -> SuiteReport:
     """The whole suite once on the base commit, within the runner's limits: its counts, its known
     failures, and those among them that need what the sandbox does not give."""
-    run = runner.run(testbed, PYTEST_COMMAND, parse_pytest_log, installs=False, name="base")
-    statuses = run.results
+    run = runner.run(testbed, f"{PYTEST_COMMAND} -v", parse_pytest_log, installs=False, name="base")
+    # a run cut off at its time limit has no summary: what its lines said as each test ran
+    statuses = run.results or read_progress(run.output)
     failing = sorted(test for test, status in statuses.items() if status in ("FAILED", "ERROR"))
     network = failures_wanting(run.output, failing, NETWORK_SIGNS)
     services = [test for test in failures_wanting(run.output, failing, SERVICE_SIGNS) if test not in network]
