@@ -248,6 +248,7 @@ class SuiteReport(msgspec.Struct, frozen=True):
     sources: list[SourceRead] = []  # the places read, in order
     problems: list[str] = []  # what could not be read of them, a line each (a broken pyproject.toml)
     added: list[str] = []  # distributions added for modules the collection found missing
+    options: list[str] = []  # pytest's options the preparation chose for every run ("--no-cov")
     collected: int = 0
     collection_errors: list[str] = []  # "FILE: why", a file (or conftest) pytest could not load
     ran: bool = False  # the suite ran at the base (not with collect-only, nor when nothing collected)

@@ -69,11 +69,17 @@ class Collection:
     """What `pytest --collect-only -q` said of a suite: the tests it found, and for each file (or
     conftest) it could not load, the first line of why."""
 
-    tests: tuple[str, ...]
+    tests: tuple[str, ...]  # the ids `-q` listed (a project's own -v in addopts lists a tree instead)
     errors: tuple[tuple[str, str], ...]  # (the file, why), in pytest's order
     deselected: int = 0
     # pytest itself failed (INTERNALERROR, a conftest it cannot import, a configuration it cannot read): its line
     internal_error: str = ""
+    counted: int = 0  # what pytest's last line says it collected
+    plugins: tuple[str, ...] = ()  # the plugins its header names ("cov-7.0.0")
+
+    @property
+    def collected(self) -> int:
+        return max(len(self.tests), self.counted)
 
     @property
     def missing_modules(self) -> tuple[str, ...]:
@@ -96,14 +102,17 @@ def read_collection(output: str) -> Collection:
     internal = ""
     if "ImportError while loading conftest" in output or "INTERNALERROR" in output:
         internal = _why(output) or next(line for line in output.splitlines() if "INTERNALERROR" in line or "conftest" in line)
-    elif not tests and not errors:
+    elif not tests and not errors and not _COLLECTED.search(output):
         # pytest refused to start (its configuration, a pyproject.toml it cannot read, an option) or
         # could not be imported at all: its ERROR line, else the traceback's last error
         internal = next((line.removeprefix("ERROR: ").strip()[:300] for line in output.splitlines()
                          if line.startswith("ERROR: ")), "") or (_why(output) if "Traceback" in output else "")
     deselected = _DESELECTED.search(output)
+    counted = next((int(m.group(1) or m.group(2)) for m in reversed(list(_COLLECTED.finditer(output)))), 0)
+    plugins = next((tuple(p.strip() for p in line.split(":", 1)[1].split(",") if p.strip())
+                    for line in output.splitlines() if line.startswith("plugins: ")), ())
     return Collection(tests=tests, errors=tuple(errors), deselected=int(deselected.group(1)) if deselected else 0,
-                      internal_error=internal)
+                      internal_error=internal, counted=counted, plugins=plugins)
 
 
 def _why(section: str) -> str:

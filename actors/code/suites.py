@@ -170,9 +170,10 @@ class DjangoSuite:
 
 def suite_for(spec_command: str = "", user_command: str = "") -> TestSuite:
     """The suite the team's tests run in: Django's runner where the command (the user's, else the
-    spec's) is it; pytest everywhere else, with the user's own command where given."""
+    spec's) is it; pytest everywhere else, with the user's own command where given, else the
+    spec's where it is the team's pytest with options of its own (a declared environment's)."""
     command = user_command or spec_command
     django = DJANGO_RUNNER.search(command)
     if django is not None:
         return DjangoSuite(command, root=django.group(1))
-    return PytestSuite(user_command or PYTEST_COMMAND)
+    return PytestSuite(user_command or (spec_command if spec_command.startswith(PYTEST_COMMAND) else PYTEST_COMMAND))

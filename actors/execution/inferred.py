@@ -49,6 +49,7 @@ class Inference:
     python: str  # the interpreter chosen ("3.12")
     date: str  # what everything resolves as of (ISO 8601, UTC): the commit's date
     added: tuple[str, ...] = ()  # distributions added for modules the suite's collection found missing
+    options: tuple[str, ...] = ()  # pytest's options the preparation chose ("--no-cov": no coverage measured)
 
     def with_added(self, distributions: tuple[str, ...]) -> Inference:
         """The same inference with `distributions` in its environment too (another recipe, so
@@ -56,6 +57,11 @@ class Inference:
         added = tuple(dict.fromkeys((*self.added, *distributions)))
         env = replace(self.spec.testbed.env, requirements=_requirements_text(self.declared, added))
         return replace(self, spec=replace(self.spec, testbed=replace(self.spec.testbed, env=env)), added=added)
+
+    def with_options(self, options: tuple[str, ...]) -> Inference:
+        """The same inference with its tests run with pytest's `options` too."""
+        command = " ".join([PYTEST_COMMAND, *options])
+        return replace(self, spec=replace(self.spec, test_command=command), options=tuple(options))
 
     def sources_line(self) -> str:
         """Where the requirements came from, in words: "group tests, tox deps" or "nothing declared"."""

@@ -85,23 +85,28 @@ def prepare_suite(spec: InstanceSpec, testbeds: TestbedCache, runner: TestRunner
             break
         inference = inference.with_added(wanted)
         spec = inference.spec
+    if inference is not None and any(plugin.startswith("cov-") for plugin in collection.plugins):
+        # pytest-cov, which the project's own addopts may ask for: no coverage measured in its runs
+        # (a tracer slows every test, and a minimum it sets fails runs that test a part of the suite)
+        inference = inference.with_options(("--no-cov",))
+        spec = inference.spec
     report = SuiteReport(
         python=testbed.env.python_version.rsplit(".", 1)[0], date=inference.date if inference is not None else "",
         sources=sources_read(inference) if inference is not None else [], added=list(inference.added) if inference else [],
-        collected=len(collection.tests), deselected=collection.deselected, build_seconds=round(build_seconds, 1),
+        options=list(inference.options) if inference else [], collected=collection.collected, deselected=collection.deselected, build_seconds=round(build_seconds, 1),
         collect_seconds=round(collect_seconds, 1),
         collection_errors=[f"{file}: {why}" for file, why in collection.errors]
                           + ([f"pytest: {collection.internal_error}"] if collection.internal_error else []),
         problems=list(inference.declared.problems) if inference is not None else [])
-    if collection.tests and not collect_only:
-        report = run_at_the_base(report, testbed, runner)
+    if collection.collected and not collect_only:
+        report = run_at_the_base(report, spec, testbed, runner)
     return Prepared(spec, inference, testbed, report)
 
 
-def run_at_the_base(report: SuiteReport, testbed: Testbed, runner: TestRunner) -> SuiteReport:
+def run_at_the_base(report: SuiteReport, spec: InstanceSpec, testbed: Testbed, runner: TestRunner) -> SuiteReport:
     """The whole suite once on the base commit, within the runner's limits: its counts, its known
     failures, and those among them that need what the sandbox does not give."""
-    run = runner.run(testbed, f"{PYTEST_COMMAND} -v", parse_pytest_log, installs=False, name="base")
+    run = runner.run(testbed, f"{spec.test_command} -v", parse_pytest_log, installs=False, name="base")
     # a run cut off at its time limit has no summary: what its lines said as each test ran
     statuses = run.results or read_progress(run.output)
     failing = sorted(test for test, status in statuses.items() if status in ("FAILED", "ERROR"))

@@ -60,8 +60,10 @@ class BenchSetup:
     record: dict  # the issue as a SWE-bench record: repo, base_commit, version, environment_setup_commit
     repo_path: str
     settings: RunSettings  # the run's, whole: its environment, test command, sandbox, limits and artifact store
-    # distributions the preparation's collection found missing and added to an inferred environment
+    # what a declared environment's preparation decided: distributions its collection found missing,
+    # added to the environment, and pytest's options for every run
     added: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
 
     def __hash__(self) -> int:  # `record` is a dict; a worker's benches are cached by setup (services._bench_for)
         return hash(repr(self))
@@ -97,7 +99,7 @@ def recipe_of(setup: BenchSetup) -> tuple[InstanceSpec, Inference | None]:
                 "install the repository your own way") from None
     if settings.env_setup:
         return custom_spec(record, setup.python or declared_python(record, setup.repo_path), settings.env_setup), None
-    inference = inferred_spec(record, setup.repo_path, setup.python).with_added(setup.added)
+    inference = inferred_spec(record, setup.repo_path, setup.python).with_added(setup.added).with_options(setup.options)
     return inference.spec, inference
 
 
@@ -194,6 +196,7 @@ class ExecutionBench:
         except (EnvironmentUnsupported, InterpreterMissing, BuildFailed) as exc:
             raise BenchUnavailable(why_no_tests(exc)) from None
         self._inference, self._spec, self._testbed = prepared.inference, prepared.spec, prepared.testbed
+        self._suite = suite_of(self._spec, self._setup)  # with the options the preparation chose
         report = prepared.report
         return TestsRan(purpose="prepare", command=self._suite.command, outcome="passed" if prepared.usable else "error",
                         output=prepared.line(), duration_s=round(report.build_seconds + report.collect_seconds

@@ -462,9 +462,10 @@ class BenchTasks:
                 self._placements.finished.remote(prefer)
             raise
         self._node = node
-        if ran.suite is not None and ran.suite.added:
-            # what the preparation's collection added: every later build of this run's testbed has it
-            self._setup = ray.put(dataclasses.replace(ray.get(self._setup), added=tuple(ran.suite.added)))
+        if ran.suite is not None and (ran.suite.added or ran.suite.options):
+            # what the preparation decided: every later build and run of this run's testbed has it
+            self._setup = ray.put(dataclasses.replace(ray.get(self._setup), added=tuple(ran.suite.added),
+                                                      options=tuple(ran.suite.options)))
         if self._placements and ran.outcome == "passed":
             self._placements.held.remote(self._key, node)
         return ran
