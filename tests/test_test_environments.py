@@ -195,3 +195,17 @@ def test_a_run_cut_off_before_its_summary_still_says_what_ran():
            "tests/test_a.py::test_two[x-1] FAILED                                    [ 66%]\n"
            "tests/test_b.py::test_three ")
     assert read_progress(cut) == {"tests/test_a.py::test_one": "PASSED", "tests/test_a.py::test_two[x-1]": "FAILED"}
+
+
+def test_a_run_is_counted_by_pytests_own_last_line_and_an_unknown_option_names_its_plugin():
+    from magis_ray.actors.code.pytest_log import read_counts
+
+    # a log line of the run that starts ERROR counts for nothing: the last line says what ran
+    assert read_counts("PASSED a.py::t\nERROR    logger:log.py:3 a log line\n"
+                       "== 1646 passed, 46 skipped, 2 errors, 3 xfailed, 1 warning in 12.34s ==\n") == {
+        "passed": 1646, "skipped": 46, "error": 2, "xfailed": 3}
+    assert read_counts("tests/x.py::t PASSED [ 50%]\n") is None
+    refused = read_collection("ERROR: usage: __main__.py [options] [file_or_dir] [file_or_dir] [...]\n"
+                              "__main__.py: error: unrecognized arguments: --cov=arrow --cov-report=xml --asyncio-mode=auto\n"
+                              "  inifile: /testbed/tox.ini\n")
+    assert refused.collected == 0 and refused.plugin_options == ("cov", "asyncio")

@@ -62,6 +62,8 @@ _MISSING_MODULE = re.compile(r"No module named '([^']+)'")
 _ERROR_HEADING = re.compile(r"^_+ ERROR collecting (\S+) _+$", re.M)
 _COLLECTED = re.compile(r"(\d+)(?:/\d+)? tests? collected|collected (\d+) items?")
 _DESELECTED = re.compile(r"(\d+) deselected")
+_OUTCOME = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)\b")
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (.+)")
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,14 @@ class Collection:
     @property
     def collected(self) -> int:
         return max(len(self.tests), self.counted)
+
+    @property
+    def plugin_options(self) -> tuple[str, ...]:
+        """The options pytest did not know (a plugin the project's addopts use is missing), as the
+        plugin's word: `--cov-report=xml` is "cov", `--asyncio-mode` "asyncio"."""
+        found = [argument[2:].split("=")[0].split("-")[0] for match in _UNRECOGNIZED.finditer(self.internal_error)
+                 for argument in match.group(1).split() if argument.startswith("--")]
+        return tuple(dict.fromkeys(word for word in found if word))
 
     @property
     def missing_modules(self) -> tuple[str, ...]:
@@ -105,8 +115,11 @@ def read_collection(output: str) -> Collection:
     elif not tests and not errors and not _COLLECTED.search(output):
         # pytest refused to start (its configuration, a pyproject.toml it cannot read, an option) or
         # could not be imported at all: its ERROR line, else the traceback's last error
-        internal = next((line.removeprefix("ERROR: ").strip()[:300] for line in output.splitlines()
-                         if line.startswith("ERROR: ")), "") or (_why(output) if "Traceback" in output else "")
+        lines = output.splitlines()
+        said = [line.split("error: ", 1)[1].strip() for line in lines if ": error: " in line]  # argparse's, after its usage
+        internal = (said[0][:300] if said else "") or next(
+            (line.removeprefix("ERROR: ").strip()[:300] for line in lines if line.startswith("ERROR: ")), "") or (
+            _why(output) if "Traceback" in output else "")
     deselected = _DESELECTED.search(output)
     counted = next((int(m.group(1) or m.group(2)) for m in reversed(list(_COLLECTED.finditer(output)))), 0)
     plugins = next((tuple(p.strip() for p in line.split(":", 1)[1].split(",") if p.strip())
@@ -120,6 +133,16 @@ def _why(section: str) -> str:
     lines = [line[1:].strip() for line in section.splitlines() if line.startswith("E ")]
     named = [line.strip() for line in section.splitlines() if "Error" in line or "error:" in line]
     return (lines or named or [""])[-1][:300]
+
+
+def read_counts(output: str) -> dict[str, int] | None:
+    """What pytest's last line says of a run ("1,646 passed, 46 skipped in 12.3s"): each outcome's
+    count ("error" for errors), or None where the run ended before it (cut off at its limit)."""
+    for line in reversed(output.splitlines()):
+        found = _OUTCOME.findall(line)
+        if found and re.search(r" in [\d.]+s", line):
+            return {outcome.rstrip("s") if outcome.startswith("error") else outcome: int(number) for number, outcome in found}
+    return None
 
 
 def failures_wanting(output: str, failing: list[str], signs: tuple[str, ...]) -> list[str]:

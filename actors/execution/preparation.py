@@ -24,7 +24,7 @@ from packaging.utils import canonicalize_name
 from magis_ray.events.schema import SourceRead, SuiteReport
 
 from magis_ray.actors.code.pytest_log import (NETWORK_SIGNS, SERVICE_SIGNS, Collection, failures_wanting,
-                                              parse_pytest_log, read_collection, read_progress)
+                                              parse_pytest_log, read_collection, read_counts, read_progress)
 from magis_ray.actors.code.suites import PYTEST_COMMAND
 
 from .environments.dated import on_the_index
@@ -109,14 +109,22 @@ def run_at_the_base(report: SuiteReport, spec: InstanceSpec, testbed: Testbed, r
     run = runner.run(testbed, f"{spec.test_command} -v", parse_pytest_log, installs=False, name="base")
     # a run cut off at its time limit has no summary: what its lines said as each test ran
     statuses = run.results or read_progress(run.output)
-    failing = sorted(test for test, status in statuses.items() if status in ("FAILED", "ERROR"))
+    # tests by id (a log line of the run that starts ERROR is no test)
+    failing = sorted(test for test, status in statuses.items() if status in ("FAILED", "ERROR") and "::" in test)
     network = failures_wanting(run.output, failing, NETWORK_SIGNS)
     services = [test for test in failures_wanting(run.output, failing, SERVICE_SIGNS) if test not in network]
     left_out = [*([f"{len(network)} need the network"] if network else []),
                 *([f"{len(services)} need a server (a database, a cache)"] if services else [])]
-    count = lambda *wanted: sum(1 for status in statuses.values() if status in wanted)  # noqa: E731
-    return msgspec.structs.replace(report, ran=True, timed_out=run.timed_out, passed=count("PASSED", "XFAIL"), failed=count("FAILED"),
-                                   errors=count("ERROR"), skipped=count("SKIPPED"), known_failures=failing,
+    # pytest's own count (an id with a space, a skip summarized per file, a log line would miscount
+    # the lines); a run cut off before it says, by what its lines said
+    said = read_counts(run.output) or {"passed": sum(s == "PASSED" for s in statuses.values()),
+                                       "xfailed": sum(s == "XFAIL" for s in statuses.values()),
+                                       "failed": sum(s == "FAILED" for s in statuses.values()),
+                                       "error": sum(s == "ERROR" for s in statuses.values()),
+                                       "skipped": sum(s == "SKIPPED" for s in statuses.values())}
+    return msgspec.structs.replace(report, ran=True, timed_out=run.timed_out,
+                                   passed=said.get("passed", 0) + said.get("xfailed", 0), failed=said.get("failed", 0),
+                                   errors=said.get("error", 0), skipped=said.get("skipped", 0), known_failures=failing,
                                    left_out=left_out, run_seconds=round(run.duration_s, 1))
 
 
@@ -124,11 +132,15 @@ def distributions_for(collection: Collection, tree: Path, inference: Inference) 
     """The distributions that provide the modules `collection` found missing: none for a module of
     the project's own, one already asked for, or one the index does not have."""
     asked = {canonicalize_name(name) for name in inference.added}
-    found = []
+    wanted = []
     for module in collection.missing_modules:
         if (tree / module).exists() or (tree / f"{module}.py").exists() or (tree / "src" / module).exists():
             continue  # the project's own: its install, not a distribution, is missing
-        name = import_names().get(module, module)
+        wanted.append(import_names().get(module, module))
+    # an option of the project's addopts pytest does not know: its plugin, named as plugins are (pytest-cov's --cov)
+    wanted += [f"pytest-{word}" for word in collection.plugin_options]
+    found = []
+    for name in wanted:
         if canonicalize_name(name) not in asked and on_the_index(name):
             found.append(name)
             asked.add(canonicalize_name(name))

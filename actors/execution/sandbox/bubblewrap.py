@@ -120,11 +120,16 @@ class BubblewrapSandbox(Sandbox):
                 argv += ["--ro-bind", scratch.seed, f"{SEEDS}/{number}"]
                 seeds += [f"{SEEDS}/{number}", scratch.target]
         def data_fds() -> list[int]:
-            """As root, the sandbox's /etc/passwd and /etc/group name its uid (made after the
-            output pipes, so that none of them takes descriptor 3, the init's channel)."""
-            fds = [_data_fd(data) for data in _passwd_data(identity)] if identity.drop else []
-            for fd, target in zip(fds, ("/etc/passwd", "/etc/group")):
-                argv.extend(["--perms", "0644", "--ro-bind-data", str(fd), target])
+            """The sandbox's /etc/hosts, and as root its /etc/passwd and /etc/group naming its uid
+            (made after the output pipes, so that none of them takes descriptor 3, the init's
+            channel)."""
+            files = {"/etc/hosts": _hosts_data()}
+            if identity.drop:
+                files.update(zip(("/etc/passwd", "/etc/group"), _passwd_data(identity)))
+            fds = []
+            for target, data in files.items():
+                fds.append(_data_fd(data))
+                argv.extend(["--perms", "0644", "--ro-bind-data", str(fds[-1]), target])
             return fds
 
         tail = []
@@ -202,6 +207,20 @@ def _parents(targets: list[str]) -> list[str]:
                 continue
             found.add(folder)
     return sorted(found, key=lambda f: (f.count("/"), f))
+
+
+def _hosts_data() -> bytes:
+    """The host's /etc/hosts, with localhost named for IPv6 too where it is not: the sandbox's own
+    network has both loopbacks, and tests that listen on "localhost" try both (a container's
+    /etc/hosts names them; a machine's may name only 127.0.0.1)."""
+    try:
+        text = Path("/etc/hosts").read_text()
+    except OSError:
+        text = "127.0.0.1 localhost\n"
+    text = text if text.endswith("\n") or not text else text + "\n"
+    if not any(line.split()[:1] == ["::1"] and "localhost" in line.split()[1:] for line in text.splitlines() if line.strip()):
+        text += "::1 localhost ip6-localhost ip6-loopback\n"
+    return text.encode()
 
 
 def _passwd_data(identity: Identity) -> tuple[bytes, bytes]:
