@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import click
 
@@ -141,12 +141,8 @@ def grade_command(ctx: click.Context, **flags) -> None:
     --memory, --workers, --network, --env-setup, --test-cmd and --env-python are the [grade]
     settings: given here, else from the environment (MAGIS_GRADE_TIMEOUT, ...), magis.toml's [grade]
     table, ~/.config/magis-ray/config.toml's, in that order (`magis-ray config` shows them)."""
-    from tqdm import tqdm
-
     from magis_ray.actors.code.swebench_harness import HarnessMissing
-    from magis_ray.actors.swebench.grading_service import GradingInputError, plan_grading, run_grading_plan, start_ray
-
-    from .signals import interrupted_exit_code
+    from magis_ray.actors.swebench.grading_service import GradingInputError, plan_grading, run_grading_plan
 
     effective = grade_settings(ctx)
     options = grading_options(flags, effective.grade, effective.settings.artifact_store)
@@ -156,19 +152,32 @@ def grade_command(ctx: click.Context, **flags) -> None:
         raise input_error(exc, effective, flags["repos_dir"]) from None
     except HarnessMissing:
         raise Unavailable(missing_extra("grade", "magis-ray grade", ["swebench"])) from None
+    outcome = run_with_progress(plan, run_grading_plan, "grading", lambda event, skipped: (
+        "skipped (graded before)" if skipped else ("resolved" if event.resolved else event.error_step or "unresolved")))
+    print_outcome(outcome)
+
+
+def run_with_progress(plan, run, what: str, state: Callable[[object, bool], str]):
+    """`run(plan, on_result)` (a grading's or a validation's) under a progress bar on stderr, a
+    step a job, each said by `state(event, skipped)`; Ctrl-C says how to resume, and exits as an
+    interrupted command does."""
+    from tqdm import tqdm
+
+    from magis_ray.actors.swebench.grading_service import start_ray
+
+    from .signals import interrupted_exit_code
+
     start_ray(plan)
-    with tqdm(total=len(plan.jobs), unit="instance", desc=f"grade {plan.name}", file=sys.stderr) as bar:
+    with tqdm(total=len(plan.jobs), unit="job", desc=f"{what} {plan.name}", file=sys.stderr) as bar:
         def progress(event, skipped: bool) -> None:
             bar.update(1)
-            state = "skipped (graded before)" if skipped else ("resolved" if event.resolved else event.error_step or "unresolved")
-            bar.set_postfix_str(f"{event.instance_id}: {state}", refresh=True)
+            bar.set_postfix_str(f"{event.instance_id}: {state(event, skipped)}", refresh=True)
 
         try:
-            outcome = run_grading_plan(plan, progress)
+            return run(plan, progress)
         except KeyboardInterrupt:
-            click.echo(f"magis-ray: interrupted; run the same command again to resume grading {plan.name}", err=True)
+            click.echo(f"magis-ray: interrupted; run the same command again to resume {what} {plan.name}", err=True)
             sys.exit(interrupted_exit_code())
-    print_outcome(outcome)
 
 
 def print_outcome(outcome: GradingOutcome) -> None:

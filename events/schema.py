@@ -26,7 +26,7 @@ from typing import Literal, Union
 
 import msgspec
 
-from .settings import EndpointSettings, RoleModel, RunSettings  # noqa: F401 - the settings a run records
+from .settings import EndpointSettings, GradeSettings, RoleModel, RunSettings  # noqa: F401 - the settings a run records
 
 SCHEMA_VERSION = 5
 
@@ -451,11 +451,8 @@ class ValidationStarted(Event, frozen=True, tag="ValidationStarted"):
     name: str
     records: str  # the records file
     candidates: list[str] = []  # their instance ids, in the file's order
-    sandbox: str = "bwrap"
-    workers: int = 1
-    timeout_s: float = 0.0
-    memory_mb: int = 0
-    network: bool = False  # the tests had the network (--network)
+    workers: int = 1  # at once: the grade section's, or fewer where the machine's memory holds fewer
+    grade: GradeSettings = GradeSettings()  # how the tests ran: sandbox, limits, network, a user's own setup
 
 
 class CandidateValidated(Event, frozen=True, tag="CandidateValidated"):

@@ -30,14 +30,20 @@ ACTOR = "grader"
 
 
 @dataclass(frozen=True)
-class GradeJob:
+class Job:
+    """A record to work on (a validation's job): what placement and shipping read of any job."""
+
     record: dict  # the dataset's record
-    patch: str | None  # None: the prediction has no patch
-    model: str = ""
 
     @property
     def instance_id(self) -> str:
         return self.record["instance_id"]
+
+
+@dataclass(frozen=True)
+class GradeJob(Job):
+    patch: str | None  # None: the prediction has no patch
+    model: str = ""
 
 
 @dataclass(frozen=True)
