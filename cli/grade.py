@@ -152,15 +152,15 @@ def grade_command(ctx: click.Context, **flags) -> None:
         raise input_error(exc, effective, flags["repos_dir"]) from None
     except HarnessMissing:
         raise Unavailable(missing_extra("grade", "magis-ray grade", ["swebench"])) from None
-    outcome = run_with_progress(plan, run_grading_plan, "grading", lambda event, skipped: (
+    outcome = run_with_progress(plan, run_grading_plan, "grading", "instance", lambda event, skipped: (
         "skipped (graded before)" if skipped else ("resolved" if event.resolved else event.error_step or "unresolved")))
     print_outcome(outcome)
 
 
-def run_with_progress(plan, run, what: str, state: Callable[[object, bool], str]):
+def run_with_progress(plan, run, what: str, unit: str, state: Callable[[object, bool], str]):
     """`run(plan, on_result)` (a grading's or a validation's) under a progress bar on stderr, a
-    step a job, each said by `state(event, skipped)`; Ctrl-C says how to resume, and exits as an
-    interrupted command does."""
+    step a job (`unit`: what a job is), each said by `state(event, skipped)`; Ctrl-C says how to
+    resume, and exits as an interrupted command does."""
     from tqdm import tqdm
 
     from magis_ray.actors.swebench.grading_service import start_ray
@@ -168,7 +168,7 @@ def run_with_progress(plan, run, what: str, state: Callable[[object, bool], str]
     from .signals import interrupted_exit_code
 
     start_ray(plan)
-    with tqdm(total=len(plan.jobs), unit="job", desc=f"{what} {plan.name}", file=sys.stderr) as bar:
+    with tqdm(total=len(plan.jobs), unit=unit, desc=f"{what} {plan.name}", file=sys.stderr) as bar:
         def progress(event, skipped: bool) -> None:
             bar.update(1)
             bar.set_postfix_str(f"{event.instance_id}: {state(event, skipped)}", refresh=True)

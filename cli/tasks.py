@@ -170,7 +170,7 @@ def validate_command(ctx: click.Context, records: Path, repo_path: str | None, r
             return "validated before"
         return "kept" if event.kept else event.reason
 
-    print_validation(run_with_progress(plan, run_validation_plan, "validation", state), len(earlier))
+    print_validation(run_with_progress(plan, run_validation_plan, "validation", "candidate", state), len(earlier))
 
 
 def print_validation(outcome, earlier: int) -> None:
