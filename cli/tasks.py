@@ -50,12 +50,12 @@ def read_lines(path: Path, what: str) -> list[str]:
     return [line.split("#", 1)[0].strip() for line in text.splitlines() if line.split("#", 1)[0].strip()]
 
 
-@click.group("tasks")
+@click.group("tasks", short_help="Make SWE-bench tasks from a repository's history, and validate them.")
 def tasks_group() -> None:
-    """Tasks in SWE-bench's format made from a repository's history."""
+    """Tasks in SWE-bench's format made from a repository's history, and validated: `make`, then `validate`."""
 
 
-@tasks_group.command("make")
+@tasks_group.command("make", short_help="Make candidate tasks from the commits of a repository's history.")
 @click.option("--repo", "repo_path", type=click.Path(file_okay=False),
               help="The repository: a clone or a bare mirror (default: the one holding the current folder).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
@@ -120,7 +120,7 @@ def _counts(values) -> str:
     return ", ".join(f"{source} {n}" for source, n in Counter(values).most_common())
 
 
-@tasks_group.command("validate", short_help="Validate candidate tasks: their FAIL_TO_PASS and PASS_TO_PASS, or why each is dropped.")
+@tasks_group.command("validate", short_help="Validate candidate tasks: their tests' lists, or why each is dropped.")
 @click.argument("records", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--repo", "repo_path", type=click.Path(), help="The repository every record is of: a clone or a bare mirror.")
 @click.option("--repos-dir", type=click.Path(), help="Or a folder of OWNER__NAME repositories, for records of several.")
