@@ -61,15 +61,16 @@ def record_sha(record: dict) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def test_lists(before: list[dict[str, str]], after: list[dict[str, str]]) -> tuple[list[str], list[str], list[str]]:
+def lists_from(before: list[dict[str, str]], after: list[dict[str, str]]) -> tuple[list[str], list[str], list[str]]:
     """(FAIL_TO_PASS, PASS_TO_PASS, flaky) from the test statuses of the runs of each side, in
     the order the first "after" run names its tests."""
     grading = harness().grading
-    flaky = [test for runs in (before, after) for test in _differing(runs)]
-    kept = [test for test in after[0] if test not in flaky and grading.test_passed(test, after[0])]
+    flaky = list(dict.fromkeys(test for runs in (before, after) for test in _differing(runs)))
+    unstable = set(flaky)
+    kept = [test for test in after[0] if test not in unstable and grading.test_passed(test, after[0])]
     fail_to_pass = [test for test in kept if grading.test_failed(test, before[0])]
     pass_to_pass = [test for test in kept if grading.test_passed(test, before[0])]
-    return fail_to_pass, pass_to_pass, list(dict.fromkeys(flaky))
+    return fail_to_pass, pass_to_pass, flaky
 
 
 def _differing(runs: list[dict[str, str]]) -> list[str]:
@@ -129,9 +130,9 @@ def _tested(outcome: CandidateValidated, started: float, record: dict, prepared:
         before, after = ([ran.statuses for ran in runs[side]] for side in SIDES)
         if not after[0]:
             return _dropped(outcome, started, NO_TESTS_RAN, f"no test result in the output of `{prepared.spec.test_command}`")
-        if attempt == 1 and not test_lists(before, after)[0]:
+        if attempt == 1 and not lists_from(before, after)[0]:
             return _dropped(outcome, started, NO_TEST_CHANGED, _unchanged(before[0], after[0]))
-    fail_to_pass, pass_to_pass, flaky = test_lists(before, after)
+    fail_to_pass, pass_to_pass, flaky = lists_from(before, after)
     outcome = replace(outcome, fail_to_pass=fail_to_pass, pass_to_pass=pass_to_pass, flaky=flaky)
     if not fail_to_pass:
         return _dropped(outcome, started, FLAKY, "flaky: " + ", ".join(flaky))
