@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import click
 
@@ -23,7 +23,7 @@ from .errors import missing_extra
 from .options import store_option
 
 if TYPE_CHECKING:
-    from magis_ray.actors.swebench.grading_service import GradingOptions, GradingOutcome
+    from magis_ray.actors.swebench.grading_service import GradingInputError, GradingOptions, GradingOutcome
 
     from .settings import Effective
 
@@ -80,6 +80,47 @@ def grade_settings(ctx: click.Context) -> Effective:
     return effective_settings(given_flags(ctx, ("grade",), SHARED_KEYS), project_root(None))
 
 
+def grade_options(f):
+    """The grade section's flags and where the test runs' environments come from: grade's, and
+    `tasks validate`'s (a validation's test runs are a grading's)."""
+    for option in reversed([
+        click.option("--workers", type=int, default=GRADE.workers, show_default=True,
+                     help="How many at once (Ray tasks; threads with --no-ray)."),
+        click.option("--sandbox", type=click.Choice(["bwrap", "none"]), default=GRADE.sandbox, show_default=True,
+                     help="bwrap: bubblewrap (no network, read-only system); none: run directly (you trust the code)."),
+        click.option("--timeout", type=float, default=GRADE.timeout, show_default=True, help="Seconds a test run may take."),
+        click.option("--network/--no-network", default=GRADE.network,
+                     help="Give the tests the network (some need the internet); only for patches you trust."),
+        click.option("--memory", default=GRADE.memory, show_default=True,
+                     help="The memory budget of each test run: all its processes and its in-memory scratch together (0: no limit)."),
+        click.option("--python", "pythons", multiple=True, help="An interpreter to use: PATH, or VERSION=PATH (repeatable)."),
+        click.option("--env-cache", type=click.Path(),
+                     help="This machine's environment cache, for the workers this command runs (default: MAGIS_ENV_CACHE, "
+                          "else ~/.cache/magis-ray/envs); a cluster's nodes each use their own MAGIS_ENV_CACHE."),
+        click.option("--artifact-store", help="Where the cluster's nodes share built environments and testbeds: a folder on a "
+                                              "shared filesystem, or an s3:// or gs:// URL (default: MAGIS_ARTIFACT_STORE; none: "
+                                              "each node builds its own)."),
+        click.option("--env-setup", default=GRADE.env_setup,
+                     help="Your repository: the environment's setup command (default: what the project declares)."),
+        click.option("--test-cmd", default=GRADE.test_cmd,
+                     help="Your repository: the test command (default: pytest -rA), followed by the test patch's files."),
+        click.option("--env-python", default=GRADE.env_python,
+                     help="Your repository: the Python version of its environment (default: the newest the project allows)."),
+        click.option("--no-ray", is_flag=True, help="Work in this process (threads) instead of Ray tasks."),
+    ]):
+        f = option(f)
+    return f
+
+
+def input_error(exc: GradingInputError, effective: Effective, repos_dir: str) -> BadInput:
+    """A grading's (or a validation's) input error said as the user gave the setting at fault
+    ("--memory 64G: ...", "MAGIS_GRADE_MEMORY='64G': ..."); the repositories' folder is a flag of
+    the command alone, no setting."""
+    if exc.setting == "repos-dir":
+        return BadInput(f"--repos-dir {repos_dir}: {exc}")
+    return BadInput(f"{effective.given(exc.setting)}: {exc}" if exc.setting else str(exc))
+
+
 @click.command("grade", short_help="Grade predictions on SWE-bench without Docker.")
 @click.argument("predictions", required=False, type=click.Path(path_type=Path))
 @click.option("--dataset", required=True, type=click.Path(path_type=Path), help="The SWE-bench dataset (.jsonl or .json).")
@@ -87,32 +128,11 @@ def grade_settings(ctx: click.Context) -> Effective:
 @click.option("--gold", is_flag=True, help="Grade the dataset's own patches (the grader's fidelity check).")
 @click.option("--empty", is_flag=True, help="Run the tests with no patch at all (the grader's check: nothing may resolve).")
 @click.option("--instances", multiple=True, help="Only these instance ids (repeatable).")
-@click.option("--workers", type=int, default=GRADE.workers, show_default=True, help="Instances graded at once (Ray tasks).")
 @click.option("--name", help="The grading's name in the store (default: from the predictions and the dataset); "
                              "the same name resumes it.")
-@click.option("--sandbox", type=click.Choice(["bwrap", "none"]), default=GRADE.sandbox, show_default=True,
-              help="bwrap: bubblewrap (no network, read-only system); none: run directly (you trust the code).")
-@click.option("--timeout", type=float, default=GRADE.timeout, show_default=True, help="Seconds a test run may take.")
-@click.option("--network/--no-network", default=GRADE.network, help="Give the tests the network (some need the internet); "
-                                                                    "only for predictions you trust.")
-@click.option("--memory", default=GRADE.memory, show_default=True, help="The memory budget of each test run: all its processes "
-                                                                       "and its in-memory scratch together (0: no limit).")
-@click.option("--python", "pythons", multiple=True, help="An interpreter to use: PATH, or VERSION=PATH (repeatable).")
-@click.option("--env-cache", type=click.Path(),
-              help="This machine's environment cache, for the workers this command runs (default: MAGIS_ENV_CACHE, "
-                   "else ~/.cache/magis-ray/envs); a cluster's nodes each use their own MAGIS_ENV_CACHE.")
-@click.option("--artifact-store", help="Where the cluster's nodes share built environments and testbeds: a folder on a "
-                                       "shared filesystem, or an s3:// or gs:// URL (default: MAGIS_ARTIFACT_STORE; none: "
-                                       "each node builds its own).")
-@click.option("--env-setup", default=GRADE.env_setup,
-              help="Your repository: the environment's setup command (default: what the project declares).")
-@click.option("--test-cmd", default=GRADE.test_cmd,
-              help="Your repository: the test command (default: pytest -rA), followed by the test patch's files.")
-@click.option("--env-python", default=GRADE.env_python,
-              help="Your repository: the Python version of its environment (default: the newest the project allows).")
+@grade_options
 @click.option("--report", type=click.Path(path_type=Path), help="Write the report (official shape) here "
                                                                "(default: STORE/gradings/NAME.json).")
-@click.option("--no-ray", is_flag=True, help="Grade in this process (threads) instead of Ray tasks.")
 @store_option
 @click.pass_context
 def grade_command(ctx: click.Context, **flags) -> None:
@@ -121,38 +141,43 @@ def grade_command(ctx: click.Context, **flags) -> None:
     --memory, --workers, --network, --env-setup, --test-cmd and --env-python are the [grade]
     settings: given here, else from the environment (MAGIS_GRADE_TIMEOUT, ...), magis.toml's [grade]
     table, ~/.config/magis-ray/config.toml's, in that order (`magis-ray config` shows them)."""
-    from tqdm import tqdm
-
     from magis_ray.actors.code.swebench_harness import HarnessMissing
-    from magis_ray.actors.swebench.grading_service import GradingInputError, plan_grading, run_grading_plan, start_ray
-
-    from .signals import interrupted_exit_code
+    from magis_ray.actors.swebench.grading_service import GradingInputError, plan_grading, run_grading_plan
 
     effective = grade_settings(ctx)
     options = grading_options(flags, effective.grade, effective.settings.artifact_store)
     try:
         plan = plan_grading(options, notice=lambda line: click.echo(f"magis-ray: notice: {line}", err=True))
     except GradingInputError as exc:
-        # said as the user gave it ("--memory 64G: ...", "MAGIS_GRADE_MEMORY='64G': ..."); the
-        # repositories' folder is a flag of this command alone, no setting
-        if exc.setting == "repos-dir":
-            raise BadInput(f"--repos-dir {flags['repos_dir']}: {exc}") from None
-        raise BadInput(f"{effective.given(exc.setting)}: {exc}" if exc.setting else str(exc)) from None
+        raise input_error(exc, effective, flags["repos_dir"]) from None
     except HarnessMissing:
         raise Unavailable(missing_extra("grade", "magis-ray grade", ["swebench"])) from None
+    outcome = run_with_progress(plan, run_grading_plan, "grading", "instance", lambda event, skipped: (
+        "skipped (graded before)" if skipped else ("resolved" if event.resolved else event.error_step or "unresolved")))
+    print_outcome(outcome)
+
+
+def run_with_progress(plan, run, what: str, unit: str, state: Callable[[object, bool], str]):
+    """`run(plan, on_result)` (a grading's or a validation's) under a progress bar on stderr, a
+    step a job (`unit`: what a job is), each said by `state(event, skipped)`; Ctrl-C says how to
+    resume, and exits as an interrupted command does."""
+    from tqdm import tqdm
+
+    from magis_ray.actors.swebench.grading_service import start_ray
+
+    from .signals import interrupted_exit_code
+
     start_ray(plan)
-    with tqdm(total=len(plan.jobs), unit="instance", desc=f"grade {plan.name}", file=sys.stderr) as bar:
+    with tqdm(total=len(plan.jobs), unit=unit, desc=f"{what} {plan.name}", file=sys.stderr) as bar:
         def progress(event, skipped: bool) -> None:
             bar.update(1)
-            state = "skipped (graded before)" if skipped else ("resolved" if event.resolved else event.error_step or "unresolved")
-            bar.set_postfix_str(f"{event.instance_id}: {state}", refresh=True)
+            bar.set_postfix_str(f"{event.instance_id}: {state(event, skipped)}", refresh=True)
 
         try:
-            outcome = run_grading_plan(plan, progress)
+            return run(plan, progress)
         except KeyboardInterrupt:
-            click.echo(f"magis-ray: interrupted; run the same command again to resume grading {plan.name}", err=True)
+            click.echo(f"magis-ray: interrupted; run the same command again to resume {what} {plan.name}", err=True)
             sys.exit(interrupted_exit_code())
-    print_outcome(outcome)
 
 
 def print_outcome(outcome: GradingOutcome) -> None:

@@ -1,6 +1,6 @@
-"""`magis-ray tasks`: tasks in SWE-bench's format made from a repository's history. The command's
-shell over actors/swebench/task_making.py: it reads the flags and the files they name, and prints
-the summary."""
+"""`magis-ray tasks`: tasks in SWE-bench's format made from a repository's history. The commands'
+shell over actors/swebench/task_making.py (make) and validation_service.py (validate): they read
+the flags and the files they name, and print the summary."""
 from __future__ import annotations
 
 import time
@@ -10,7 +10,10 @@ from pathlib import Path
 
 import click
 
-from magis_ray.events.errors import BadInput
+from magis_ray.events.errors import BadInput, Unavailable
+
+from .grade import grade_options, grade_settings, input_error, parse_pythons, run_with_progress
+from .options import store_option
 
 
 class DateType(click.ParamType):
@@ -47,12 +50,12 @@ def read_lines(path: Path, what: str) -> list[str]:
     return [line.split("#", 1)[0].strip() for line in text.splitlines() if line.split("#", 1)[0].strip()]
 
 
-@click.group("tasks")
+@click.group("tasks", short_help="Make SWE-bench tasks from a repository's history, and validate them.")
 def tasks_group() -> None:
-    """Tasks in SWE-bench's format made from a repository's history."""
+    """Tasks in SWE-bench's format made from a repository's history, and validated: `make`, then `validate`."""
 
 
-@tasks_group.command("make")
+@tasks_group.command("make", short_help="Make candidate tasks from the commits of a repository's history.")
 @click.option("--repo", "repo_path", type=click.Path(file_okay=False),
               help="The repository: a clone or a bare mirror (default: the one holding the current folder).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
@@ -115,3 +118,75 @@ def _window(since: datetime | None, until: datetime | None) -> str:
 
 def _counts(values) -> str:
     return ", ".join(f"{source} {n}" for source, n in Counter(values).most_common())
+
+
+@tasks_group.command("validate", short_help="Validate candidate tasks: their tests' lists, or why each is dropped.")
+@click.argument("records", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--repo", "repo_path", type=click.Path(), help="The repository every record is of: a clone or a bare mirror.")
+@click.option("--repos-dir", type=click.Path(), help="Or a folder of OWNER__NAME repositories, for records of several.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The tasks: the candidates kept, with their lists (NAME.jsonl); each one dropped goes beside it "
+                   "with its reason, in NAME.dropped.jsonl.")
+@click.option("--instances", multiple=True, help="Only these instance ids (repeatable).")
+@click.option("--name", help="The validation's name in the store (default: the records file's name); the same name resumes it.")
+@grade_options
+@store_option
+@click.pass_context
+def validate_command(ctx: click.Context, records: Path, repo_path: str | None, repos_dir: str | None, out: Path,
+                     instances: tuple[str, ...], name: str | None, **flags) -> None:
+    """Validate candidate tasks (those `tasks make` wrote, or any SWE-bench records) as SWE-bench's
+    own validation does: each candidate's tests run in the sandbox with its test patch alone, then
+    with its gold patch too, each twice. FAIL_TO_PASS are the tests that fail before and pass after,
+    PASS_TO_PASS those that pass both ways, less any test whose two runs differ; a record's own
+    lists are replaced. A candidate is kept when a test goes from fail to pass, the gold patch
+    resolves it and the test patch alone does not; each other is dropped with its reason. The
+    environment is SWE-bench's spec where its tables have one, else what the project declares at
+    the base commit. The test runs take the [grade] settings, as `grade` does."""
+    from magis_ray.actors.code.swebench_harness import HarnessMissing
+    from magis_ray.actors.swebench.grading_service import GradingInputError
+    from magis_ray.actors.swebench.validation_service import ValidationOptions, plan_validation, run_validation_plan
+
+    from .errors import missing_extra
+
+    if bool(repo_path) == bool(repos_dir):
+        raise BadInput("give the records' repository: --repo PATH, or --repos-dir DIR (exactly one)")
+    effective = grade_settings(ctx)
+    options = ValidationOptions(
+        records=str(records), out=str(out), store=str(flags["store_path"]), repos_dir=repos_dir or "",
+        repository=repo_path or "", instances=instances, name=name or "", grade=effective.grade,
+        pythons=parse_pythons(flags["pythons"]), env_cache=flags["env_cache"] or None,
+        artifact_store=effective.settings.artifact_store, use_ray=not flags["no_ray"])
+    try:
+        plan = plan_validation(options, notice=lambda line: click.echo(f"magis-ray: notice: {line}", err=True))
+    except GradingInputError as exc:
+        raise input_error(exc, effective, repos_dir or "") from None
+    except HarnessMissing:
+        raise Unavailable(missing_extra("grade", "magis-ray tasks validate", ["swebench"])) from None
+    earlier: list[str] = []  # validated by an earlier run of the command
+
+    def state(event, skipped: bool) -> str:
+        if skipped:
+            earlier.append(event.instance_id)
+            return "validated before"
+        return "kept" if event.kept else event.reason
+
+    print_validation(run_with_progress(plan, run_validation_plan, "validation", "candidate", state), len(earlier))
+
+
+def print_validation(outcome, earlier: int) -> None:
+    """The summary: candidates, kept, dropped by reason, the seconds per candidate, what was written."""
+    results = outcome.results
+    kept = sum(r.kept for r in results)
+    click.echo(f"validation {outcome.name}: {len(results)} candidates"
+               + (f" ({earlier} validated before)" if earlier else "") + f", in {outcome.seconds:.1f} s")
+    click.echo(f"  kept: {kept}")
+    click.echo(f"  dropped: {len(results) - kept}")
+    for reason, count in Counter(r.reason for r in results if not r.kept).most_common():
+        click.echo(f"    {count:>6}  {reason}")
+    if results:
+        fresh = len(results) - earlier
+        wall = f", {outcome.seconds / fresh:.1f} s of this run's wall time" if fresh else ""
+        click.echo(f"  seconds per candidate: {sum(r.seconds for r in results) / len(results):.1f} s on its node "
+                   f"(its builds and test runs){wall}")
+    click.echo(f"wrote {outcome.out} ({kept} tasks); each candidate dropped, with its reason: {outcome.dropped_path}")
+    click.echo(f"logs: {outcome.logs_dir}")

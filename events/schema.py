@@ -26,7 +26,7 @@ from typing import Literal, Union
 
 import msgspec
 
-from .settings import EndpointSettings, RoleModel, RunSettings  # noqa: F401 - the settings a run records
+from .settings import EndpointSettings, GradeSettings, RoleModel, RunSettings  # noqa: F401 - the settings a run records
 
 SCHEMA_VERSION = 5
 
@@ -443,6 +443,40 @@ class InstanceGraded(Event, frozen=True, tag="InstanceGraded"):
     limits: list[str] = []  # the sandbox's limits the run ran into, in words
 
 
+# --- validation (a validation of candidate tasks is its own stream, "validation:NAME") ----------
+
+
+class ValidationStarted(Event, frozen=True, tag="ValidationStarted"):
+    """A validation of candidate tasks began (or began again: a rerun of the same command appends another)."""
+
+    name: str
+    records: str  # the records file
+    candidates: list[str] = []  # their instance ids, in the file's order
+    workers: int = 1  # at once: the grade section's, or fewer where the machine's memory holds fewer
+    grade: GradeSettings = GradeSettings()  # how the tests ran: sandbox, limits, network, a user's own setup
+
+
+class CandidateValidated(Event, frozen=True, tag="CandidateValidated"):
+    """One candidate validated: its tests run with the test patch alone and with the gold patch
+    too, each twice, and the lists they gave; kept, or dropped with its reason. The validator
+    returns it and the validation's stream records it as it is."""
+
+    instance_id: str
+    record_sha: str  # sha256 of what was validated: the base commit, the gold patch and the test patch
+    kept: bool
+    fail_to_pass: list[str] = []  # failing (or absent) with the test patch alone, passing with the gold patch
+    pass_to_pass: list[str] = []  # passing both ways
+    flaky: list[str] = []  # tests whose status differed between two runs of the same patches, left out of the lists
+    reason: str = ""  # why it was dropped, one of a few ("" when kept)
+    detail: str = ""  # the reason's particulars, in one line (the build's, git's)
+    seconds: float = 0.0  # what it took on its node: its builds (those it ran) and its test runs
+    test_runs: int = 0  # the sandboxed runs of its eval script
+    environment: PartUse = PartUse()
+    testbed: PartUse = PartUse()
+    node: str = ""  # the Ray node id that validated it ("" without Ray)
+    host: str = ""  # the host name of that node
+
+
 AnyEvent = Union[
     RunStarted,
     RunFinished,
@@ -466,6 +500,8 @@ AnyEvent = Union[
     GradingStarted,
     InstanceGradingStarted,
     InstanceGraded,
+    ValidationStarted,
+    CandidateValidated,
     ReproductionWritten,
     TestsRan,
     CandidateChosen,

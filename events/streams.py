@@ -1,5 +1,5 @@
 """What a stream of the store holds. A run's stream is named by its run id alone; every other kind
-of stream is named "KIND:NAME" (a grading's: "grading:NAME"), so the kind is read from the id and
+of stream is named "KIND:NAME" (a grading's: "grading:NAME", a validation's: "validation:NAME"), so the kind is read from the id and
 stored ids stay as they were written. The one place that knows how a stream id is spelled."""
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ class StreamKind(Enum):
 
     RUN = ""
     GRADING = "grading"  # a grading batch (`magis-ray grade`): its events only, never a run's
+    VALIDATION = "validation"  # a validation of candidate tasks (`magis-ray tasks validate`)
 
     @classmethod
     def of(cls, stream_id: str) -> StreamKind:

@@ -27,3 +27,15 @@ def test_a_run_s_stream_is_its_run_id():
     assert StreamKind.of("gradings:x") is StreamKind.RUN and StreamKind.of("grading") is StreamKind.RUN
     with pytest.raises(ValueError, match="not a grading stream"):
         StreamKind.GRADING.name_in(run_id)
+
+
+def test_a_validation_s_stream_is_neither_a_run_nor_a_grading():
+    from magis_ray.events.projections.catalog import Catalog
+    from magis_ray.events.schema import Recorded, ValidationStarted
+
+    stream = StreamKind.VALIDATION.stream_id("candidates")
+    assert stream == "validation:candidates" and StreamKind.of(stream) is StreamKind.VALIDATION
+    catalog = Catalog()
+    catalog.apply(Recorded(run_id=stream, version=1, position=1, time=0.0, actor="validator", event_id="e1",
+                           event=ValidationStarted(name="candidates", records="candidates.jsonl")))
+    assert (catalog.runs, catalog.gradings, catalog.position) == ({}, {}, 1)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from msgspec.structs import replace
@@ -28,13 +29,13 @@ from magis_ray.events.settings import GradeSettings
 
 from magis_ray.actors.execution.environments import BuildFailed, EnvironmentUnsupported, missing_system_packages
 from magis_ray.actors.execution.environments.interpreters import InterpreterMissing
-from magis_ray.actors.execution.runner import INPUTS, TestRunner
+from magis_ray.actors.execution.runner import INPUTS, TestRun, TestRunner
 from magis_ray.actors.execution.sandbox import MiB
 from magis_ray.actors.execution.inferred import declared_python, inferred_spec
 from magis_ray.actors.execution.specs import InstanceSpec, NoSpec, custom_spec, instance_spec, with_record_tests
 from magis_ray.actors.code.pytest_log import NETWORK_SIGNS, failures_wanting
 from magis_ray.actors.code.swebench_harness import HarnessMissing, eval_script_lines, git_apply_commands, harness, test_spec
-from magis_ray.actors.execution.testbeds import TestbedCache
+from magis_ray.actors.execution.testbeds import Testbed, TestbedCache
 
 OUTPUT_KEPT = 4000  # characters of test output kept in the result (its tail)
 EVAL_BEGINS = ">>>>> magis-ray: the eval script begins"
@@ -68,6 +69,53 @@ def spec_for(record: dict, repo_path: Path, settings: GradeSettings = GradeSetti
     return with_record_tests(inferred_spec(record, repo_path, settings.env_python).spec, record, settings.test_cmd)
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """An instance ready for its test runs on this node: its spec, its testbed, and what the
+    grading's result says of them."""
+
+    spec: InstanceSpec
+    testbed: Testbed
+    constants: object  # the harness's constants
+    environment: PartUse
+    testbed_use: PartUse
+    warnings: list[str]
+
+
+@dataclass(frozen=True)
+class Unprepared:
+    """Why an instance cannot be run: the step that failed (repository, spec or environment), in one line."""
+
+    step: str
+    error: str
+    needs_internet: bool = False
+
+
+def prepare(record: dict, repos_dir: str | Path, testbeds: TestbedCache, settings: GradeSettings = GradeSettings(),
+            repository: Path | None = None) -> Prepared | Unprepared:
+    """The record's spec and its testbed on this node (built unless cached), its repository at
+    `repository`, else REPOS_DIR/owner__name (its submodules' mirrors beside it)."""
+    repo_path = repository or Path(repos_dir) / record["repo"].replace("/", "__")
+    if not repo_path.is_dir():
+        return _unprepared("repository", f"no repository for {record['repo']} in {repos_dir} (looked for {repo_path})")
+    try:
+        constants, _, _, _, _ = harness()
+        spec = spec_for(record, repo_path, settings)
+        testbed = testbeds.get(spec.testbed, repo_path, mirrors=repos_dir)
+    except (HarnessMissing, NoSpec) as exc:
+        return _unprepared("spec", str(exc).strip("'\""))
+    except (EnvironmentUnsupported, InterpreterMissing) as exc:  # from the project's declarations, or the build
+        return _unprepared("environment", f"unsupported: {exc}")
+    except BuildFailed as exc:
+        return _unprepared("environment", f"build failed at {exc}", needs_internet="needs the internet" in str(exc))
+    skipping = missing_system_packages(spec.optional_packages)
+    warnings = [f"some tests skip without the system packages {', '.join(skipping)} "
+                f"(apt-get install {' '.join(skipping)})"] if skipping else []
+    env = testbed.env
+    return Prepared(spec, testbed, constants, PartUse(env.key, env.label, env.build_seconds, env.built_now, env.obtained),
+                    PartUse(testbed.key, "", testbed.build_seconds, testbed.built_now, testbed.obtained), warnings)
+
+
 def grade(record: dict, patch: str | None, repos_dir: str | Path, testbeds: TestbedCache, runner: TestRunner,
           model: str = "", logs_dir: str | Path | None = None, settings: GradeSettings = GradeSettings(),
           run_empty: bool = False, install_again: bool = True, repository: Path | None = None) -> InstanceGraded:
@@ -80,38 +128,63 @@ def grade(record: dict, patch: str | None, repos_dir: str | Path, testbeds: Test
                             patch_is_None=patch is None, patch_exists=patch is not None, completed=False)
     if patch in ("", None) and not run_empty:
         return replace(result, ran=False)
-    repo_path = repository or Path(repos_dir) / record["repo"].replace("/", "__")
-    if not repo_path.is_dir():
-        return _failed(result, "repository", f"no repository for {record['repo']} in {repos_dir} (looked for {repo_path})")
-    try:
-        constants, _, _, _, _ = harness()
-        spec = spec_for(record, repo_path, settings)
-    except (HarnessMissing, NoSpec) as exc:
-        return _failed(result, "spec", str(exc).strip("'\""))
-    try:
-        testbed = testbeds.get(spec.testbed, repo_path, mirrors=repos_dir)
-    except (EnvironmentUnsupported, InterpreterMissing) as exc:
-        return _failed(result, "environment", f"unsupported: {exc}")
-    except BuildFailed as exc:
-        return replace(_failed(result, "environment", f"build failed at {exc}"), needs_internet="needs the internet" in str(exc))
-    skipping = missing_system_packages(spec.optional_packages)
-    warnings = [f"some tests skip without the system packages {', '.join(skipping)} "
-                f"(apt-get install {' '.join(skipping)})"] if skipping else []
-    env = testbed.env
-    result = replace(result, warnings=warnings,
-                     environment=PartUse(env.key, env.label, env.build_seconds, env.built_now, env.obtained),
-                     testbed=PartUse(testbed.key, "", testbed.build_seconds, testbed.built_now, testbed.obtained))
+    prepared = prepare(record, repos_dir, testbeds, settings, repository)
+    if isinstance(prepared, Unprepared):
+        return replace(result, error_step=prepared.step, error=prepared.error, needs_internet=prepared.needs_internet)
+    result = replace(result, warnings=prepared.warnings, environment=prepared.environment, testbed=prepared.testbed_use)
     if logs_dir is None:
         with tempfile.TemporaryDirectory(prefix="magis-grade-") as scratch:
-            return _run(result, record, patch, spec, testbed, runner, Path(scratch) / record["instance_id"], constants,
-                        install_again)
+            return _graded(result, record, patch, prepared, runner, Path(scratch) / record["instance_id"], install_again)
     folder = Path(logs_dir) / (model or "none").replace("/", "__") / record["instance_id"]
-    return _run(result, record, patch, spec, testbed, runner, folder, constants, install_again)
+    return _graded(result, record, patch, prepared, runner, folder, install_again)
 
 
-def _run(result: InstanceGraded, record: dict, patch: str | None, spec: InstanceSpec, testbed, runner: TestRunner,
-         folder: Path, constants, install_again: bool = True) -> InstanceGraded:
+def _graded(result: InstanceGraded, record: dict, patch: str | None, prepared: Prepared, runner: TestRunner,
+            folder: Path, install_again: bool = True) -> InstanceGraded:
     """The prediction applied and the eval script run, in one sandboxed run; the report judged."""
+    ran = run_eval(record, patch, prepared, runner, folder, install_again)
+    run = ran.run
+    result = replace(result, run=TestRunTiming(run.duration_s, run.exit_code, run.timed_out),
+                     limits=list(run.limits), memory=MemoryUse(run.memory_control, run.peak_memory_bytes // MiB),
+                     output_tail=ran.output_tail, patch_successfully_applied=ran.applied)
+    if ran.error_step:
+        return replace(result, error_step=ran.error_step, error=ran.error)
+    entry = judge(record, prepared.spec, ran.eval_output, folder, patch)[record["instance_id"]]
+    tests_status = entry.get("tests_status", {})
+    resolved = entry["resolved"]
+    limits_hit = ["limits: " + "; ".join(result.limits)] if result.limits and not resolved else []
+    after = ran.eval_output
+    return replace(result, completed=True, patch_successfully_applied=entry["patch_successfully_applied"],
+                   resolved=resolved, tests_status=TestsStatus.of_harness(tests_status),
+                   run=replace(result.run, tests_parsed=len(ran.statuses)),
+                   needs_internet=not resolved and (needs_internet(after, tests_status) or install_needs_the_index(after)),
+                   warnings=[*result.warnings, *limits_hit])
+
+
+@dataclass(frozen=True)
+class EvalRun:
+    """One sandboxed run of the harness's steps: the patch applied, the eval script run, the
+    instance's logs written as the harness lays them out."""
+
+    run: TestRun
+    setup_output: str  # what the patch's application printed
+    eval_output: str  # what the eval script printed
+    applied: bool  # the patch applied (no patch: nothing to apply)
+    error_step: str = ""  # "patch" (it does not apply) or "tests" (they did not finish); "" when both went
+    error: str = ""
+    statuses: dict[str, str] = field(default_factory=dict)  # each test the spec's parser read, with its status
+
+    @property
+    def output_tail(self) -> str:
+        return (self.eval_output or self.setup_output)[-OUTPUT_KEPT:]
+
+
+def run_eval(record: dict, patch: str | None, prepared: Prepared, runner: TestRunner, folder: Path,
+             install_again: bool = True) -> EvalRun:
+    """`patch` applied as the harness applies it and the record's eval script run, in one
+    sandboxed run on a copy of the testbed; the logs in `folder`. A run whose tests finished
+    holds each test's status as the spec's parser reads it."""
+    spec, constants = prepared.spec, prepared.constants
     folder.mkdir(parents=True, exist_ok=True)
     # No patch (--empty): the tree is the testbed's own, installed at this commit already, so the
     # install step again would only rebuild it (minutes of C for astropy) and change nothing.
@@ -123,33 +196,21 @@ def _run(result: InstanceGraded, record: dict, patch: str | None, spec: Instance
         inputs["patch.diff"] = patch if patch.endswith("\n") else patch + "\n"
         shell.append(apply_block(constants))
     shell += [f"echo {EVAL_BEGINS!r}", f"/bin/bash {INPUTS}/eval.sh"]
-    run = runner.run(testbed, "\n".join(shell), inputs=inputs, name="run", logs_dir=folder, installs=reinstall)
+    run = runner.run(prepared.testbed, "\n".join(shell), inputs=inputs, name="run", logs_dir=folder, installs=reinstall)
     full = Path(run.log_path).read_text(encoding="utf-8", errors="replace")
     Path(run.log_path).unlink()  # split below into the harness's two logs
     before, _, after = full.partition(EVAL_BEGINS)
-    result = replace(result, run=TestRunTiming(run.duration_s, run.exit_code, run.timed_out),
-                     limits=list(run.limits), memory=MemoryUse(run.memory_control, run.peak_memory_bytes // MiB),
-                     output_tail=(after or before)[-OUTPUT_KEPT:])
     if patch and constants.APPLY_PATCH_FAIL in before:
-        result = replace(result, error_step="patch", error="the prediction does not apply: " + _apply_reason(before))
-        return _write_logs(result, folder, patch, script, full, "")
-    result = replace(result, patch_successfully_applied=True)
+        ran = EvalRun(run, before, after, False, "patch", "the prediction does not apply: " + _apply_reason(before))
+        return _write_logs(ran, folder, patch, script, full, "")
     if run.timed_out or not after:
         why = (f"the tests did not finish within {runner.limits.wall_seconds:.0f} s" if run.timed_out
                else f"the eval script did not start (exit {run.exit_code})")
-        result = replace(result, error_step="tests", error=why + (f" [{'; '.join(run.limits)}]" if run.limits else ""))
+        ran = EvalRun(run, before, after, True, "tests", why + (f" [{'; '.join(run.limits)}]" if run.limits else ""))
         test_output = after + (f"\n\nTimeout error: {runner.limits.wall_seconds:.0f} seconds exceeded." if run.timed_out else "")
-        return _write_logs(result, folder, patch, script, before, test_output)
-    _write_logs(result, folder, patch, script, before, after)
-    entry = judge(record, spec, after, folder, patch)[record["instance_id"]]
-    tests_status = entry.get("tests_status", {})
-    resolved = entry["resolved"]
-    limits_hit = ["limits: " + "; ".join(result.limits)] if result.limits and not resolved else []
-    return replace(result, completed=True, patch_successfully_applied=entry["patch_successfully_applied"],
-                   resolved=resolved, tests_status=TestsStatus.of_harness(tests_status),
-                   run=replace(result.run, tests_parsed=len(spec.parse(_between_markers(after, constants)))),
-                   needs_internet=not resolved and (needs_internet(after, tests_status) or install_needs_the_index(after)),
-                   warnings=[*result.warnings, *limits_hit])
+        return _write_logs(ran, folder, patch, script, before, test_output)
+    ran = EvalRun(run, before, after, True, statuses=spec.parse(_between_markers(after, constants)))
+    return _write_logs(ran, folder, patch, script, before, after)
 
 
 def apply_block(constants) -> str:
@@ -235,14 +296,14 @@ def _apply_reason(text: str) -> str:
     return " ".join(" | ".join(lines[:4]).split())[:400] or "no way of the harness's applies it"
 
 
-def _write_logs(result: InstanceGraded, folder: Path, patch, script: str, instance_log: str, test_output: str) -> InstanceGraded:
+def _write_logs(ran: EvalRun, folder: Path, patch, script: str, instance_log: str, test_output: str) -> EvalRun:
     """The harness's files of an instance: patch.diff, eval.sh, run_instance.log, test_output.txt."""
     (folder / "patch.diff").write_text(patch or "")
     (folder / "eval.sh").write_text(script)
-    (folder / "run_instance.log").write_text(instance_log + (f"\n{result.error_step}: {result.error}\n" if result.error else ""))
+    (folder / "run_instance.log").write_text(instance_log + (f"\n{ran.error_step}: {ran.error}\n" if ran.error else ""))
     if test_output:
         (folder / "test_output.txt").write_text(test_output)
-    return result
+    return ran
 
 
 def _tests(record: dict, name: str) -> list[str]:
@@ -250,5 +311,5 @@ def _tests(record: dict, name: str) -> list[str]:
     return json.loads(value) if isinstance(value, str) else list(value)
 
 
-def _failed(result: InstanceGraded, step: str, why: str) -> InstanceGraded:
-    return replace(result, error_step=step, error=" ".join(why.split())[:600])
+def _unprepared(step: str, why: str, needs_internet: bool = False) -> Unprepared:
+    return Unprepared(step, " ".join(why.split())[:600], needs_internet)

@@ -24,20 +24,26 @@ from magis_ray.actors.execution.environments import EnvironmentCache
 from magis_ray.actors.execution.runner import TestRunner, limits_for_test_runs
 from magis_ray.actors.execution.sandbox import open_sandbox
 from magis_ray.actors.execution.testbeds import TestbedCache
-from .grading import grade, patch_sha, spec_for
+from .grading import Unprepared, grade, patch_sha, prepare
 
 ACTOR = "grader"
 
 
 @dataclass(frozen=True)
-class GradeJob:
+class Job:
+    """A record to work on (a validation's job): what placement and shipping read of any job."""
+
     record: dict  # the dataset's record
-    patch: str | None  # None: the prediction has no patch
-    model: str = ""
 
     @property
     def instance_id(self) -> str:
         return self.record["instance_id"]
+
+
+@dataclass(frozen=True)
+class GradeJob(Job):
+    patch: str | None  # None: the prediction has no patch
+    model: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,16 +90,19 @@ def grade_after_build(job: GradeJob, options: WorkerOptions, built: dict | None)
     from magis_ray.actors.runtime.remote import this_node
 
     node, host = this_node()
-    result = replace(grade_job(job, options), node=node, host=host)
-    if built is not None:
-        if result.environment.obtained == CACHED:
-            seconds, built_now, obtained = built["env"]
-            result = replace(result, environment=replace(result.environment, build_seconds=seconds, built_now=built_now,
-                                                         obtained=obtained))
-        if result.testbed.obtained == CACHED:
-            seconds, built_now, obtained = built["testbed"]
-            result = replace(result, testbed=replace(result.testbed, build_seconds=seconds, built_now=built_now,
-                                                     obtained=obtained))
+    return with_build_times(replace(grade_job(job, options), node=node, host=host), built)
+
+
+def with_build_times(result, built: dict | None):
+    """`result` (its environment and testbed PartUse) with what the build task of its job
+    reported (build_on_node), where the test-run task found them in the node's cache."""
+    if built is None:
+        return result
+    for name, part in (("environment", "env"), ("testbed", "testbed")):
+        use = getattr(result, name)
+        if use.obtained == CACHED:
+            seconds, built_now, obtained = built[part]
+            result = replace(result, **{name: replace(use, build_seconds=seconds, built_now=built_now, obtained=obtained)})
     return result
 
 
@@ -104,16 +113,18 @@ class Executor(Protocol):
 
 
 class ThreadExecutor:
-    """In-process workers (threads: the work is in subprocesses); for tests and `--workers` without Ray."""
+    """In-process workers (threads: the work is in subprocesses); for tests and `--workers` without
+    Ray. `work(job, options, cache_root, stop)` does one job (a grading's by default)."""
 
-    def __init__(self, options: WorkerOptions, workers: int, cache_root: str | None = None) -> None:
+    def __init__(self, options: WorkerOptions, workers: int, cache_root: str | None = None, work=None) -> None:
         self._options = options
         self._cache_root = cache_root  # this process's node's cache (None: its node setting)
+        self._work = work or grade_job
         self._pool = ThreadPoolExecutor(max_workers=workers)
         self._stop = threading.Event()
 
-    def start(self, job: GradeJob):
-        return self._pool.submit(grade_job, job, self._options, self._cache_root, self._stop)
+    def start(self, job):
+        return self._pool.submit(self._work, job, self._options, self._cache_root, self._stop)
 
     def next_done(self, handles: list):
         done, _ = wait(handles, return_when=FIRST_COMPLETED)
@@ -128,20 +139,31 @@ class ThreadExecutor:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-class GradingLog:
-    """The grading's stream: what is already graded, and the one writer that appends to it."""
+class StreamLog:
+    """A stream of the store that one driver alone appends to (its workers return results): the
+    events it holds, and the one writer."""
 
-    def __init__(self, store, name: str) -> None:
-        self.store = store
-        self.stream = StreamKind.GRADING.stream_id(name)
-        self.version = store.version(self.stream)
-        events = [r.event for r in store.read(self.stream)] if self.version else []
-        self.graded: dict[str, InstanceGraded] = {e.instance_id: e for e in events if isinstance(e, InstanceGraded)}
-        self.attempts = Counter(e.instance_id for e in events if isinstance(e, InstanceGradingStarted))
+    def __init__(self, store, stream: str, actor: str) -> None:
+        self.store, self.stream, self.actor = store, stream, actor
+        self.version = store.version(stream)
+        self.events = [r.event for r in store.read(stream)] if self.version else []
 
     def append(self, event) -> None:
-        recorded = self.store.append(self.stream, self.version, [new_event(event, ACTOR)])
+        recorded = self.store.append(self.stream, self.version, [new_event(event, self.actor)])
         self.version = recorded[-1].version
+        self.events.append(event)
+
+
+class GradingLog(StreamLog):
+    """The grading's stream: what is already graded, and how often each instance was handed out."""
+
+    def __init__(self, store, name: str) -> None:
+        super().__init__(store, StreamKind.GRADING.stream_id(name), ACTOR)
+        self.graded: dict[str, InstanceGraded] = {e.instance_id: e for e in self.events if isinstance(e, InstanceGraded)}
+        self.attempts = Counter(e.instance_id for e in self.events if isinstance(e, InstanceGradingStarted))
+
+    def append(self, event) -> None:
+        super().append(event)
         if isinstance(event, InstanceGraded):
             self.graded[event.instance_id] = event
         elif isinstance(event, InstanceGradingStarted):
@@ -172,20 +194,34 @@ def run_grading(store, name: str, jobs: list[GradeJob], executor: Executor, work
             on_result(earlier, True)
         else:
             todo.append(job)
-    in_flight: dict[object, GradeJob] = {}
+
+    def handed_out(job: GradeJob) -> None:
+        log.append(InstanceGradingStarted(job.instance_id, patch_sha(job.patch), log.attempts[job.instance_id] + 1))
+
+    def done(_job: GradeJob, result: InstanceGraded) -> None:
+        log.append(result)
+        on_result(result, False)
+
+    run_jobs(todo, executor, workers, handed_out, done)
+    return [log.graded[job.instance_id] for job in jobs]
+
+
+def run_jobs(todo: list, executor: Executor, workers: int, handed_out: Callable[[object], None],
+             done: Callable[[object, object], None]) -> None:
+    """Run the jobs of `todo` on `executor`, up to `workers` at once, each environment's first
+    (next_job); `handed_out(job)` as a job starts, `done(job, result)` as it ends. The executor is
+    closed at the end, or when this is cut off."""
+    in_flight: dict[object, object] = {}
     try:
         while todo or in_flight:
             while todo and len(in_flight) < workers:
                 job = todo.pop(next_job(todo, in_flight.values()))
-                log.append(InstanceGradingStarted(job.instance_id, patch_sha(job.patch), log.attempts[job.instance_id] + 1))
+                handed_out(job)
                 in_flight[executor.start(job)] = job
             handle, result = executor.next_done(list(in_flight))
-            in_flight.pop(handle)
-            log.append(result)
-            on_result(result, False)
+            done(in_flight.pop(handle), result)
     finally:
         executor.close()
-    return [log.graded[job.instance_id] for job in jobs]
 
 
 def preparation_seconds(event: InstanceGraded) -> float:
@@ -290,20 +326,20 @@ def instance_details(results: list[InstanceGraded]) -> dict:
 
 
 def prepare_environment(job: GradeJob, options: WorkerOptions) -> dict | None:
-    """Build the job's environment and testbed on this node unless they are cached: for each,
-    (build seconds, built now); None when they cannot be built (the test run then says why)."""
-    from magis_ray.actors.execution.environments import BuildFailed, EnvironmentUnsupported
-    from magis_ray.actors.execution.environments.interpreters import InterpreterMissing
-    from magis_ray.actors.execution.specs import NoSpec
-    from magis_ray.actors.code.swebench_harness import HarnessMissing
-
+    """The build task of a grading job: its environment and testbed on this node (build_on_node);
+    None for a prediction that is not run."""
     if job.patch in ("", None) and not options.run_empty:
         return None  # not run at all
-    repo_path = Path(options.repos_dir) / job.record["repo"].replace("/", "__")
-    try:
-        testbed = testbed_cache(options).get(spec_for(job.record, repo_path, options.grade).testbed, repo_path,
-                                             mirrors=options.repos_dir)
-    except (HarnessMissing, NoSpec, KeyError, EnvironmentUnsupported, InterpreterMissing, BuildFailed):
+    return build_on_node(job.record, options)
+
+
+def build_on_node(record: dict, options: WorkerOptions) -> dict | None:
+    """Build the record's environment and testbed on this node unless they are cached: for each,
+    (build seconds, built now, how this node obtained it); None when they cannot be built (the
+    test run then says why)."""
+    prepared = prepare(record, options.repos_dir, testbed_cache(options), options.grade)
+    if isinstance(prepared, Unprepared):
         return None
-    return {"env": (testbed.env.build_seconds, testbed.env.built_now, testbed.env.obtained),
+    env, testbed = prepared.environment, prepared.testbed_use
+    return {"env": (env.build_seconds, env.built_now, env.obtained),
             "testbed": (testbed.build_seconds, testbed.built_now, testbed.obtained)}

@@ -95,29 +95,11 @@ def plan_grading(options: GradingOptions, notice: Callable[[str], None] = ignore
     use, HarnessMissing when SWE-bench's specs are needed and the swebench package is absent,
     SandboxUnavailable when the sandbox cannot run here. `notice` hears what was decided for the
     caller (fewer workers than asked, dataset lines passed over)."""
-    from magis_ray.actors.execution.sharing.artifacts import ArtifactStoreUnusable, open_artifact_store
-    from magis_ray.actors.execution.sandbox.memory_budget import workers_within_memory
-    from magis_ray.actors.execution.sandbox import open_sandbox
-    from magis_ray.actors.code.swebench_harness import harness
-
     grade = options.grade
     if options.patches == "predictions" and not options.predictions:
         raise GradingInputError("no predictions file given")
-    workers, note = workers_within_memory(grade.workers, size_bytes(grade.memory))
-    if not workers:
-        raise GradingInputError(note, "grade.memory")
-    if note:
-        notice(note)
+    workers = checked_setup(grade, options.repos_dir, options.artifact_store, notice, needs_harness=not custom_setup(grade))
     repos = Path(options.repos_dir)
-    if not repos.is_dir():
-        raise GradingInputError("not a folder", "repos-dir")
-    try:
-        open_artifact_store(options.artifact_store)
-    except ArtifactStoreUnusable as exc:
-        raise GradingInputError(exc.reason, "artifact-store") from None
-    if not custom_setup(grade):
-        harness()
-    open_sandbox(grade.sandbox).check()
     dataset = Path(options.dataset)
     records = load_records(dataset, notice)
     if options.instances:
@@ -155,9 +137,37 @@ def plan_grading(options: GradingOptions, notice: Callable[[str], None] = ignore
                        cache_root=str(Path(options.env_cache).expanduser().resolve()) if options.env_cache else None)
 
 
-def start_ray(plan: GradingPlan) -> None:
-    """The Ray that grades the plan: the cluster RAY_ADDRESS names (under `ray job submit`), else a
-    Ray of our own; nothing when the plan grades in this process's threads or Ray is up already."""
+def checked_setup(grade: GradeSettings, repos_dir: str, artifact_store: str, notice: Callable[[str], None] = ignore,
+                  needs_harness: bool = True) -> int:
+    """What every grading's test runs need, checked (GradingInputError, HarnessMissing,
+    SandboxUnavailable): the memory for at least one worker at the budget, the repositories'
+    folder, the artifact store, the harness, the sandbox. How many workers the memory holds."""
+    from magis_ray.actors.execution.sharing.artifacts import ArtifactStoreUnusable, open_artifact_store
+    from magis_ray.actors.execution.sandbox.memory_budget import workers_within_memory
+    from magis_ray.actors.execution.sandbox import open_sandbox
+    from magis_ray.actors.code.swebench_harness import harness
+
+    workers, note = workers_within_memory(grade.workers, size_bytes(grade.memory))
+    if not workers:
+        raise GradingInputError(note, "grade.memory")
+    if note:
+        notice(note)
+    if not Path(repos_dir).is_dir():
+        raise GradingInputError("not a folder", "repos-dir")
+    try:
+        open_artifact_store(artifact_store)
+    except ArtifactStoreUnusable as exc:
+        raise GradingInputError(exc.reason, "artifact-store") from None
+    if needs_harness:
+        harness()
+    open_sandbox(grade.sandbox).check()
+    return workers
+
+
+def start_ray(plan) -> None:
+    """The Ray that runs the plan (a grading's, or a validation's): the cluster RAY_ADDRESS names
+    (under `ray job submit`), else a Ray of our own; nothing when the plan runs in this process's
+    threads or Ray is up already."""
     if not plan.use_ray:
         return
     from magis_ray.actors.runtime.deployment import ensure_ray
@@ -169,21 +179,29 @@ def start_ray(plan: GradingPlan) -> None:
     ensure_ray()
 
 
+def executor_for(plan, build, run_after_build, work):
+    """The plan's workers (a grading's, or a validation's): Ray tasks, a build task
+    (`build(job, options)`) then a test task (`run_after_build(job, options, built)`) on its node,
+    placed by the environment they need; else this process's threads, each doing `work`."""
+    from .grading_batch import environment_of, repository_of
+
+    if plan.use_ray:
+        from magis_ray.actors.runtime.remote import RayExecutor
+
+        start_ray(plan)
+        return RayExecutor(plan.worker_options, build, run_after_build, environment_of, repository_of)
+    return ThreadExecutor(plan.worker_options, plan.workers, plan.cache_root, work)
+
+
 def run_grading_plan(plan: GradingPlan,
                      on_result: Callable[[InstanceGraded, bool], None] = ignore) -> GradingOutcome:
     """Grade the plan's jobs, `plan.workers` at once, skipping those its stream holds a result of for
     the same patch; `on_result(result, skipped)` once a job. Writes the report and the details."""
     from magis_ray.store import open_store
 
-    from .grading_batch import environment_of, grade_after_build, prepare_environment, repository_of
+    from .grading_batch import grade_after_build, grade_job, prepare_environment
 
-    if plan.use_ray:
-        from magis_ray.actors.runtime.remote import RayExecutor
-
-        start_ray(plan)
-        executor = RayExecutor(plan.worker_options, prepare_environment, grade_after_build, environment_of, repository_of)
-    else:
-        executor = ThreadExecutor(plan.worker_options, plan.workers, plan.cache_root)
+    executor = executor_for(plan, prepare_environment, grade_after_build, grade_job)
     open_store(plan.store, create=True).close()
     with open_store(plan.store) as store:
         results = run_grading(store, plan.name, plan.jobs, executor, plan.workers, plan.started, on_result)

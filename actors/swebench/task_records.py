@@ -1,10 +1,11 @@
-"""Tasks as records in SWE-bench's format, as `magis-ray tasks make` writes them: the 12 fields of
-SWE-bench's datasets, in the Hugging Face order, then the fields magis-ray adds, which readers of
-SWE-bench records pass over (instances.load_dataset reads them as it reads SWE-bench's). Beside the
-records, a file that says why each commit that gave no task gave none. Each file is written whole or
-not at all."""
+"""Tasks as records in SWE-bench's format, as `magis-ray tasks make` and `tasks validate` write
+them: the 12 fields of SWE-bench's datasets, in the Hugging Face order, then the fields magis-ray
+adds, which readers of SWE-bench records pass over (instances.load_dataset reads them as it reads
+SWE-bench's). Beside the records, a file that says why each commit that gave no task gave none
+(make), or why each candidate was dropped (validate). Each file is written whole or not at all."""
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from pathlib import Path
@@ -49,11 +50,40 @@ class PassedOver(msgspec.Struct, frozen=True):
     reason: str
 
 
+class Dropped(msgspec.Struct, frozen=True):
+    """A candidate that validation dropped, and why."""
+
+    instance_id: str
+    reason: str  # one of validation's reasons
+    detail: str = ""  # its particulars, in one line
+    commit: str = ""  # the commit it was made from ("" for a record SWE-bench made)
+
+
+def validated(record: dict, fail_to_pass: list[str], pass_to_pass: list[str]) -> TaskRecord:
+    """`record` (a candidate of `tasks make`, or any SWE-bench record) as a task record with the
+    lists validation gave it, its own lists replaced."""
+    fields = {name: record[name] for name in TaskRecord.__struct_fields__ if record.get(name) is not None}
+    fields.update(version=str(fields.get("version", "")), hints_text=fields.get("hints_text", ""),
+                  created_at=fields.get("created_at", ""),
+                  environment_setup_commit=fields.get("environment_setup_commit") or record["base_commit"],
+                  FAIL_TO_PASS=json.dumps(fail_to_pass), PASS_TO_PASS=json.dumps(pass_to_pass))
+    return msgspec.convert(fields, TaskRecord)
+
+
 def passed_over_path(out: str | os.PathLike) -> Path:
     """Where the reasons go beside the records: CANDIDATES.passed-over.jsonl for CANDIDATES.jsonl."""
+    return beside(out, "passed-over")
+
+
+def dropped_path(out: str | os.PathLike) -> Path:
+    """Where the dropped candidates go beside the tasks: TASKS.dropped.jsonl for TASKS.jsonl."""
+    return beside(out, "dropped")
+
+
+def beside(out: str | os.PathLike, kind: str) -> Path:
     out = Path(out)
     stem = out.name[: -len(".jsonl")] if out.name.endswith(".jsonl") else out.name
-    return out.with_name(f"{stem}.passed-over.jsonl")
+    return out.with_name(f"{stem}.{kind}.jsonl")
 
 
 def write_jsonl(path: str | os.PathLike, items: Iterable[msgspec.Struct]) -> None:

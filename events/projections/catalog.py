@@ -191,7 +191,7 @@ class BatchSummary:
 
 
 class Catalog:
-    """Every run's and grading's summary; `apply` the store's events in position order."""
+    """Every run's and grading's summary (a validation's stream is neither); `apply` the store's events in position order."""
 
     def __init__(self) -> None:
         self.runs: dict[str, RunSummary] = {}
@@ -201,10 +201,11 @@ class Catalog:
     def apply(self, rec: ev.Recorded) -> str:
         """Fold one event in; the id of the stream it changed."""
         self.position = max(self.position, rec.position)
-        if StreamKind.of(rec.run_id) is StreamKind.GRADING:
+        kind = StreamKind.of(rec.run_id)
+        if kind is StreamKind.GRADING:
             name = StreamKind.GRADING.name_in(rec.run_id)
             self.gradings.setdefault(name, GradingSummary(name)).apply(rec)
-        else:
+        elif kind is StreamKind.RUN:
             self.runs.setdefault(rec.run_id, RunSummary(rec.run_id)).apply(rec)
         return rec.run_id
 
