@@ -87,10 +87,11 @@ def run_team(issue: IssueRecord, settings: RunSettings, store_path: Path, run_id
     return _go(issue, settings, store_path, run_id)
 
 
-def resume_team(store_path: Path, run_id: str = RUN_ID) -> TeamRun:
-    """Go on with a cut-off run as `resume` does given no flags: from its resume point (what
-    follows is marked superseded), re-living the recorded lanes, with the settings it recorded."""
+def resume_team(store_path: Path, run_id: str = RUN_ID, settings: RunSettings | None = None) -> TeamRun:
+    """Go on with a cut-off run as `resume` does: from its resume point (what follows is marked
+    superseded), re-living the recorded lanes; with the settings it recorded (what a resume given
+    no flags settles on), or `settings`."""
     with open_store(str(store_path)) as store:
         point = resume_point(store.read(run_id))
         RunWriter(store, run_id).write([new_event(point.marker(), "resume")])
-    return _go(issue_of(point.started), point.started.settings, store_path, run_id, point.recorded)
+    return _go(issue_of(point.started), settings or point.started.settings, store_path, run_id, point.recorded)
