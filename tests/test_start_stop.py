@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from checks import assert_one_line_error
+from checks import assert_consistent_log, assert_one_line_error
 from gated import Gate, run_gated
 from processes import busy_loops, describe, in_session
 from rayheads import recorded_head_started, stop_head
@@ -145,6 +145,8 @@ def test_sigterm_at_any_moment_of_a_submit_ends_in_one_line_and_leaves_no_run_or
             assert f"magis-ray resume {run_id}" in stopped.stderr[-1], stopped.stderr
             cut = events_of(store, run_id)
             assert isinstance(cut[0].event, RunStarted) and isinstance(cut[-1].event, RunFailed), cut[-1]
+            assert cut[-1].event.error_type == "Interrupted"
+            assert_consistent_log(cut)
             resumed = run_gated([*MAGIS, "resume", run_id, "--store", str(store), "--base-url", server.base_url],
                                 cwd=tmp_path, env=environment(MAGIS_RAY="own"), gate=MOMENTS["after-the-summary"])
             assert resumed.returncode == 0 and resumed.stdout[1] == "outcome:  patched", resumed.stderr
@@ -357,25 +359,27 @@ def test_ray_start_keeps_the_commands_signal_handlers():
 
 
 @pytest.mark.parametrize("signals, printed, status", [
-    ("before", ["stopped", "went on"], 0),
+    ("before", ["stopped 143", "went on"], 0),
+    ("sigint-before", ["stopped 130", "went on"], 0),  # Ctrl-C
     ("once-decided", ["summary", "went on"], 7),
     ("twice-decided", ["summary"], 7),
 ])
 def test_a_signal_after_the_outcome_is_decided_exits_with_it(signals, printed, status):
-    """Before the outcome is decided a signal stops the command (KeyboardInterrupt). Once it is
+    """Before the outcome is decided a signal stops the command (KeyboardInterrupt), and the status
+    it is to exit with names the signal (SIGTERM 143, Ctrl-C's SIGINT 130). Once it is
     decided (status 7 here), a signal lets the command go on printing and exit as it would; a
     second one ends it at once, with that status."""
     program = (
         "import os, signal, sys, time\n"
-        "from magis_ray.cli.signals import decide, handle_signals\n"
+        "from magis_ray.cli.signals import decide, handle_signals, interrupted_exit_code\n"
         "handle_signals()\n"
         f"signals = {signals!r}\n"
-        "if signals == 'before':\n"
+        "if signals in ('before', 'sigint-before'):\n"
         "    try:\n"
-        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        os.kill(os.getpid(), signal.SIGINT if signals == 'sigint-before' else signal.SIGTERM)\n"
         "        time.sleep(60)\n"
         "    except KeyboardInterrupt:\n"
-        "        print('stopped')\n"
+        "        print('stopped', interrupted_exit_code())\n"
         "    print('went on')\n"
         "    sys.exit(0)\n"
         "decide(7)\n"
