@@ -185,10 +185,12 @@ def test_a_driver_that_lost_its_run_ends_with_one_line(issue_file, tmp_path):
     assert final_diff(fold(events)) == EXPECTED_DIFF
 
 
-def test_two_batches_of_one_name_started_together_predict_every_instance_once(dataset, tmp_path):
+def test_two_batches_of_one_name_started_together_predict_every_instance_once(dataset, tmp_path, module_ray):
+    """Both join the module's Ray (conftest.py's module_ray)."""
     path, repos = dataset
     with ScriptedServer(batch_team(delay_s=0.05)) as server:
-        first, second = (start(batch_args(path, repos, server, "--out", out, "--batch", "lite"), tmp_path, env_extra={"MAGIS_LEASE_S": "4"})
+        first, second = (start(batch_args(path, repos, server, "--out", out, "--batch", "lite"), tmp_path,
+                               env_extra={**module_ray, "MAGIS_LEASE_S": "4"})
                          for out in ("a.jsonl", "b.jsonl"))
         outs = [p.communicate(timeout=300) for p in (first, second)]
     for proc, (out, err) in zip((first, second), outs):
