@@ -5,6 +5,7 @@ import subprocess
 from pathlib import Path
 
 import pygit2
+from commands import Done
 from gitfixtures import checkout
 
 from magis_ray.events.history import effective
@@ -12,16 +13,21 @@ from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import Recorded, RunFailed, RunFinished
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+def assert_one_line_error(result: subprocess.CompletedProcess | Done, *fragments: str) -> None:
     """A command refused its input as the docs promise: exit 2, one `magis-ray: error:` line
-    holding every fragment, no traceback, and no run id shown (no run started)."""
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr + result.stdout
-    errors = [line for line in result.stderr.splitlines() if line.startswith("magis-ray: error:")]
-    assert len(errors) == 1, result.stderr
+    holding every fragment, no traceback, and no run id shown (no run started). `result`: a
+    process's, or a command's in this process (tests/commands.py)."""
+    if isinstance(result, Done):
+        code, out, err = result.code, result.out, result.err
+    else:
+        code, out, err = result.returncode, result.stdout, result.stderr
+    assert code == 2, (out, err)
+    assert "Traceback" not in err + out
+    errors = [line for line in err.splitlines() if line.startswith("magis-ray: error:")]
+    assert len(errors) == 1, err
     for fragment in fragments:
         assert fragment in errors[0], errors[0]
-    assert not any(line.startswith("run ") for line in result.stderr.splitlines()), result.stderr
+    assert not any(line.startswith("run ") for line in err.splitlines()), err
 
 
 def assert_consistent_log(events: list[Recorded]) -> None:

@@ -58,6 +58,21 @@ def ray_session():
     ray.shutdown()
 
 
+@pytest.fixture(scope="module")
+def module_ray():
+    """A Ray head of the test module's own (`ray start --head`: its own temp dir, ports and token,
+    tests/rayheads.py) that the module's commands join rather than each starting a Ray of its own;
+    the variables a command joins it with (RAY_ADDRESS). Only for whole runs that neither stop a Ray
+    nor count its processes (docs/development.md, "Suites side by side"): a run that kills its
+    driver's Ray, or looks for what is left of it, starts its own."""
+    from rayheads import recorded_head_started
+
+    with recorded_head_started("magis-module-", "--include-dashboard=false", "--dashboard-agent-listen-port={port0}",
+                               "--dashboard-agent-grpc-port={port1}", "--ray-client-server-port={port2}",
+                               "--runtime-env-agent-port={port3}") as head:
+        yield {**{name: value for name, value in head.env.items() if name.startswith("RAY_")}, "RAY_ADDRESS": head.address}
+
+
 @pytest.fixture
 def calc_repo(tmp_path):
     from scenarios import make_calc_repo

@@ -10,7 +10,9 @@ command, up to the next `$ `, are its expected output: an in-order subset of wha
 
 The blocks of one page run in order in one bash session in one fresh folder, which starts with the
 project's examples/ and the calc example's repository at .magis/example/calc; `magis-ray` is on
-PATH, MAGIS_RAY=own, and no model key or setting of the caller's environment is there."""
+PATH, and no model key or setting of the caller's environment is there. Its commands start a Ray of
+their own (MAGIS_RAY=own), or join the one the caller gives (`ray`: RAY_ADDRESS and its token), as a
+user's commands join a warm Ray."""
 from __future__ import annotations
 
 import os
@@ -123,13 +125,14 @@ def page_folder(folder: Path) -> Path:
     return folder
 
 
-def page_environment(folder: Path) -> dict[str, str]:
-    """A user's shell: magis-ray on PATH, a Ray of the commands' own, no key, no settings of ours."""
+def page_environment(folder: Path, ray: dict[str, str] | None = None) -> dict[str, str]:
+    """A user's shell: magis-ray on PATH, a Ray of the commands' own (or `ray`'s), no key, no
+    settings of ours."""
     kept = {name: value for name, value in os.environ.items()
             if not name.startswith(("MAGIS_", "OPENAI_")) and name not in ("RAY_ADDRESS", "VIRTUAL_ENV")}
     bin_dir = str(Path(sys.executable).parent)
     return {**kept, "PATH": bin_dir + os.pathsep + kept.get("PATH", ""), "MAGIS_RAY": "own",
-            "XDG_CONFIG_HOME": str(folder / ".config")}
+            "XDG_CONFIG_HOME": str(folder / ".config"), **(ray or {})}
 
 
 def describe_failure(command: Command, page: Path, why: str, output: str) -> str:
@@ -137,14 +140,15 @@ def describe_failure(command: Command, page: Path, why: str, output: str) -> str
     return f"{where}: $ {command.text}\n{why}\n--- what it printed ---\n{output.rstrip()}\n---"
 
 
-def run_page(page: Path, folder: Path, timeout_s: float = COMMAND_S) -> int:
+def run_page(page: Path, folder: Path, timeout_s: float = COMMAND_S, ray: dict[str, str] | None = None) -> int:
     """Run a page's runnable blocks in one bash session in `folder`; raise Mismatch at the first
-    command that prints or exits otherwise than the page says. Returns the commands run."""
+    command that prints or exits otherwise than the page says. Returns the commands run. `ray`:
+    the variables that join a running Ray (conftest.py's module_ray)."""
     commands = [command for block in blocks_of(page) for command in block.commands]
     page_folder(folder)
     outputs = folder / ".runnable"
     outputs.mkdir()
-    shell = subprocess.Popen(["bash", "--noprofile", "--norc"], cwd=folder, env=page_environment(folder), text=True,
+    shell = subprocess.Popen(["bash", "--noprofile", "--norc"], cwd=folder, env=page_environment(folder, ray), text=True,
                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         for number, command in enumerate(commands, start=1):

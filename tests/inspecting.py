@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import signal
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Iterator
 
 import msgspec
+from commands import command_environment, started
 from runs import constructed_run, fixed_new_events, repo_for
 
 from magis_ray.events import schema as ev
 from magis_ray.events.streams import StreamKind
 from magis_ray.store.sqlite import SQLiteStore
 
-MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
 REJECTED = "a1b2c3d4e5f6"  # the constructed run: T1's first patch sent back, T2 failed
 FIXED = "a1b2ff000011"  # the same issue with both texts fixed: diverges from REJECTED in T2's lane
 RESUMED = "cc0000000001"  # interrupted and resumed
@@ -54,16 +52,14 @@ def make_store_with_grading(root: Path) -> Path:
 
 
 def env(**extra: str) -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if k not in ("MAGIS_STORE",)}
-    out.update(MAGIS_LOG_LEVEL="warning", **extra)
-    return out
+    """A command's environment (tests/commands.py's) with no store of the environment's, and `extra`."""
+    return command_environment(extra, without=("MAGIS_STORE",))
 
 
 @contextlib.contextmanager
 def serve(store: Path, *args: str, **environment: str) -> Iterator[str]:
     """`magis-ray serve` on a free port; its base URL. Stopped with Ctrl-C (SIGINT) at the end."""
-    proc = subprocess.Popen([*MAGIS, "serve", "--store", str(store), "--port", "0", "--poll", "0.2", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(**environment))
+    proc = started("serve", "--store", store, "--port", "0", "--poll", "0.2", *args, env=environment, without=("MAGIS_STORE",))
     try:
         line = proc.stdout.readline()  # printed once the socket listens
         found = re.search(r"http://\S+/", line)

@@ -11,13 +11,13 @@ import fcntl
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from commands import in_process
 from execfixtures import GOLD, TEST_PATCH, make_calc_repos, record, write_dataset
 from waiting import wait_until
 from magis_ray.actors.code.pytest_log import parse_pytest_log
@@ -30,7 +30,6 @@ from magis_ray.actors.execution.sandbox import GiB, Limits, BubblewrapSandbox, b
 from magis_ray.actors.execution.testbeds import TestbedCache, TestbedRecipe
 
 needs_bwrap = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
-MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
 
 
 def calc_recipe(base: str) -> TestbedRecipe:
@@ -457,28 +456,26 @@ def test_a_lapsed_claim_is_taken_over(tmp_path):
     claim.release()
 
 
-def test_a_store_url_nothing_can_open_is_one_line_and_exit_2(tmp_path):
+def test_a_store_url_nothing_can_open_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    """Refused before anything runs: in this process."""
     dataset = write_dataset(tmp_path / "d.jsonl", [record("0" * 40)])
     (tmp_path / "repos").mkdir()
-    done = subprocess.run([*MAGIS, "grade", "--gold", "--dataset", str(dataset), "--repos-dir", str(tmp_path / "repos"),
-                           "--store", str(tmp_path / "db"), "--test-cmd", "pytest -rA", "--no-ray",
-                           "--artifact-store", "bogus://bucket/artifacts"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "MAGIS_LOG_LEVEL": "warning"})
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "--artifact-store" in lines[0] and "bogus://" in lines[0], done.stderr
+    monkeypatch.chdir(tmp_path)
+    done = in_process(capsys, "grade", "--gold", "--dataset", dataset, "--repos-dir", tmp_path / "repos", "--store", tmp_path / "db",
+                      "--test-cmd", "pytest -rA", "--no-ray", "--artifact-store", "bogus://bucket/artifacts")
+    assert done.code == 2, done.err
+    lines = done.err.strip().splitlines()
+    assert len(lines) == 1 and "--artifact-store" in lines[0] and "bogus://" in lines[0], done.err
     with pytest.raises(ArtifactStoreUnusable, match="no filesystem for bogus://"):
         ArtifactStore("bogus://x")
     # submit takes it from the environment as well, and refuses it before anything runs
     repo, base = make_calc_repos(tmp_path / "calc-repos")
     (tmp_path / "issue.json").write_text(json.dumps({"instance_id": "calc-1", "repo": "calc/calc", "base_commit": base,
                                                      "problem_statement": "mean is wrong"}))
-    done = subprocess.run([*MAGIS, "submit", "issue.json", "--repo", str(repo)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300,
-                          env={**os.environ, "MAGIS_LOG_LEVEL": "warning", "MAGIS_ARTIFACT_STORE": "bogus://bucket/x"})
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().splitlines() == ["magis-ray: error: MAGIS_ARTIFACT_STORE='bogus://bucket/x': no filesystem "
+    monkeypatch.setenv("MAGIS_ARTIFACT_STORE", "bogus://bucket/x")
+    done = in_process(capsys, "submit", "issue.json", "--repo", repo)
+    assert done.code == 2, done.err
+    assert done.err.strip().splitlines() == ["magis-ray: error: MAGIS_ARTIFACT_STORE='bogus://bucket/x': no filesystem "
                                                 "for bogus:// (a folder, or a URL such as s3://bucket/path or gs://bucket/path)"]
 
 

@@ -1,16 +1,16 @@
 """`magis-ray submit DATASET.jsonl`: a batch on Ray with SWE-bench predictions, per-instance
 errors that do not stop it, a shared token budget that holds, and resume without running any
-instance twice."""
+instance twice. The batches join the module's Ray (conftest.py's module_ray), but the one killed,
+which starts its own: its Ray must end with it."""
 from __future__ import annotations
 
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import msgspec
 import pytest
+from commands import started
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, calc_issue
 from processes import in_session
 from waiting import COMMAND_S, wait_until
@@ -20,8 +20,6 @@ from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.events.projections import fold, metrics
 from magis_ray.events.schema import RunStarted
 from magis_ray.store import open_store
-
-MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
 
 
 @pytest.fixture
@@ -61,9 +59,9 @@ def batch_args(dataset, repos, server, *extra):
             "--base-url", server.base_url, "--model", "m", "--workers", "2", "--top-k", "4", *extra]
 
 
-def magis(args, cwd, **popen):
-    env = {**os.environ, "OPENAI_API_KEY": "k", "MAGIS_LOG_LEVEL": "warning", "MAGIS_LEASE_S": "2"}
-    return subprocess.Popen([*MAGIS, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+def magis(args, cwd, ray: dict[str, str] | None = None, **popen):
+    """The batch command started; `ray`: the variables that join a Ray (module_ray), else it starts its own."""
+    return started(*args, cwd=cwd, env={"OPENAI_API_KEY": "k", "MAGIS_LEASE_S": "2", **(ray or {})}, **popen)
 
 
 def finish(proc, timeout=COMMAND_S):
@@ -82,10 +80,10 @@ def runs_per_instance(store_path):
         return counts
 
 
-def test_a_batch_predicts_every_instance_and_reports_bad_ones(dataset, tmp_path):
+def test_a_batch_predicts_every_instance_and_reports_bad_ones(dataset, tmp_path, module_ray):
     path, repos = dataset
     with ScriptedServer(team()) as server:
-        code, out, err = finish(magis(batch_args(path, repos, server), tmp_path))
+        code, out, err = finish(magis(batch_args(path, repos, server), tmp_path, module_ray))
         assert code == 0, err
         preds = [json.loads(line) for line in (tmp_path / "preds.jsonl").read_text().splitlines()]
         assert [p["instance_id"] for p in preds] == ["calc__calc-1", "calc__calc-3", "calc__calc-2", "other__repo-1", "calc__calc-4"]
@@ -99,7 +97,7 @@ def test_a_batch_predicts_every_instance_and_reports_bad_ones(dataset, tmp_path)
         assert "5 instances: 3 error, 2 finished; 2 patched" in out
         sent = len(server.requests)
         # the same command again: everything finished is skipped, nothing is asked or run again
-        code, out, err = finish(magis(batch_args(path, repos, server), tmp_path))
+        code, out, err = finish(magis(batch_args(path, repos, server), tmp_path, module_ray))
         assert code == 0 and "2 skipped" in out and len(server.requests) == sent
         again = [json.loads(line) for line in (tmp_path / "preds.jsonl").read_text().splitlines()]
         assert again == preds
@@ -123,11 +121,11 @@ def test_a_killed_batch_resumes_without_running_an_instance_twice(dataset, tmp_p
     assert "calc/stats.py" in preds["calc__calc-1"] and "calc/texts.py" in preds["calc__calc-2"]
 
 
-def test_the_batch_budget_holds_across_its_runs(dataset, tmp_path):
+def test_the_batch_budget_holds_across_its_runs(dataset, tmp_path, module_ray):
     path, repos = dataset
     budget = 6000
     with ScriptedServer(team()) as server:
-        code, out, err = finish(magis(batch_args(path, repos, server, "--batch-budget", str(budget)), tmp_path))
+        code, out, err = finish(magis(batch_args(path, repos, server, "--batch-budget", str(budget)), tmp_path, module_ray))
         assert code == 0, err
     with open_store(str(tmp_path / "store")) as store:
         spent = [metrics(fold(store.read(info.run_id)))["total"] for info in store.list_runs()]

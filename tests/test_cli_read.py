@@ -1,10 +1,10 @@
-"""The read commands of the real `magis-ray` console script (runs, events, diff, audit), run as
-subprocesses against a real SQLite store holding the constructed run; every bad input ends in
-one line on stderr and exit code 2; and --help does not import the heavy modules."""
+"""The read commands of `magis-ray` (runs, events, diff, audit) against a real SQLite store holding
+the constructed run, in this process as the console script runs them (tests/commands.py); every
+bad input ends in one line on stderr and exit code 2. As processes of their own: the console script
+and the module both run, --help does not import the heavy modules, and a pipe closed early."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import subprocess
@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from commands import MAGIS as MODULE, Done, command_environment, in_process
 from runs import MEETING, REVIEW_APPROVAL, REVIEW_REJECTION, constructed_run, fixed_new_events, repo_for
 
 from magis_ray.events.codec import decode_recorded
@@ -22,19 +23,32 @@ RUN = "a1b2c3d4e5f6"  # the constructed run
 OTHER = "a1b2ff000011"  # a second run (both texts fixed), sharing the prefix "a1b2"
 GOLDEN = Path(__file__).parent / "golden"
 SCRIPT = Path(sys.executable).parent / "magis-ray"
-MODULE = [sys.executable, "-m", "magis_ray.cli.main"]
-MAGIS = [str(SCRIPT)] if SCRIPT.is_file() else ([shutil.which("magis-ray")] if shutil.which("magis-ray") else MODULE)
+CONSOLE_SCRIPT = [str(SCRIPT)] if SCRIPT.is_file() else ([shutil.which("magis-ray")] if shutil.which("magis-ray") else MODULE)
 HEAVY = ("ray", "openai", "pygit2")
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("MAGIS_STORE", "MAGIS_LOG_LEVEL")}
-    env["PYTHONIOENCODING"] = "utf-8"
-    return env
+    """A process's environment: no store named by the environment, the log at its default."""
+    return command_environment({"PYTHONIOENCODING": "utf-8"}, without=("MAGIS_STORE", "MAGIS_LOG_LEVEL"))
 
 
-def cli(*args: str, cwd: Path | None = None, command: list[str] = MAGIS) -> subprocess.CompletedProcess:
-    return subprocess.run([*command, *map(str, args)], cwd=cwd, capture_output=True, env=_env(), timeout=60)
+def process(*args: str, command: list[str] = CONSOLE_SCRIPT, **env: str) -> subprocess.CompletedProcess:
+    """The installed console script (or `command`) as a process of its own, its output as text."""
+    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, env={**_env(), **env}, timeout=60)
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """`magis-ray ARGS` in this process, in the folder `cwd` if given, with no store named by the
+    environment."""
+    monkeypatch.delenv("MAGIS_STORE", raising=False)
+
+    def run(*args, cwd: Path | None = None) -> Done:
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        return in_process(capsys, *args)
+
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -56,18 +70,18 @@ def recorded(store) -> list:
         return s.read(RUN)
 
 
-def ok(result: subprocess.CompletedProcess) -> str:
-    out, err = result.stdout.decode(), result.stderr.decode()
-    assert result.returncode == 0, err
+def ok(result: subprocess.CompletedProcess | Done) -> str:
+    code, out, err = (result.code, result.out, result.err) if isinstance(result, Done) else (result.returncode, result.stdout, result.stderr)
+    assert code == 0, err
     assert "Traceback" not in out + err
     return out
 
 
-def one_line_error(result: subprocess.CompletedProcess) -> str:
+def one_line_error(result: Done) -> str:
     """The error line, after checking it is the only thing on stderr, with exit code 2."""
-    out, err = result.stdout.decode(), result.stderr.decode()
+    out, err = result.out, result.err
     assert "Traceback" not in out + err, err
-    assert result.returncode == 2, (result.returncode, err)
+    assert result.code == 2, (result.code, err)
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("magis-ray: error: "), err
     assert out == ""
@@ -80,7 +94,7 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
 def test_the_console_script_and_the_module_both_run():
     assert SCRIPT.is_file() or shutil.which("magis-ray"), "the magis-ray console script is not installed"
     for command in ([str(SCRIPT) if SCRIPT.is_file() else shutil.which("magis-ray")], MODULE):
-        out = ok(cli("--help", command=command))
+        out = ok(process("--help", command=command))
         assert "Usage: magis-ray" in out
         for name in ("runs", "events", "diff", "audit"):
             assert name in out
@@ -113,7 +127,7 @@ def test_help_and_the_read_commands_import_neither_ray_nor_openai_nor_pygit2(sto
 # --- reading a run ----------------------------------------------------------------------------
 
 
-def test_runs_lists_the_runs(store):
+def test_runs_lists_the_runs(store, cli):
     out = ok(cli("runs", "--store", store))
     lines = out.splitlines()
     assert lines[0].split()[:5] == ["RUN", "INSTANCE", "STATUS", "EVENTS", "OUTCOME"]
@@ -122,33 +136,32 @@ def test_runs_lists_the_runs(store):
     assert rows[RUN][1:5] == ["calc__calc-2", "finished", "55", "patched"]
 
 
-def test_runs_last_prints_the_id_of_the_run_started_last(store, tmp_path):
+def test_runs_last_prints_the_id_of_the_run_started_last(store, tmp_path, cli):
     """What a page's RUN=$(magis-ray runs --last) takes: the id alone, of the newest run."""
     assert ok(cli("runs", "--last", "--store", store)) == OTHER + "\n"
     empty = tmp_path / "empty"
     SQLiteStore.open(empty, create=True).close()
     none = cli("runs", "--last", "--store", empty)
-    assert none.returncode == 2 and none.stdout == b""
-    assert none.stderr.decode().strip() == f"magis-ray: error: no runs in the store {empty}"
+    assert none.code == 2 and none.out == ""
+    assert none.err.strip() == f"magis-ray: error: no runs in the store {empty}"
 
 
 def test_help_lists_every_command_with_its_whole_summary():
     """On an 80-column terminal, each command's one-line summary whole: none cut with an ellipsis."""
     from magis_ray.cli.main import cli as group
 
-    result = subprocess.run([*MAGIS, "--help"], capture_output=True, env={**_env(), "COLUMNS": "80"}, timeout=60)
-    listed = ok(result).split("Commands:\n", 1)[1]
+    listed = ok(process("--help", COLUMNS="80")).split("Commands:\n", 1)[1]
     assert "..." not in listed, listed
     summaries = dict(line.split(None, 1) for line in listed.splitlines() if line.strip())
     assert summaries == {name: command.short_help for name, command in group.commands.items()}
 
 
-def test_runs_reads_the_store_from_the_environment(store, tmp_path):
-    result = subprocess.run([*MAGIS, "runs"], cwd=tmp_path, capture_output=True, env={**_env(), "MAGIS_STORE": str(store)}, timeout=60)
-    assert RUN in ok(result)
+def test_runs_reads_the_store_from_the_environment(store, tmp_path, cli, monkeypatch):
+    monkeypatch.setenv("MAGIS_STORE", str(store))
+    assert RUN in ok(cli("runs", cwd=tmp_path))
 
 
-def test_events_prints_json_lines_that_decode_to_the_stored_events(store, recorded):
+def test_events_prints_json_lines_that_decode_to_the_stored_events(store, recorded, cli):
     out = ok(cli("events", RUN, "--store", store))
     lines = out.splitlines()
     assert len(lines) == len(recorded)
@@ -156,18 +169,18 @@ def test_events_prints_json_lines_that_decode_to_the_stored_events(store, record
     assert json.loads(lines[0])["event"]["type"] == "RunStarted"
 
 
-def test_events_takes_a_unique_run_id_prefix(store, recorded):
+def test_events_takes_a_unique_run_id_prefix(store, recorded, cli):
     assert ok(cli("events", RUN[:6], "--store", store)) == ok(cli("events", RUN, "--store", store))
     assert [decode_recorded(line) for line in ok(cli("events", "a1b2f", "--store", store)).splitlines()][0].run_id == OTHER
 
 
-def test_diff_prints_the_final_diff(store, recorded):
+def test_diff_prints_the_final_diff(store, recorded, cli):
     out = ok(cli("diff", RUN, "--store", store))
     assert out == final_diff(fold(recorded))
     assert out.startswith("diff --git a/calc/stats.py b/calc/stats.py\n") and "+    return total / len(values)\n" in out
 
 
-def test_diff_of_a_run_with_no_patch_says_so_on_stderr(tmp_path):
+def test_diff_of_a_run_with_no_patch_says_so_on_stderr(tmp_path, cli):
     from magis_ray.events.codec import new_event
     from magis_ray.events.schema import RunFinished, RunStarted
 
@@ -175,11 +188,11 @@ def test_diff_of_a_run_with_no_patch_says_so_on_stderr(tmp_path):
         s.append("nopatch1", 0, [new_event(RunStarted(instance_id="i", repo="o/r", base_commit="c", problem_statement="p"), "supervisor"),
                                  new_event(RunFinished(outcome="no_patch"), "supervisor")])
     result = cli("diff", "nopatch1", "--store", str(tmp_path / "s"))
-    assert result.returncode == 0 and result.stdout == b""
-    assert result.stderr == b"magis-ray: run nopatch1 has no patch (no_patch)\n"
+    assert result.code == 0 and result.out == ""
+    assert result.err == "magis-ray: run nopatch1 has no patch (no_patch)\n"
 
 
-def test_audit_markdown_has_the_meeting_and_the_reviews(store, recorded):
+def test_audit_markdown_has_the_meeting_and_the_reviews(store, recorded, cli):
     out = ok(cli("audit", RUN, "--store", store))
     assert out == audit_markdown(fold(recorded))
     for speaker, text in MEETING:
@@ -188,7 +201,7 @@ def test_audit_markdown_has_the_meeting_and_the_reviews(store, recorded):
     assert "## Final diff" in out and "## Timeline" in out
 
 
-def test_audit_json_is_valid_json_with_the_timeline(store, recorded):
+def test_audit_json_is_valid_json_with_the_timeline(store, recorded, cli):
     data = json.loads(ok(cli("audit", RUN, "--format", "json", "--store", store)))
     assert data == json.loads(json.dumps(audit_json(fold(recorded))))
     assert [t["version"] for t in data["timeline"]] == list(range(1, len(recorded) + 1))
@@ -196,9 +209,9 @@ def test_audit_json_is_valid_json_with_the_timeline(store, recorded):
     assert data["run_id"] == RUN and data["diff"] == final_diff(fold(recorded))
 
 
-def test_audit_and_diff_read_an_exported_events_file_without_a_store(store, tmp_path):
+def test_audit_and_diff_read_an_exported_events_file_without_a_store(store, tmp_path, cli):
     exported = tmp_path / "run.jsonl"
-    exported.write_bytes(cli("events", RUN, "--store", store).stdout)
+    exported.write_text(cli("events", RUN, "--store", store).out)
     elsewhere = tmp_path / "elsewhere"  # no .magis here: the file alone must do
     elsewhere.mkdir()
     assert ok(cli("audit", exported, cwd=elsewhere)) == ok(cli("audit", RUN, "--store", store))
@@ -207,7 +220,7 @@ def test_audit_and_diff_read_an_exported_events_file_without_a_store(store, tmp_
     assert not (elsewhere / ".magis").exists()
 
 
-def test_the_golden_log_reads_through_the_cli(tmp_path):
+def test_the_golden_log_reads_through_the_cli(tmp_path, cli):
     assert ok(cli("diff", GOLDEN / "v1_run.jsonl", cwd=tmp_path)) == (GOLDEN / "v1_run.diff").read_text()
     timeline = json.loads(ok(cli("audit", GOLDEN / "v1_run.jsonl", "--format", "json", cwd=tmp_path)))["timeline"]
     assert "RunResumed" in {t["type"] for t in timeline}
@@ -216,18 +229,18 @@ def test_the_golden_log_reads_through_the_cli(tmp_path):
 # --- bad input: one line, exit code 2 ------------------------------------------------------------
 
 
-def test_an_unknown_run_id(store):
+def test_an_unknown_run_id(store, cli):
     line = one_line_error(cli("events", "zz9999", "--store", store))
     assert "zz9999" in line
     one_line_error(cli("audit", "zz9999", "--store", store))
 
 
-def test_an_ambiguous_run_id_prefix(store):
+def test_an_ambiguous_run_id_prefix(store, cli):
     line = one_line_error(cli("diff", "a1b2", "--store", store))
     assert "ambiguous" in line and "a1b2" in line
 
 
-def test_an_empty_folder_is_not_a_store(tmp_path):
+def test_an_empty_folder_is_not_a_store(tmp_path, cli):
     empty = tmp_path / "empty"
     empty.mkdir()
     line = one_line_error(cli("runs", "--store", empty))
@@ -235,7 +248,7 @@ def test_an_empty_folder_is_not_a_store(tmp_path):
     assert list(empty.iterdir()) == []  # a read command creates nothing
 
 
-def test_a_plain_text_file_is_not_a_store(tmp_path):
+def test_a_plain_text_file_is_not_a_store(tmp_path, cli):
     notes = tmp_path / "notes.txt"
     notes.write_text("shopping list\n- milk\n- bread\n")
     assert "not a magis store" in one_line_error(cli("runs", "--store", notes))
@@ -243,20 +256,20 @@ def test_a_plain_text_file_is_not_a_store(tmp_path):
     assert notes.read_text() == "shopping list\n- milk\n- bread\n"
 
 
-def test_a_missing_store_folder(tmp_path):
+def test_a_missing_store_folder(tmp_path, cli):
     missing = tmp_path / "no" / "such" / "store"
     assert "no magis store" in one_line_error(cli("runs", "--store", missing))
     one_line_error(cli("audit", RUN, "--store", missing))
     assert not (tmp_path / "no").exists()
 
 
-def test_a_missing_default_store(tmp_path):
+def test_a_missing_default_store(tmp_path, cli):
     one_line_error(cli("runs", cwd=tmp_path))
     assert not (tmp_path / ".magis").exists()
 
 
 @pytest.mark.parametrize("command", [["runs"], ["events", RUN], ["audit", RUN, "--format", "json"], ["diff", RUN]])
-def test_a_corrupt_database_file(store, tmp_path, command):
+def test_a_corrupt_database_file(store, tmp_path, command, cli):
     corrupt = tmp_path / "corrupt.sqlite3"
     shutil.copyfile(store / DB_NAME, corrupt)
     data = bytearray(corrupt.read_bytes())
@@ -270,24 +283,24 @@ def test_a_corrupt_database_file(store, tmp_path, command):
 
 @pytest.mark.parametrize("bad", ['{"run_id": 1}', "this is not json", '{"run_id": "x", "version": 1}', "[]"],
                          ids=["wrong-type", "plain-text", "missing-fields", "array"])
-def test_an_event_line_that_does_not_decode(store, tmp_path, bad):
-    good = cli("events", RUN, "--store", store).stdout.splitlines()
+def test_an_event_line_that_does_not_decode(store, tmp_path, bad, cli):
+    good = cli("events", RUN, "--store", store).out.splitlines()
     broken = tmp_path / "broken.jsonl"
-    broken.write_bytes(b"\n".join([*good[:3], bad.encode(), *good[3:]]) + b"\n")
+    broken.write_text("\n".join([*good[:3], bad, *good[3:]]) + "\n")
     for command in (["audit", broken], ["diff", broken], ["audit", broken, "--format", "json"]):
         line = one_line_error(cli(*command, cwd=tmp_path))
         assert f"{broken}:4:" in line, line
 
 
-def test_an_events_file_with_no_events(tmp_path):
+def test_an_events_file_with_no_events(tmp_path, cli):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n\n")
     assert "no events" in one_line_error(cli("audit", empty, cwd=tmp_path))
 
 
-def test_an_unknown_format_is_a_usage_error(store):
+def test_an_unknown_format_is_a_usage_error(store, cli):
     result = cli("audit", RUN, "--format", "pdf", "--store", store)
-    assert result.returncode == 2 and "Traceback" not in result.stderr.decode() and result.stdout == b""
+    assert result.code == 2 and "Traceback" not in result.err and result.out == ""
 
 
 # --- pipes, long text, missing paths ----------------------------------------------------------
@@ -296,14 +309,14 @@ def test_an_unknown_format_is_a_usage_error(store):
 def test_events_into_a_pipe_closed_early_exits_0(store):
     """`magis-ray events RUN | head -1` under `set -o pipefail`: the reader closing the pipe is
     how pipes end, not an error (no traceback, exit 0)."""
-    command = " ".join(map(str, MAGIS)) + f" events {RUN} --store {store}"
-    result = subprocess.run(["bash", "-c", f"set -o pipefail; {command} | head -1"], capture_output=True, env=_env(), timeout=60)
-    assert result.returncode == 0, result.stderr.decode()
-    assert result.stdout.decode().count("\n") == 1
-    assert "Traceback" not in result.stderr.decode() and "Broken pipe" not in result.stderr.decode()
+    command = " ".join(map(str, CONSOLE_SCRIPT)) + f" events {RUN} --store {store}"
+    result = subprocess.run(["bash", "-c", f"set -o pipefail; {command} | head -1"], capture_output=True, text=True, env=_env(), timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("\n") == 1
+    assert "Traceback" not in result.stderr and "Broken pipe" not in result.stderr
 
 
-def test_runs_cuts_a_long_outcome_at_a_word_with_an_ellipsis(tmp_path):
+def test_runs_cuts_a_long_outcome_at_a_word_with_an_ellipsis(tmp_path, cli):
     from magis_ray.events import schema as ev
 
     reason = "the model endpoint could not be reached: " + " ".join(f"word{i}" for i in range(40))
@@ -316,7 +329,7 @@ def test_runs_cuts_a_long_outcome_at_a_word_with_an_ellipsis(tmp_path):
     assert reason.startswith(outcome[:-1]) and reason[len(outcome) - 1] == " "  # cut where a word ends
 
 
-def test_a_missing_repository_is_named_missing(tmp_path):
+def test_a_missing_repository_is_named_missing(tmp_path, cli):
     from magis_ray.actors.code.repository import RepoError, find_repo
     from magis_ray.actors.code.workingcopy import open_working_copy
 

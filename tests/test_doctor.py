@@ -8,20 +8,16 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from waiting import COMMAND_S
-
-MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
+from commands import magis
 
 
 def doctor(*args, cwd: Path, **env) -> subprocess.CompletedProcess:
-    environ = {**os.environ, "MAGIS_LOG_LEVEL": "warning", **env}
-    environ.pop("RAY_ADDRESS", None) if "RAY_ADDRESS" not in env else None
-    return subprocess.run([*MAGIS, "doctor", *map(str, args)], cwd=cwd, env=environ, capture_output=True, text=True,
-                          timeout=COMMAND_S)
+    """`magis-ray doctor ARGS` as a process of its own: this machine, or the cluster RAY_ADDRESS names
+    when `env` gives one."""
+    return magis("doctor", *args, cwd=cwd, env=env, without=() if "RAY_ADDRESS" in env else ("RAY_ADDRESS",))
 
 
 def dataset(folder: Path, *specs: tuple[str, str]) -> Path:

@@ -1,30 +1,40 @@
 """Why a run ended without a patch, in one line (events/projections/ending.py): on stored logs,
-and end to end (a real `magis-ray submit` process, the scripted model over HTTP, a real git
-repository) for each silent ending, where submit's summary names the model and the reason and
-`apply` repeats it; `apply` prints push commands only for a remote that exists."""
+and for each silent ending of a real run (the team in this process with the settings `submit`
+settles, the scripted model over HTTP, a real git repository), where submit's summary names the
+model and the reason and `apply` repeats it; `apply` prints push commands only for a remote that
+exists. The commands run in this process: none of them starts a Ray."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
+import pytest
+from commands import Done, in_process
 from gitfixtures import git, user_clone
-from inspecting import MAGIS, env
 from runs import constructed_run, fixed_new_events
 from scenarios import FILES
+from teamruns import run_team, settings_for
 
+from magis_ray.cli.issue_input import prepare_issue
+from magis_ray.cli.submit import conclude
 from magis_ray.events import schema as ev
 from magis_ray.events.projections import fold
 from magis_ray.events.projections.ending import ending
 from magis_ray.store.sqlite import SQLiteStore
-from waiting import COMMAND_S
 
 
 EXAMPLE_SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "calc" / "script.json"
 
 
-def magis(*args, cwd=None, timeout=COMMAND_S) -> subprocess.CompletedProcess:
-    return subprocess.run([*MAGIS, *map(str, args)], capture_output=True, text=True, env=env(), timeout=timeout, cwd=cwd)
+@pytest.fixture
+def magis(capsys, monkeypatch):
+    """`magis-ray ARGS` in this process, in the folder `cwd`."""
+    def run(*args, cwd: Path | None = None) -> Done:
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        return in_process(capsys, *args)
+
+    return run
 
 
 def endings(base: str, repo) -> dict[str, list]:
@@ -52,7 +62,7 @@ WANT = {
 }
 
 
-def test_each_silent_ending_has_its_reason_and_apply_repeats_it(tmp_path):
+def test_each_silent_ending_has_its_reason_and_apply_repeats_it(tmp_path, magis):
     repo, base = user_clone(tmp_path / "calc", FILES)
     store = tmp_path / "store"
     runs = endings(base, repo)
@@ -63,26 +73,26 @@ def test_each_silent_ending_has_its_reason_and_apply_repeats_it(tmp_path):
         with SQLiteStore.open(store) as s:
             assert ending(fold(s.read(run_id))) == WANT[run_id]
         result = magis("apply", run_id, "--store", store, cwd=repo)
-        assert result.returncode == 2 and result.stdout == ""
-        assert result.stderr == f"magis-ray: error: run {run_id} has no patch to apply: {WANT[run_id]}\n"
+        assert result.code == 2 and result.out == ""
+        assert result.err == f"magis-ray: error: run {run_id} has no patch to apply: {WANT[run_id]}\n"
 
 
-def test_apply_prints_push_commands_only_for_a_remote_that_exists(tmp_path):
+def test_apply_prints_push_commands_only_for_a_remote_that_exists(tmp_path, magis):
     repo, base = user_clone(tmp_path / "calc", FILES)
     store = tmp_path / "store"
     with SQLiteStore.open(store, create=True) as s:
         s.append("a1b2c3d4e5f6", 0, fixed_new_events(constructed_run(repo, base)))
     alone = magis("apply", "a1b2c3d4e5f6", "--store", store, "--repo", repo, "--branch", "fix/one", cwd=repo)
-    assert alone.returncode == 0, alone.stderr
-    assert "git push" not in alone.stdout and "gh pr create" not in alone.stdout
-    assert f"has no remote to push to: add one with `git -C {repo} remote add origin URL`" in alone.stdout
+    assert alone.code == 0, alone.err
+    assert "git push" not in alone.out and "gh pr create" not in alone.out
+    assert f"has no remote to push to: add one with `git -C {repo} remote add origin URL`" in alone.out
     git("remote", "add", "upstream", "https://example.com/calc.git", cwd=repo)
     pushed = magis("apply", "a1b2c3d4e5f6", "--store", store, "--repo", repo, "--branch", "fix/two", cwd=repo)
-    assert pushed.returncode == 0, pushed.stderr
-    assert "  git push -u upstream fix/two\n" in pushed.stdout and "  gh pr create --head fix/two --fill\n" in pushed.stdout
+    assert pushed.code == 0, pushed.err
+    assert "  git push -u upstream fix/two\n" in pushed.out and "  gh pr create --head fix/two --fill\n" in pushed.out
 
 
-# --- end to end: submit says the model and the reason, apply repeats the reason ------------------
+# --- a real run: submit says the model and the reason, apply repeats the reason ------------------
 
 
 def script_file(path: Path, replace: dict[str, dict]) -> Path:
@@ -99,49 +109,55 @@ def summary(stdout: str) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in stdout.splitlines() if ":" in line)}
 
 
-def submit_and_apply(repo: Path, *flags) -> tuple[dict[str, str], subprocess.CompletedProcess, subprocess.CompletedProcess]:
+def submit_and_apply(repo: Path, magis, capsys, monkeypatch, script: Path) -> tuple[dict[str, str], Done]:
+    """`submit issue.md --tests off --llm scripted:SCRIPT` in the repository: the run, then submit's
+    own ending (its files and summary); then `apply` of the run."""
     (repo / "issue.md").write_text("# mean() returns the wrong value\n\nmean([1, 2, 3, 4]) is 3.33, not 2.5.\n")
-    submit = magis("submit", "issue.md", "--store", repo.parent / "store", "--tests", "off", *flags, cwd=repo, timeout=300)
-    out = summary(submit.stdout)
-    apply = magis("apply", out["run"], "--store", repo.parent / "store", cwd=repo)
-    assert apply.returncode == 2 and apply.stdout == "", apply.stdout + apply.stderr
-    return out, submit, apply
+    monkeypatch.chdir(repo)
+    store = str(repo.parent / "store")
+    run = run_team(prepare_issue("issue.md", None, None, None).issue, settings_for(repo, tests="off", llm=f"scripted:{script}"),
+                   Path(store))
+    capsys.readouterr()
+    conclude(store, run.run_id, run.end)
+    out = summary(capsys.readouterr().out)
+    assert out["run"] == run.run_id
+    apply = magis("apply", out["run"], "--store", store, cwd=repo)
+    assert apply.code == 2 and apply.out == "", apply.out + apply.err
+    return out, apply
 
 
-def assert_repeated(out: dict[str, str], apply: subprocess.CompletedProcess, reason: str) -> None:
+def assert_repeated(out: dict[str, str], apply: Done, reason: str) -> None:
     assert out["reason"] == reason, out
-    assert apply.stderr == f"magis-ray: error: run {out['run']} has no patch to apply: {reason}\n"
+    assert apply.err == f"magis-ray: error: run {out['run']} has no patch to apply: {reason}\n"
 
 
-def test_a_run_that_locates_nothing_says_so_at_submit_and_apply(tmp_path):
+def test_a_run_that_locates_nothing_says_so_at_submit_and_apply(tmp_path, magis, capsys, monkeypatch):
     repo, _ = user_clone(tmp_path / "calc", FILES)
     script = script_file(tmp_path / "nothing.json", {"judge_relevance": {"relevant": False, "reason": "Not this one."}})
-    out, submit, apply = submit_and_apply(repo, "--llm", f"scripted:{script}")
-    assert submit.returncode == 0, submit.stderr
+    out, apply = submit_and_apply(repo, magis, capsys, monkeypatch, script)
     assert out["outcome"] == "no_patch" and out["model"] == f"scripted ({script})"
     assert out["usage"].endswith("$0.0000")
     assert_repeated(out, apply, "Repository Custodian: located no file to change for the issue")
 
 
-def test_a_run_whose_every_answer_fails_validation_says_which_step_at_submit_and_apply(tmp_path):
+def test_a_run_whose_every_answer_fails_validation_says_which_step_at_submit_and_apply(tmp_path, magis, capsys, monkeypatch):
     repo, _ = user_clone(tmp_path / "calc", FILES)
     (repo / "magis.toml").write_text('[models]\ndeveloper = "gpt-4o"\n')  # a priced name, on a scripted endpoint
     script = script_file(tmp_path / "invalid.json", {"write_code": {"edits": "none, thanks"}})
-    out, submit, apply = submit_and_apply(repo, "--llm", f"scripted:{script}")
-    assert submit.returncode == 0, submit.stderr
+    out, apply = submit_and_apply(repo, magis, capsys, monkeypatch, script)
     assert out["outcome"] == "no_patch" and out["model"] == f"scripted ({script}); developer: gpt-4o"
     assert out["usage"].endswith("$0.0000")  # scripted answers cost nothing, whatever [models] calls them
     assert out["reason"].startswith("Developer: every task failed: T1 (calc/stats.py): ") and "write_code" in out["reason"]
     assert_repeated(out, apply, out["reason"])
 
 
-def test_an_unreachable_model_is_refused_before_a_run_is_recorded(tmp_path):
+def test_an_unreachable_model_is_refused_before_a_run_is_recorded(tmp_path, magis):
     """The endpoint is asked for its models before Ray starts: no run, one line. (A model lost
     mid-run ends the run as `unreachable01` above says, resumably.)"""
     repo, _ = user_clone(tmp_path / "calc", FILES)
     (repo / "issue.md").write_text("# mean() returns the wrong value\n\nmean([1, 2, 3, 4]) is 3.33, not 2.5.\n")
     submit = magis("submit", "issue.md", "--store", repo.parent / "store", "--tests", "off", "--llm", "openai",
-                   "--base-url", "http://127.0.0.1:9/v1", "--model", "gpt-4o", "--timeout", "2", cwd=repo, timeout=300)
-    assert submit.returncode == 2 and submit.stdout == "", submit.stdout + submit.stderr
-    assert submit.stderr.startswith("magis-ray: error: the model endpoint http://127.0.0.1:9/v1 does not answer")
-    assert len(submit.stderr.splitlines()) == 1 and not (repo.parent / "store" / "events.sqlite3").exists()
+                   "--base-url", "http://127.0.0.1:9/v1", "--model", "gpt-4o", "--timeout", "2", cwd=repo)
+    assert submit.code == 2 and submit.out == "", submit.out + submit.err
+    assert submit.err.startswith("magis-ray: error: the model endpoint http://127.0.0.1:9/v1 does not answer")
+    assert len(submit.err.splitlines()) == 1 and not (repo.parent / "store" / "events.sqlite3").exists()

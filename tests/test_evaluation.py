@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import click
 import msgspec
 import pytest
-from click.testing import CliRunner
+from commands import Done, in_process
 from gitfixtures import make_repo
 from runs import constructed_run, fixed_new_events, read_base
 from scenarios import MEAN_FIX, SHOUT_FIX, make_calc_repo
@@ -23,8 +20,7 @@ from magis_ray.actors.code.edits import apply_edits
 from magis_ray.actors.swebench.instances import (
     Instance, apply_patch, check_applies, gold_files, load_dataset, parse_test_list,
 )
-from magis_ray.cli.evaluate import coverage_svg, eval_command, recall_svg
-from magis_ray.events.errors import BadInput
+from magis_ray.cli.evaluate import coverage_svg, recall_svg
 from magis_ray.actors.swebench.metrics import (
     complexity, complexity_summary, file_recall, histogram, hunk_counts, line_coverage, recall_curve, scopes,
 )
@@ -321,13 +317,11 @@ def evaluation_setup(tmp_path):
     return store_path, repos, dataset
 
 
-def invoke(*args: str, docker: bool = False, monkeypatch=None):
-    """Run `eval` registered in a throwaway group, as the lead registers it in cli/main.py."""
-    group = click.Group()
-    group.add_command(eval_command)
+def invoke(capsys, *args: str, docker: bool = False, monkeypatch=None) -> Done:
+    """`magis-ray eval ARGS` in this process (tests/commands.py), with Docker present or not."""
     if monkeypatch is not None:
         monkeypatch.setattr("magis_ray.actors.swebench.instances.docker_available", lambda: docker)
-    return CliRunner().invoke(group, ["eval", *map(str, args)])
+    return in_process(capsys, "eval", *args)
 
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -357,14 +351,14 @@ def test_plots_escape_text_from_the_data():
     assert float(bars[0].get("height")) == 2 * float(bars[1].get("height"))
 
 
-def test_eval_command_rows_totals_json_plots_and_error_rows(evaluation_setup, tmp_path, monkeypatch):
+def test_eval_command_rows_totals_json_plots_and_error_rows(evaluation_setup, tmp_path, monkeypatch, capsys):
     store, repos, dataset = evaluation_setup
     out, plots = tmp_path / "eval.json", tmp_path / "plots"
     monkeypatch.setenv("MAGIS_ENV_CACHE", str(tmp_path / "envs"))
     monkeypatch.setenv("MAGIS_GRADE_ENV_SETUP", "python -m pip install pytest")
-    result = invoke("--store", store, "--dataset", dataset, "--repos-dir", repos, "--json", out, "--plots", plots,
+    result = invoke(capsys, "--store", store, "--dataset", dataset, "--repos-dir", repos, "--json", out, "--plots", plots,
                     "--test-cmd", "python -m pytest -rA -p no:cacheprovider {tests}", monkeypatch=monkeypatch)
-    assert result.exit_code == 0, result.output
+    assert result.code == 0, (result.out + result.err)
     rows = {(r["instance_id"], r["run_id"]): r for r in json.loads(out.read_text())["rows"]}
     calc = rows[("calc__calc-2", "run-calc")]
     assert calc["applied"] is True and calc["recall"] == 1.0 and calc["resolved"] is True
@@ -379,8 +373,8 @@ def test_eval_command_rows_totals_json_plots_and_error_rows(evaluation_setup, tm
     assert (summary["runs"], summary["errors"], summary["applied"], summary["resolved"]) == (1, 3, 1, 1)
     assert summary["recall"]["bm25"][0] == {"k": 1, "files": 1, "recall": 0.5}
     assert list(summary["complexity"]) == ["calc/calc", "overall"]
-    assert "applied:   1 of 1 (100.0%)" in result.output and "resolved:  1 of 1 tested (100.0%)" in result.output
-    assert "error: dataset line 4: field `patch` is missing" in result.output
+    assert "applied:   1 of 1 (100.0%)" in (result.out + result.err) and "resolved:  1 of 1 tested (100.0%)" in (result.out + result.err)
+    assert "error: dataset line 4: field `patch` is missing" in (result.out + result.err)
     recall = svg_parts((plots / "recall.svg").read_text(encoding="utf-8"))
     assert recall["title"][0].text == "File-localization recall: dev.jsonl"
     [line] = recall["series"]
@@ -397,48 +391,46 @@ def test_eval_command_rows_totals_json_plots_and_error_rows(evaluation_setup, tm
     assert bar.find(f"{SVG}title").text == "50-60%: 1 run"  # the run covers half the gold lines
 
 
-def test_eval_chosen_runs_unknown_ids_and_the_harness_command(evaluation_setup, tmp_path, monkeypatch):
+def test_eval_chosen_runs_unknown_ids_and_the_harness_command(evaluation_setup, tmp_path, monkeypatch, capsys):
     store, repos, dataset = evaluation_setup
     monkeypatch.chdir(tmp_path)
-    result = invoke("--store", store, "--dataset", dataset, "--repos-dir", repos, "--runs", "run-c", "--runs", "nope",
+    result = invoke(capsys, "--store", store, "--dataset", dataset, "--repos-dir", repos, "--runs", "run-c", "--runs", "nope",
                     docker=True, monkeypatch=monkeypatch)
-    assert result.exit_code == 0, result.output
-    assert "error: unknown run: nope" in result.output and "run-ghost" not in result.output
+    assert result.code == 0, (result.out + result.err)
+    assert "error: unknown run: nope" in (result.out + result.err) and "run-ghost" not in (result.out + result.err)
     [line] = (tmp_path / "predictions.jsonl").read_text().splitlines()
     assert json.loads(line)["instance_id"] == "calc__calc-2" and "calc/stats.py" in json.loads(line)["model_patch"]
-    assert f"--dataset_name {dataset.resolve()} --predictions_path {(tmp_path / 'predictions.jsonl').resolve()}" in result.output
+    assert f"--dataset_name {dataset.resolve()} --predictions_path {(tmp_path / 'predictions.jsonl').resolve()}" in (result.out + result.err)
 
-    result = invoke("--store", store, "--dataset", dataset, "--repos-dir", repos, docker=False, monkeypatch=monkeypatch)
-    assert "resolved:  not measured" in result.output and "swebench.harness" not in result.output
+    result = invoke(capsys, "--store", store, "--dataset", dataset, "--repos-dir", repos, docker=False, monkeypatch=monkeypatch)
+    assert "resolved:  not measured" in (result.out + result.err) and "swebench.harness" not in (result.out + result.err)
 
 
-def test_eval_bad_dataset_file_is_a_usage_error(evaluation_setup, tmp_path, monkeypatch):
+def test_eval_bad_dataset_file_is_a_usage_error(evaluation_setup, tmp_path, monkeypatch, capsys):
     store, _, _ = evaluation_setup
-    result = invoke("--store", store, "--dataset", tmp_path / "missing.jsonl", monkeypatch=monkeypatch)
-    assert isinstance(result.exception, BadInput) and "cannot read the dataset" in str(result.exception)
+    result = invoke(capsys, "--store", store, "--dataset", tmp_path / "missing.jsonl", monkeypatch=monkeypatch)
+    assert result.code == 2 and len(result.error_lines) == 1 and "cannot read the dataset" in result.error_lines[0], result.err
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
-def test_eval_takes_resolved_from_a_grading_of_the_same_diff(evaluation_setup, tmp_path, monkeypatch):
+def test_eval_takes_resolved_from_a_grading_of_the_same_diff(evaluation_setup, tmp_path, monkeypatch, capsys):
     from magis_ray.events.projections import final_diff, fold
 
     store, repos, dataset = evaluation_setup
     out = tmp_path / "eval.json"
-    assert invoke("--store", store, "--dataset", dataset, "--repos-dir", repos, "--json", out, monkeypatch=monkeypatch).exit_code == 0
+    assert invoke(capsys, "--store", store, "--dataset", dataset, "--repos-dir", repos, "--json", out, monkeypatch=monkeypatch).code == 0
     untested = {r["run_id"]: r for r in json.loads(out.read_text())["rows"]}["run-calc"]
     assert untested["resolved"] is None
     with open_store(str(store)) as s:
         diff = final_diff(fold(s.read("run-calc")))
     preds = tmp_path / "preds.jsonl"
     preds.write_text(json.dumps({"instance_id": "calc__calc-2", "model_name_or_path": "magis", "model_patch": diff}) + "\n")
-    graded = subprocess.run(
-        [sys.executable, "-m", "magis_ray.cli.main", "grade", str(preds), "--dataset", str(dataset), "--instances", "calc__calc-2",
-         "--repos-dir", str(repos), "--store", str(store), "--env-cache", str(tmp_path / "envs"), "--no-ray",
-         "--env-setup", "python -m pip install pytest", "--test-cmd", "python -m pytest -rA"],
-        capture_output=True, text=True, timeout=600)
-    assert graded.returncode == 0 and "resolved: 1 of 1" in graded.stdout, graded.stdout + graded.stderr
-    result = invoke("--store", store, "--dataset", dataset, "--repos-dir", repos, "--json", out, monkeypatch=monkeypatch)
-    assert result.exit_code == 0, result.output
+    graded = in_process(capsys, "grade", preds, "--dataset", dataset, "--instances", "calc__calc-2", "--repos-dir", repos,
+                        "--store", store, "--env-cache", tmp_path / "envs", "--no-ray", "--env-setup", "python -m pip install pytest",
+                        "--test-cmd", "python -m pytest -rA")
+    assert graded.code == 0 and "resolved: 1 of 1" in graded.out, graded.out + graded.err
+    result = invoke(capsys, "--store", store, "--dataset", dataset, "--repos-dir", repos, "--json", out, monkeypatch=monkeypatch)
+    assert result.code == 0, (result.out + result.err)
     row = {r["run_id"]: r for r in json.loads(out.read_text())["rows"]}["run-calc"]
     assert row["resolved"] is True and row["test_detail"] == "FAIL_TO_PASS 1/1"
-    assert "resolved:  1 of 1 tested (100.0%)" in result.output
+    assert "resolved:  1 of 1 tested (100.0%)" in (result.out + result.err)

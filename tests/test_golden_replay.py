@@ -1,11 +1,13 @@
 """Schema evolution: a log written by the first event version (a real run of the example with the
-scripted model, committed with the prompt templates of that time) replays under the current code."""
+scripted model, committed with the prompt templates of that time) replays under the current code.
+Each replay is a process of its own: a process reads its prompt templates (MAGIS_PROMPTS_DIR) once."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from commands import magis
 
 ROOT = Path(__file__).parents[1]
 GOLDEN = ROOT / "tests" / "golden"
@@ -14,11 +16,8 @@ GOLDEN = ROOT / "tests" / "golden"
 def test_the_v1_example_run_replays_without_divergence(tmp_path):
     subprocess.run([sys.executable, str(ROOT / "examples" / "calc" / "make_repo.py"), str(tmp_path / "calc")], check=True,
                    capture_output=True)
-    env = {**os.environ, "MAGIS_PROMPTS_DIR": str(GOLDEN / "v1_prompts")}
-    result = subprocess.run(
-        [sys.executable, "-m", "magis_ray.cli.main", "replay", str(GOLDEN / "v1_example_run.jsonl"), "--repo", str(tmp_path / "calc")],
-        capture_output=True, text=True, env=env, timeout=120,
-    )
+    result = magis("replay", GOLDEN / "v1_example_run.jsonl", "--repo", tmp_path / "calc", env={"MAGIS_PROMPTS_DIR": str(GOLDEN / "v1_prompts")},
+                   timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "replayed 37 events: no divergence" in result.stdout
 
@@ -33,11 +32,8 @@ def test_the_v2_run_with_tests_and_candidates_replays_without_running_a_test(tmp
     envs, scratch = tmp_path / "envs", tmp_path / "tmp"
     envs.mkdir()
     scratch.mkdir()
-    env = {**os.environ, "MAGIS_PROMPTS_DIR": str(GOLDEN / "v2_prompts"), "MAGIS_ENV_CACHE": str(envs), "TMPDIR": str(scratch)}
-    result = subprocess.run(
-        [sys.executable, "-m", "magis_ray.cli.main", "replay", str(log), "--repo", str(tmp_path / "calc")],
-        capture_output=True, text=True, env=env, timeout=120,
-    )
+    env = {"MAGIS_PROMPTS_DIR": str(GOLDEN / "v2_prompts"), "MAGIS_ENV_CACHE": str(envs), "TMPDIR": str(scratch)}
+    result = magis("replay", log, "--repo", tmp_path / "calc", env=env, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     events = len(log.read_bytes().splitlines())
     assert f"replayed {events} events: no divergence" in result.stdout
@@ -72,10 +68,6 @@ def test_the_v2_run_with_its_model_settings_recorded_the_version_2_way_replays(t
     subprocess.run([sys.executable, str(ROOT / "examples" / "calc" / "make_repo.py"), str(tmp_path / "calc")], check=True,
                    capture_output=True)
     log = GOLDEN / "v2_model_run.jsonl"
-    env = {**os.environ, "MAGIS_PROMPTS_DIR": str(GOLDEN / "v2_model_prompts")}
-    result = subprocess.run(
-        [sys.executable, "-m", "magis_ray.cli.main", "replay", str(log), "--repo", str(tmp_path / "calc")],
-        capture_output=True, text=True, env=env, timeout=120,
-    )
+    result = magis("replay", log, "--repo", tmp_path / "calc", env={"MAGIS_PROMPTS_DIR": str(GOLDEN / "v2_model_prompts")}, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"replayed {len(log.read_bytes().splitlines())} events: no divergence" in result.stdout

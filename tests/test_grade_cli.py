@@ -1,19 +1,21 @@
 """`magis-ray grade` end to end on the calc fixture (a user's repository: --test-cmd), through the
 real command, a real store, real environments and the real sandbox: gold resolves, empty does
 not, the report has the official shape, `eval` takes resolved from the results, a grading killed
-with kill -9 goes on without grading a finished instance twice, and Ray tasks grade in parallel."""
+with kill -9 goes on without grading a finished instance twice, and Ray tasks grade in parallel.
+A grading without Ray (--no-ray) runs in this process (tests/commands.py's in_process), but where a
+signal stops it or a process's own environment is the point."""
 from __future__ import annotations
 
 import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import msgspec
 import pytest
 
+from commands import MAGIS, command_environment, in_process, magis as command
 from execfixtures import GOLD, TEST_PATCH, make_calc_repos, new_file_patch, record, write_dataset
 from waiting import COMMAND_S, wait_until
 from magis_ray.actors.execution.sandbox import bwrap_path
@@ -22,7 +24,6 @@ from magis_ray.events.streams import StreamKind
 from magis_ray.store import open_store
 
 pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
-MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +38,19 @@ def grade_args(setup, dataset: Path, store: Path, *extra: str) -> list[str]:
             "--env-cache", str(setup["envs"]), "--test-cmd", "pytest -rA", "--timeout", "120", "--memory", "2G"]
 
 
-def magis(args, cwd, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MAGIS_LOG_LEVEL": "warning"}
-    return subprocess.run([*MAGIS, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, **kwargs)
+def magis(args, cwd) -> subprocess.CompletedProcess:
+    """`magis-ray ARGS` as a process of its own (a grading on Ray)."""
+    return command(*args, cwd=cwd)
+
+
+@pytest.fixture
+def grade(capsys, monkeypatch):
+    """`magis-ray ARGS` in this process, in the folder `cwd`: a grading without Ray (--no-ray)."""
+    def run(args, cwd):
+        monkeypatch.chdir(cwd)
+        return in_process(capsys, *args)
+
+    return run
 
 
 def stream(store: Path, name: str) -> list:
@@ -47,35 +58,35 @@ def stream(store: Path, name: str) -> list:
         return [r.event for r in s.read(StreamKind.GRADING.stream_id(name))]
 
 
-def test_gold_resolves_empty_does_not_and_the_report_has_the_official_shape(setup, tmp_path):
+def test_gold_resolves_empty_does_not_and_the_report_has_the_official_shape(setup, tmp_path, grade):
     dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"])])
     store = tmp_path / "store"
-    gold = magis(grade_args(setup, dataset, store, "--gold", "--no-ray"), tmp_path)
-    assert gold.returncode == 0, gold.stderr
-    assert "resolved: 1 of 1" in gold.stdout
+    gold = grade(grade_args(setup, dataset, store, "--gold", "--no-ray"), tmp_path)
+    assert gold.code == 0, gold.err
+    assert "resolved: 1 of 1" in gold.out
     report = json.loads((store / "gradings" / "gold@calc.json").read_text())
     assert report["resolved_ids"] == ["calc__calc-1"] and report["error_ids"] == []
     entry = json.loads((store / "gradings" / "gold@calc" / "logs" / "gold" / "calc__calc-1" / "report.json").read_text())
     entry = entry["calc__calc-1"]
     assert entry["resolved"] and entry["patch_successfully_applied"]
     assert entry["tests_status"]["FAIL_TO_PASS"] == {"success": ["tests/test_more.py::test_mean_of_two"], "failure": []}
-    empty = magis(grade_args(setup, dataset, store, "--empty", "--no-ray"), tmp_path)
-    assert empty.returncode == 0, empty.stderr
-    assert "resolved: 0 of 1" in empty.stdout
+    empty = grade(grade_args(setup, dataset, store, "--empty", "--no-ray"), tmp_path)
+    assert empty.code == 0, empty.err
+    assert "resolved: 0 of 1" in empty.out
     result = [e for e in stream(store, "empty@calc") if isinstance(e, InstanceGraded)]
     assert [(r.resolved, r.tests_status.fail_to_pass.failure, r.tests_status.pass_to_pass.success) for r in result] == [
         (False, ["tests/test_more.py::test_mean_of_two"], ["tests/test_more.py::test_median_of_one"])]
 
 
-def test_predictions_of_another_system_and_a_patch_that_does_not_apply(setup, tmp_path):
+def test_predictions_of_another_system_and_a_patch_that_does_not_apply(setup, tmp_path, grade):
     dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"], 1), record(setup["base"], 2)])
     preds = tmp_path / "agent.jsonl"
     broken = GOLD.replace("(len(values) - 1)", "(len(values) - 9)")
     preds.write_text(json.dumps({"instance_id": "calc__calc-1", "model_name_or_path": "agent", "model_patch": GOLD}) + "\n"
                      + json.dumps({"instance_id": "calc__calc-2", "model_name_or_path": "agent", "model_patch": broken}) + "\n")
     store = tmp_path / "store"
-    done = magis(grade_args(setup, dataset, store, str(preds), "--no-ray"), tmp_path)
-    assert done.returncode == 0, done.stderr
+    done = grade(grade_args(setup, dataset, store, str(preds), "--no-ray"), tmp_path)
+    assert done.code == 0, done.err
     report = json.loads((store / "gradings" / "agent@calc.json").read_text())
     assert report["resolved_ids"] == ["calc__calc-1"]
     details = json.loads((store / "gradings" / "agent@calc.details.json").read_text())
@@ -86,7 +97,7 @@ def test_predictions_of_another_system_and_a_patch_that_does_not_apply(setup, tm
     assert not (logs / "report.json").exists()  # as the harness: no report for a patch that does not apply
 
 
-def test_the_report_is_the_harness_s_own_make_run_report(setup, tmp_path, monkeypatch):
+def test_the_report_is_the_harness_s_own_make_run_report(setup, tmp_path, monkeypatch, grade):
     """Every kind of outcome in one grading, and the run report checked against swebench 4.1.0's
     make_run_report reading the same per-instance report.json files: resolved, a patch that does
     not apply (an error), an empty patch (not run), one whose tests do not even collect (completed,
@@ -102,8 +113,8 @@ def test_the_report_is_the_harness_s_own_make_run_report(setup, tmp_path, monkey
     preds.write_text("".join(json.dumps({"instance_id": i, "model_name_or_path": "agent/v1", "model_patch": p}) + "\n"
                              for i, p in predictions.items()))
     store = tmp_path / "store"
-    done = magis(grade_args(setup, dataset, store, str(preds), "--no-ray"), tmp_path)
-    assert done.returncode == 0, done.stderr
+    done = grade(grade_args(setup, dataset, store, str(preds), "--no-ray"), tmp_path)
+    assert done.code == 0, done.err
     ours = json.loads((store / "gradings" / "agent@calc.json").read_text())
     assert ours["resolved_ids"] == ["calc__calc-1"] and ours["unresolved_ids"] == ["calc__calc-4"]
     assert ours["error_ids"] == ["calc__calc-2"] and ours["empty_patch_ids"] == ["calc__calc-3"]
@@ -159,7 +170,7 @@ def test_a_hostile_prediction_hits_its_limits_and_an_honest_one_still_resolves(s
     assert "process limit reached" in done.stdout
 
 
-def test_a_prediction_over_its_memory_budget_is_ended_and_named(setup, tmp_path):
+def test_a_prediction_over_its_memory_budget_is_ended_and_named(setup, tmp_path, grade):
     """Its conftest.py starts three processes of 1.5 GiB each under --memory 2G: the test run is
     ended, the limit named in the details and the table, and what held the budget said."""
     hold = "import time; hog = b'1' * (1536 * 1024 ** 2); time.sleep(60)"
@@ -171,16 +182,16 @@ def test_a_prediction_over_its_memory_budget_is_ended_and_named(setup, tmp_path)
     preds.write_text(json.dumps({"instance_id": "calc__calc-1", "model_name_or_path": "greedy",
                                  "model_patch": new_file_patch("conftest.py", conftest)}) + "\n")
     store = tmp_path / "store"
-    done = magis(grade_args(setup, dataset, store, str(preds), "--no-ray"), tmp_path)
-    assert done.returncode == 0, done.stderr
+    done = grade(grade_args(setup, dataset, store, str(preds), "--no-ray"), tmp_path)
+    assert done.code == 0, done.err
     details = json.loads((store / "gradings" / "greedy@calc.details.json").read_text())["calc__calc-1"]
     assert "memory limit reached (2 GiB)" in details["limits"] and not details["resolved"], details
     assert details["memory"]["control"] in ("cgroup v1", "cgroup v2", "watchdog")
     assert details["memory"]["peak_mb"] >= 1900, details
-    assert "memory limit reached (2 GiB)" in done.stdout
+    assert "memory limit reached (2 GiB)" in done.out
 
 
-def test_more_workers_than_the_machines_memory_holds_are_lowered_and_said(setup, tmp_path):
+def test_more_workers_than_the_machines_memory_holds_are_lowered_and_said(setup, tmp_path, grade):
     from magis_ray.actors.execution.sandbox.memory_budget import host_memory
 
     host = host_memory()
@@ -188,18 +199,18 @@ def test_more_workers_than_the_machines_memory_holds_are_lowered_and_said(setup,
     dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"])])
     args = grade_args(setup, dataset, tmp_path / "store", "--gold", "--no-ray", "--workers", "3")
     args[args.index("--memory") + 1] = str(budget)
-    done = magis(args, tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert "resolved: 1 of 1" in done.stdout
-    notices = [line for line in done.stderr.splitlines() if line.startswith("magis-ray: notice: --workers 3 at a memory budget")]
-    assert len(notices) == 1 and notices[0].endswith(": 2 at once instead"), done.stderr
+    done = grade(args, tmp_path)
+    assert done.code == 0, done.err
+    assert "resolved: 1 of 1" in done.out
+    notices = [line for line in done.err.splitlines() if line.startswith("magis-ray: notice: --workers 3 at a memory budget")]
+    assert len(notices) == 1 and notices[0].endswith(": 2 at once instead"), done.err
     args[args.index("--memory") + 1] = str(host + (1 << 30))
-    refused = magis(args, tmp_path)
-    assert refused.returncode == 2 and "Traceback" not in refused.stderr
-    assert refused.stderr.strip().splitlines()[-1].startswith(f"magis-ray: error: --memory {host + (1 << 30)}: a memory budget of ")
+    refused = grade(args, tmp_path)
+    assert refused.code == 2 and "Traceback" not in refused.err
+    assert refused.err.strip().splitlines()[-1].startswith(f"magis-ray: error: --memory {host + (1 << 30)}: a memory budget of ")
 
 
-def test_bad_input_is_one_line(setup, tmp_path):
+def test_bad_input_is_one_line(setup, tmp_path, grade):
     dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"])])
     for args, words in (
         (grade_args(setup, dataset, tmp_path / "s"), "exactly one"),
@@ -207,9 +218,9 @@ def test_bad_input_is_one_line(setup, tmp_path):
         (grade_args(setup, tmp_path / "missing.jsonl", tmp_path / "s", "--gold"), "cannot read the dataset"),
         (grade_args(setup, dataset, tmp_path / "s", str(broken_predictions(tmp_path))), "bad.jsonl line 3: not valid JSON"),
     ):
-        done = magis(args, tmp_path)
-        assert done.returncode == 2 and done.stderr.startswith("magis-ray: error: ") and words in done.stderr, done.stderr
-        assert "Traceback" not in done.stderr
+        done = grade(args, tmp_path)
+        assert done.code == 2 and done.err.startswith("magis-ray: error: ") and words in done.err, done.err
+        assert "Traceback" not in done.err
 
 
 def broken_predictions(tmp_path: Path) -> Path:
@@ -219,7 +230,8 @@ def broken_predictions(tmp_path: Path) -> Path:
     return path
 
 
-def test_the_grade_section_comes_from_flags_then_env_then_magis_toml_and_a_bad_value_names_its_source(setup, tmp_path):
+def test_the_grade_section_comes_from_flags_then_env_then_magis_toml_and_a_bad_value_names_its_source(setup, tmp_path, capsys,
+                                                                                                     monkeypatch):
     """The grade settings reach a real grading through the one settings model: the project's
     magis.toml [grade] table, MAGIS_GRADE_* over it, grade's own flags over both; what the grading
     ran with is what its GradingStarted records. An empty prediction is not run: no environment."""
@@ -233,26 +245,32 @@ def test_the_grade_section_comes_from_flags_then_env_then_magis_toml_and_a_bad_v
     preds = tmp_path / "agent.jsonl"
     preds.write_text(json.dumps({"instance_id": "calc__calc-1", "model_name_or_path": "agent", "model_patch": ""}) + "\n")
     store = tmp_path / "store"
-    base = {k: v for k, v in os.environ.items() if not k.startswith("MAGIS_")}
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "none"))
+    for name in [name for name in os.environ if name.startswith("MAGIS_")]:
+        monkeypatch.delenv(name)
 
-    def grade(name: str, *flags: str, **env: str) -> subprocess.CompletedProcess:
-        args = ["grade", str(preds), "--dataset", str(dataset), "--repos-dir", str(setup["repos"]), "--store", str(store),
-                "--env-cache", str(setup["envs"]), "--test-cmd", "pytest -rA", "--no-ray", "--name", name, *flags]
-        return subprocess.run([*MAGIS, *args], cwd=project, capture_output=True, text=True, timeout=600,
-                              env={**base, "MAGIS_LOG_LEVEL": "warning", "XDG_CONFIG_HOME": str(tmp_path / "none"), **env})
+    def grade(name: str, *flags: str, **env: str):
+        """The grading in this process, in the project, with no MAGIS_ variable but `env`'s."""
+        for variable in [variable for variable in os.environ if variable.startswith("MAGIS_GRADE_")]:
+            monkeypatch.delenv(variable)
+        for variable, value in env.items():
+            monkeypatch.setenv(variable, value)
+        return in_process(capsys, "grade", preds, "--dataset", dataset, "--repos-dir", setup["repos"], "--store", store,
+                          "--env-cache", setup["envs"], "--test-cmd", "pytest -rA", "--no-ray", "--name", name, *flags)
 
     def started(name: str) -> tuple:
         (event,) = [e for e in stream(store, name) if isinstance(e, GradingStarted)]
         return event.timeout_s, event.memory_mb, event.workers
 
     from_file = grade("file")
-    assert from_file.returncode == 0, from_file.stderr
+    assert from_file.code == 0, from_file.err
     assert started("file") == (300.0, 3072, 2)
     from_env = grade("env", MAGIS_GRADE_TIMEOUT="240", MAGIS_GRADE_WORKERS="1")
-    assert from_env.returncode == 0, from_env.stderr
+    assert from_env.code == 0, from_env.err
     assert started("env") == (240.0, 3072, 1)
     from_flags = grade("flags", "--timeout", "90", "--memory", "2G", "--workers", "1", MAGIS_GRADE_TIMEOUT="240")
-    assert from_flags.returncode == 0, from_flags.stderr
+    assert from_flags.code == 0, from_flags.err
     assert started("flags") == (90.0, 2048, 1)
 
     assert_one_line_error(grade("bad-env", MAGIS_GRADE_TIMEOUT="soon"),
@@ -275,19 +293,17 @@ def test_without_bubblewrap_it_refuses_unless_sandbox_none(setup, tmp_path):
     bin_dir.mkdir()
     for tool in ("git", "sh"):
         (bin_dir / tool).symlink_to(subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip())
-    env = {**os.environ, "PATH": str(bin_dir)}
-    refused = subprocess.run([*MAGIS, *grade_args(setup, dataset, tmp_path / "s", "--gold", "--no-ray")], cwd=tmp_path,
-                             env=env, capture_output=True, text=True, timeout=600)
+    # a process of its own: what the command finds on its PATH is the point
+    refused = command(*grade_args(setup, dataset, tmp_path / "s", "--gold", "--no-ray"), cwd=tmp_path, env={"PATH": str(bin_dir)})
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines() == [
         "magis-ray: error: bubblewrap (bwrap) is not installed; install it (apt-get install bubblewrap) or pass --sandbox none"]
     # Unsandboxed (the user trusts the code): the same steps, the eval script's /testbed a host folder.
-    trusted = subprocess.run([*MAGIS, *grade_args(setup, dataset, tmp_path / "s", "--gold", "--no-ray", "--sandbox", "none")],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    trusted = command(*grade_args(setup, dataset, tmp_path / "s", "--gold", "--no-ray", "--sandbox", "none"), cwd=tmp_path)
     assert trusted.returncode == 0 and "resolved: 1 of 1" in trusted.stdout, trusted.stdout + trusted.stderr
 
 
-def test_kill_9_then_the_same_command_grades_no_finished_instance_twice(setup, tmp_path):
+def test_kill_9_then_the_same_command_grades_no_finished_instance_twice(setup, tmp_path, grade):
     # Each instance's tests take a moment (a real wait in the test patch), so the kill lands mid-batch.
     slow_patch = TEST_PATCH.replace("@@ -0,0 +1,9 @@", "@@ -0,0 +1,10 @@").replace(
         "+def test_median_of_one():\n", "+def test_median_of_one():\n+    __import__('time').sleep(1.5)\n")
@@ -295,8 +311,8 @@ def test_kill_9_then_the_same_command_grades_no_finished_instance_twice(setup, t
     dataset = write_dataset(tmp_path / "calc.jsonl", records)
     store = tmp_path / "store"
     args = grade_args(setup, dataset, store, "--gold", "--no-ray")
-    env = {**os.environ, "MAGIS_LOG_LEVEL": "warning"}
-    first = subprocess.Popen([*MAGIS, *args], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen([*MAGIS, *args], cwd=tmp_path, env=command_environment(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
 
     def graded() -> list:
         if not (store / "events.sqlite3").exists():
@@ -312,9 +328,9 @@ def test_kill_9_then_the_same_command_grades_no_finished_instance_twice(setup, t
     before = stream(store, "gold@calc")
     finished = {e.instance_id for e in before if isinstance(e, InstanceGraded)}
     assert 1 <= len(finished) < 4  # cut off mid-batch
-    again = magis(args, tmp_path)
-    assert again.returncode == 0, again.stderr
-    assert "resolved: 4 of 4" in again.stdout
+    again = grade(args, tmp_path)
+    assert again.code == 0, again.err
+    assert "resolved: 4 of 4" in again.out
     events = stream(store, "gold@calc")
     assert sum(isinstance(e, GradingStarted) for e in events) == 2
     runs = {}
@@ -327,8 +343,8 @@ def test_kill_9_then_the_same_command_grades_no_finished_instance_twice(setup, t
         [e.instance_id for e in before if isinstance(e, InstanceGraded)] + [r["instance_id"] for r in records
                                                                             if r["instance_id"] not in finished])
     # and a third time grades nothing at all
-    third = magis(args, tmp_path)
-    assert third.returncode == 0 and len(stream(store, "gold@calc")) == len(events) + 1
+    third = grade(args, tmp_path)
+    assert third.code == 0 and len(stream(store, "gold@calc")) == len(events) + 1
 
 
 def test_ray_tasks_grade_in_parallel(setup, tmp_path):
@@ -395,9 +411,8 @@ def test_a_grading_stopped_by_sigterm_ends_at_once_and_the_same_command_resumes_
     # the test waits at the gate (unconfined, so that it sees the host's file)
     args = [*grade_args(setup, dataset, store, "--gold", "--sandbox", "none"), *executor, "--test-cmd",
             f"sh -c 'until [ -e {gate} ]; do sleep 0.05; done' && pytest -rA", "--timeout", "900"]
-    env = {**os.environ, "MAGIS_LOG_LEVEL": "warning"}
-    driver = subprocess.Popen([*MAGIS, *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True)
+    driver = subprocess.Popen([*MAGIS, *args], cwd=tmp_path, env=command_environment(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         # the waiting test's own process (the driver's command line names the gate too)
         wait_until(lambda: any(cmdline_of(pid).startswith("sh -c until") for pid in under(str(gate))),

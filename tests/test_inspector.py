@@ -8,13 +8,13 @@ import io
 import json
 import re
 import socket
-import subprocess
 import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from inspecting import FIXED, MAGIS, REJECTED, RESUMED, env, get, make_store, page, serve
+from commands import magis
+from inspecting import FIXED, REJECTED, RESUMED, get, make_store, page, serve
 from waiting import wait_until
 from runs import REVIEW_APPROVAL, REVIEW_REJECTION, constructed_run, fixed_new_events, repo_for
 
@@ -269,7 +269,7 @@ def test_live_events_name_the_runs_that_change(tmp_path):
 
 def test_bad_input_is_one_line(tmp_path, inspector_store):
     def run(*args):
-        result = subprocess.run([*MAGIS, *args], capture_output=True, text=True, env=env(), timeout=60)
+        result = magis(*args, without=("MAGIS_STORE",), timeout=60)
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         [line] = result.stderr.splitlines()
         return line
@@ -389,8 +389,7 @@ def test_watch_follows_a_batch_until_every_run_has_ended(tmp_path):
 
 
 def test_the_watch_command_on_a_finished_run(inspector_store):
-    result = subprocess.run([*MAGIS, "watch", REJECTED[:8], "--store", str(inspector_store)], capture_output=True, text=True,
-                            env=env(), timeout=60)
+    result = magis("watch", REJECTED[:8], "--store", inspector_store, without=("MAGIS_STORE",), timeout=60)
     assert result.returncode == 0, result.stderr
     assert f"run {REJECTED}  calc__calc-2  [finished] patched" in result.stdout
     assert "T1 attempt 2: approved" in result.stdout

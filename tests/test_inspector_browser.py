@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-import subprocess
 import threading
 from pathlib import Path
 
 import pytest
-from inspecting import FIXED, MAGIS, REJECTED, env, serve
+from commands import started
+from inspecting import FIXED, REJECTED, serve
 from scenarios import MEAN_FIX, calc_issue, make_calc_repo, write_issue
 
 from magis_ray.actors.model.scripted_server import ScriptedServer
@@ -98,11 +98,8 @@ def test_a_submitted_run_appears_and_finishes_live_with_its_script_shown_as_text
     wait_for(browser, lambda d: d.find_element(By.ID, "live-state").text == "live", "the list's event stream opens")
     browser.execute_script("window.notReloaded = true")
     with ScriptedServer([hold_reviews, ScriptedTeam({"calc/stats.py": [MEAN_FIX]})]) as model:
-        submit = subprocess.Popen(
-            [*MAGIS, "submit", str(issue), "--store", str(inspector_store), "--base-url", model.base_url, "--model", "scripted",
-             "--tests", "off", "--timeout", str(WAIT_S)],
-            cwd=tmp_path, env=env(OPENAI_API_KEY=KEY), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
+        submit = started("submit", issue, "--store", inspector_store, "--base-url", model.base_url, "--model", "scripted",
+                         "--tests", "off", "--timeout", WAIT_S, cwd=tmp_path, env={"OPENAI_API_KEY": KEY}, without=("MAGIS_STORE",))
         try:
             run_id = wait_for(browser, lambda d: d.find_element(By.XPATH, "//tr[td[text()='calc__calc-1']]").get_attribute("data-run"),
                               "the submitted run's row appears in the list")

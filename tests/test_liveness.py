@@ -1,7 +1,10 @@
 """One live driver per run: a resume of a live run is refused in one line; after SIGKILL of the
 driver it works at once on the same host (the driver's pid is gone), while a lease held from
 another host is waited for until it runs out; a driver that lost its run ends with one line; two
-batches of the same name on one store run every instance once."""
+batches of the same name on one store run every instance once.
+
+A resume refused is tested in this process, on a stored run cut off before its end: the refusal
+comes before any Ray. The resume at once after SIGKILL is test_resume.py's whole run."""
 from __future__ import annotations
 
 import json
@@ -18,12 +21,15 @@ from pathlib import Path
 import msgspec
 import pytest
 from checks import assert_consistent_log
+from commands import in_process
+from runs import constructed_run, fixed_new_events, repo_for
 from test_batch import batch_args, dataset, team as batch_team  # noqa: F401 - the dataset fixture
 from test_resume import EXPECTED_DIFF, issue_file, run, start, team, wait_for_events, wait_for_lease_expiry  # noqa: F401
 from waiting import wait_until
 
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.events.projections import final_diff, fold
+from magis_ray.actors.runtime.liveness import Liveness
 from magis_ray.events.schema import LLMExchanged, RunFinished, RunStarted
 from magis_ray.store import open_store
 
@@ -33,6 +39,61 @@ def submit(issue_file, store, server, tmp_path, lease_s: str):
                  tmp_path, start_new_session=True, env_extra={"MAGIS_LEASE_S": lease_s})
 
 
+def cut_off_run(tmp_path: Path) -> tuple[Path, str]:
+    """A store holding one run cut off before its end (the calc repository's, constructed)."""
+    repo_path, base = repo_for(tmp_path)
+    store, run_id = tmp_path / "store", "c0ffee000001"
+    with open_store(str(store), create=True) as s:
+        s.append(run_id, 0, fixed_new_events([pair for pair in constructed_run(repo_path, base)
+                                              if not isinstance(pair[1], RunFinished)]))
+    return store, run_id
+
+
+def test_a_live_run_is_refused_in_one_line_naming_its_driver(tmp_path, capsys):
+    """The run's driver (this process, alive, on this host) holds its lease: resume says where it
+    runs and when it was last seen, writes nothing and starts nothing. Once the holder's pid is gone
+    the lease is no obstacle (test_a_dead_holder_on_this_host_loses_its_lease_at_once_and_one_elsewhere_keeps_it),
+    and a resume then finishes the run (test_resume.py's SIGKILL, a ten-minute lease)."""
+    store, run_id = cut_off_run(tmp_path)
+    with open_store(str(store)) as s:
+        before = len(s.read(run_id))
+    with Liveness(str(store)) as driver:
+        driver.take(run_id)
+        done = in_process(capsys, "resume", run_id, "--store", store, "--base-url", "http://127.0.0.1:9/v1")
+    assert done.code == 2 and done.out == "", done.err
+    [line] = done.err.strip().splitlines()
+    assert line.startswith(f"magis-ray: error: run {run_id} is still running on ") and f"pid {os.getpid()}," in line
+    assert line.endswith("s ago")
+    with open_store(str(store)) as s:
+        assert len(s.read(run_id)) == before
+
+
+def test_a_lease_held_from_another_host_is_refused_until_it_runs_out_in_process(tmp_path, capsys):
+    """This host cannot see a driver on another: its lease is waited for, and the refusal never
+    says that driver is running. Once it has run out, the run's lease is this host's to take; the
+    resume that then finishes a run is test_resume.py's."""
+    store, run_id = cut_off_run(tmp_path)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid of this host that is no driver: it says nothing of a process on another host
+    with open_store(str(store)) as s:
+        theirs = s.take_lease(run_id, "driver-elsewhere", "elsewhere", gone.pid, ttl_s=600, now=time.time(),
+                              pid_space="another-boot/pid:[4026531836]")
+    assert theirs.owner == "driver-elsewhere"
+    done = in_process(capsys, "resume", run_id, "--store", store, "--base-url", "http://127.0.0.1:9/v1")
+    assert done.code == 2 and done.out == "", done.err
+    [line] = done.err.strip().splitlines()
+    assert line.startswith(f"magis-ray: error: run {run_id} is held by a driver on elsewhere, pid {gone.pid}, last seen ")
+    assert "if that driver is gone, its lease runs out in " in line and "running" not in line
+    with open_store(str(store)) as s:  # its last heartbeat: it renews no more, and its lease runs out
+        assert s.renew_leases("driver-elsewhere", ttl_s=2, now=time.time()) == [run_id]
+    wait_for_lease_expiry(store, run_id, timeout=60)
+    with Liveness(str(store)) as here:
+        assert here.take(run_id) == theirs.epoch + 1
+
+
+# Under `slow` for the suite's time: test_a_live_run_is_refused_in_one_line_naming_its_driver in this
+# process, and test_resume.py's whole run (SIGKILL, then a resume at once despite a ten-minute lease).
+@pytest.mark.slow
 def test_a_live_run_is_refused_then_resumes_at_once_after_sigkill(issue_file, tmp_path):
     """The driver's lease would last ten minutes: only knowing that its holder is dead (its pid is
     gone, on this host) lets the resume through at once."""
@@ -65,6 +126,10 @@ def test_a_live_run_is_refused_then_resumes_at_once_after_sigkill(issue_file, tm
     assert len(exchanges) == len(set(exchanges))
 
 
+# Under `slow` for the suite's time: the same refusal and expiry in this process
+# (test_a_lease_held_from_another_host_is_refused_until_it_runs_out_in_process), a resume that
+# finishes a run in test_resume.py.
+@pytest.mark.slow
 def test_a_lease_held_from_another_host_is_refused_until_it_runs_out(issue_file, tmp_path):
     """This host cannot see a driver on another: its lease is waited for, and the refusal never
     says that driver is running."""
@@ -120,10 +185,12 @@ def test_a_driver_that_lost_its_run_ends_with_one_line(issue_file, tmp_path):
     assert final_diff(fold(events)) == EXPECTED_DIFF
 
 
-def test_two_batches_of_one_name_started_together_predict_every_instance_once(dataset, tmp_path):
+def test_two_batches_of_one_name_started_together_predict_every_instance_once(dataset, tmp_path, module_ray):
+    """Both join the module's Ray (conftest.py's module_ray)."""
     path, repos = dataset
     with ScriptedServer(batch_team(delay_s=0.05)) as server:
-        first, second = (start(batch_args(path, repos, server, "--out", out, "--batch", "lite"), tmp_path, env_extra={"MAGIS_LEASE_S": "4"})
+        first, second = (start(batch_args(path, repos, server, "--out", out, "--batch", "lite"), tmp_path,
+                               env_extra={**module_ray, "MAGIS_LEASE_S": "4"})
                          for out in ("a.jsonl", "b.jsonl"))
         outs = [p.communicate(timeout=300) for p in (first, second)]
     for proc, (out, err) in zip((first, second), outs):

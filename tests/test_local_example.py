@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from checks import assert_consistent_log, assert_diff_applies
+from commands import in_process, started
 from processes import cmdline_of, tree_of
 
 from magis_ray.events.schema import LLMExchanged, RunFailed, RunFinished
@@ -25,15 +26,15 @@ pytestmark = pytest.mark.skipif(
     reason="the local model is not installed: pip install 'magis-ray[local]'",
 )
 ROOT = Path(__file__).parents[1]
-MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
 # small settings keep the tiny model's run to a minute
 QUICK = ["--top-k", "2", "--max-files", "1", "--max-review-rounds", "1"]
 
 
+NO_ENDPOINT = ("OPENAI_API_KEY", "OPENAI_BASE_URL")  # neither a key nor an endpoint: the bundled model is the default
+
+
 def magis(*args, cwd, **popen):
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
-    return subprocess.Popen([*MAGIS, *args], cwd=cwd, env={**env, "MAGIS_LOG_LEVEL": "warning"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    return started(*args, cwd=cwd, without=NO_ENDPOINT, **popen)
 
 
 # How long a run may go without a new event before it counts as hung. Not a timing: on a loaded
@@ -100,15 +101,19 @@ def test_the_example_runs_end_to_end_on_the_local_model_and_replays(example, tmp
     assert code == 0 and "no divergence" in out, out + err
 
 
-def test_a_taken_port_is_a_clear_error(example, tmp_path):
+def test_a_taken_port_is_a_clear_error(example, tmp_path, capsys, monkeypatch):
+    """Refused before the model or Ray starts: in this process."""
     repo, _ = example
+    for name in NO_ENDPOINT:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        code, out, err = finish(magis("submit", str(ROOT / "examples" / "calc" / "issue.json"), "--repo", str(repo),
-                                      "--store", "store", "--llm", "local", "--local-port", str(port), cwd=tmp_path))
-    assert code == 2 and err.strip() == f"magis-ray: error: port {port} is in use: give another port, or 0 for any free one"
+        done = in_process(capsys, "submit", ROOT / "examples" / "calc" / "issue.json", "--repo", repo, "--store", "store",
+                          "--llm", "local", "--local-port", port)
+    assert done.code == 2 and done.err.strip() == f"magis-ray: error: port {port} is in use: give another port, or 0 for any free one"
 
 
 def model_server_pids(driver: subprocess.Popen) -> list[int]:

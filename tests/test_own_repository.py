@@ -1,13 +1,17 @@
 """The guide "Your own repository" (docs/guides/own-repository.md), through the CLI as a user runs
 it: a fresh git repository, an issue.md, `submit` from inside the repository, `apply` to a branch,
 the pull request's text, and the repository's own tests passing on the branch; getting started's
-scripted command as printed; each bad input one line and exit 2; and a model per role, two
-scripted servers, per-role costs.
+scripted run; each bad input one line and exit 2; and a model per role, two scripted servers,
+per-role costs.
 
-Real throughout: git repositories made with the git command line, the installed `magis-ray`
-command, Ray, SQLite, the scripted model over HTTP, and (tests on) the bubblewrap sandbox."""
+Real throughout: git repositories made with the git command line, Ray, SQLite, the scripted model
+over HTTP, and (tests on) the bubblewrap sandbox. The guide runs whole, its commands as processes of
+their own; getting started's scripted run and a model per role run the team in this process
+(tests/teamruns.py), with the settings `submit` settles (getting started's command as printed runs
+whole in test_docs_runnable.py); bad input is refused in this process, before any Ray."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -18,49 +22,60 @@ from pathlib import Path
 
 import pygit2
 import pytest
+from commands import in_process, magis as command
 from gitfixtures import checkout, files_at, git, read_tree_files, user_clone
 from runs import fixed_new_events
 from scenarios import FILES, MEAN_FIX
+from teamruns import run_team, settings_for
 
 from magis_ray.actors.execution.sandbox import bwrap_path
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.actors.runtime.liveness import Liveness
+from magis_ray.cli.issue_input import prepare_issue
 from magis_ray.events import schema as ev
-from magis_ray.events.codec import decode_recorded
 from magis_ray.store import open_store
 from waiting import COMMAND_S
 
 ROOT = Path(__file__).parents[1]
 EXAMPLE = ROOT / "examples" / "calc"
 SCRIPT = EXAMPLE / "script.json"
-# The installed command, as the docs run it (beside this interpreter in the environment).
-MAGIS_COMMAND = str(Path(sys.executable).with_name("magis-ray"))
 KEY = "sk-own-repository-never-logged-77"
 
 needs_sandbox = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed (apt-get install bubblewrap)")
 
 
+USER_SHELL = ("OPENAI_", "MAGIS_")  # what a user's shell lacks of the suite's environment
+
+
 def environment(env_cache: Path | None = None, **extra: str) -> dict[str, str]:
-    """The user's environment: no model configured, tests at their default (on), no settings file
-    of the machine's user; a test's own environment cache."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "MAGIS_"))}
-    env.update(MAGIS_LOG_LEVEL="warning", MAGIS_USER_CONFIG=os.devnull)
+    """The user's environment over a shell without the suite's settings (USER_SHELL): no model
+    configured, tests at their default (on), no settings file of the machine's user; a test's own
+    environment cache."""
+    env = {"MAGIS_USER_CONFIG": os.devnull, "MAGIS_RAY": "own"}  # never another session's warm Ray (conftest.py)
     if env_cache is not None:
         env["MAGIS_ENV_CACHE"] = str(env_cache)
     return {**env, **extra}
 
 
-def magis(args: list[str], cwd: Path, env: dict[str, str], stdin: str | None = None, timeout: float = 600):
-    result = subprocess.run([MAGIS_COMMAND, *args], cwd=cwd, env=env, input=stdin, capture_output=True, text=True,
-                            timeout=timeout)
+def in_users_shell(monkeypatch, env: dict[str, str]) -> None:
+    """This process's environment as `environment` gives a command's, for a command run in it."""
+    for name in [name for name in os.environ if name.startswith(USER_SHELL)]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+def magis(args: list[str], cwd: Path, env: dict[str, str]):
+    result = command(*args, cwd=cwd, env=env, without=USER_SHELL)
     assert "Traceback" not in result.stdout + result.stderr, result.stderr
     return result
 
 
 def one_line_error(result, *fragments: str) -> str:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    [line] = result.stderr.strip().splitlines()
+    code, err = (result.code, result.err) if hasattr(result, "code") else (result.returncode, result.stderr)
+    assert code == 2, (result, err)
+    [line] = err.strip().splitlines()
     assert line.startswith("magis-ray: error: "), line
     for fragment in fragments:
         assert fragment in line, line
@@ -170,37 +185,53 @@ def test_your_own_repository_as_the_guide_says(tmp_path, env_cache):
 
 
 @needs_sandbox
-def test_getting_started_s_scripted_command_works_as_printed(tmp_path, env_cache):
-    [command] = re.findall(r"^\$ (magis-ray submit .*--llm scripted:.*)$", page("getting-started.md"), re.M)
+def test_getting_started_s_scripted_run_answers_the_steps_its_tests_add(tmp_path, env_cache, monkeypatch):
+    """Getting started's scripted command, its issue, repository and script, with tests at their
+    default (on): the run is patched and its tests ran, the script answering the steps they add.
+    The command as printed runs whole in test_docs_runnable.py (docs/getting-started.md)."""
+    from magis_ray.cli.progress import tests_line
+    from magis_ray.events.projections.tests import tests_decision
+
+    [command_line] = re.findall(r"^\$ (magis-ray submit .*--llm scripted:.*)$", page("getting-started.md"), re.M)
+    _, issue_file, *options = shlex.split(command_line)[1:]
+    flags = dict(zip(options[::2], options[1::2]))
+    assert sorted(flags) == ["--llm", "--repo"], command_line
     (tmp_path / "examples").symlink_to(ROOT / "examples")  # the project's folder, as the docs' commands see it
-    subprocess.run([sys.executable, str(EXAMPLE / "make_repo.py"), ".magis/example/calc"], cwd=tmp_path, check=True,
-                   capture_output=True)
-    result = magis(shlex.split(command)[1:], tmp_path, environment(env_cache))
-    assert result.returncode == 0, result.stderr
-    assert summary(result.stdout)["outcome"] == "patched"
-    assert "tests off" not in result.stderr  # the tests ran: the script answers the steps they add
-    with open_store(str(tmp_path / ".magis")) as store:
-        [info] = store.list_runs()
-        kinds = {type(r.event).__name__ for r in store.read(info.run_id)}
+    subprocess.run([sys.executable, str(EXAMPLE / "make_repo.py"), flags["--repo"]], cwd=tmp_path, check=True, capture_output=True)
+    in_users_shell(monkeypatch, environment(env_cache))
+    monkeypatch.chdir(tmp_path)
+    issue = prepare_issue(issue_file, flags["--repo"], None, None).issue
+    settings = settings_for(issue.repo_path, llm=flags["--llm"])
+    run = run_team(issue, settings, tmp_path / ".magis")
+    assert settings.tests and run.end.outcome == "patched"
+    [prepared] = run.tests_ran("prepare")
+    assert "tests off" not in tests_line(tests_decision(settings.tests, prepared))  # the tests ran
+    kinds = {type(r.event).__name__ for r in run.events}
     assert {"ReproductionWritten", "TestsRan"} <= kinds
 
 
 # --- bad input: one line, exit 2 -------------------------------------------------------------------
 
 
-def test_an_empty_issue_file_and_a_repository_without_commits(tmp_path):
+def test_an_empty_issue_file_and_a_repository_without_commits(tmp_path, monkeypatch, capsys):
     repo, _ = user_clone(tmp_path / "calc", FILES)
     (repo / "issue.md").write_text("\n  \n")
-    one_line_error(magis(["submit", "issue.md"], repo, environment()), "issue.md: the issue is empty")
-    one_line_error(magis(["submit", "-"], repo, environment(), stdin=""), "standard input: the issue is empty")
+    in_users_shell(monkeypatch, environment())
+
+    def submit(cwd: Path, *args: str):
+        monkeypatch.chdir(cwd)
+        return in_process(capsys, "submit", *args)
+
+    one_line_error(submit(repo, "issue.md"), "issue.md: the issue is empty")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    one_line_error(submit(repo, "-"), "standard input: the issue is empty")
     empty = tmp_path / "new"
     empty.mkdir()
     git("init", "-q", ".", cwd=empty)
     (empty / "issue.md").write_text("# mean is wrong\n")
-    one_line_error(magis(["submit", "issue.md"], empty, environment()), "has no commits yet")
-    one_line_error(magis(["submit", str(empty / "issue.md")], tmp_path, environment()), "not in a git repository")
-    one_line_error(magis(["submit", "issue.md", "--repo", str(repo), "--base", "nope"], empty, environment()),
-                   "--base nope: no such commit")
+    one_line_error(submit(empty, "issue.md"), "has no commits yet")
+    one_line_error(submit(tmp_path, str(empty / "issue.md")), "not in a git repository")
+    one_line_error(submit(empty, "issue.md", "--repo", str(repo), "--base", "nope"), "--base nope: no such commit")
 
 
 def stored_run(store_path: Path, run_id: str, *events: ev.AnyEvent) -> None:
@@ -208,7 +239,7 @@ def stored_run(store_path: Path, run_id: str, *events: ev.AnyEvent) -> None:
         store.append(run_id, 0, fixed_new_events([("supervisor", e) for e in events]))
 
 
-def test_a_run_without_a_patch_a_failed_one_and_one_still_running_are_refused(tmp_path):
+def test_a_run_without_a_patch_a_failed_one_and_one_still_running_are_refused(tmp_path, monkeypatch, capsys):
     repo, base = user_clone(tmp_path / "calc", FILES)
     started = ev.RunStarted(instance_id="calc-x", repo="calc", base_commit=base, problem_statement="mean is wrong",
                             repo_path=str(repo))
@@ -216,16 +247,18 @@ def test_a_run_without_a_patch_a_failed_one_and_one_still_running_are_refused(tm
     stored_run(store, "nopatch00001", started, ev.RunFinished(outcome="no_patch", summary="no file needs a change"))
     stored_run(store, "failed000001", started, ev.RunFailed(reason="token budget exhausted", resumable=False))
     stored_run(store, "running00001", started, ev.FilesRanked(candidates=[]))
-    env = environment()
+    in_users_shell(monkeypatch, environment())
+    monkeypatch.chdir(repo)
     before = snapshot(repo)
     apply = ["apply", "--store", str(store), "--branch", "fix/x"]
-    one_line_error(magis([*apply, "nopatch00001"], repo, env), "run nopatch00001 has no patch to apply: no file needs a change")
-    one_line_error(magis([*apply, "failed000001"], repo, env), "run failed000001 has no patch to apply: run failed: token budget exhausted")
+    one_line_error(in_process(capsys, *apply, "nopatch00001"), "run nopatch00001 has no patch to apply: no file needs a change")
+    one_line_error(in_process(capsys, *apply, "failed000001"),
+                   "run failed000001 has no patch to apply: run failed: token budget exhausted")
     with Liveness(str(store)) as liveness:  # a driver holds the run: it is still running
         liveness.take("running00001")
-        one_line_error(magis([*apply, "running00001"], repo, env), "run running00001 is still running on", f"pid {os.getpid()}")
+        one_line_error(in_process(capsys, *apply, "running00001"), "run running00001 is still running on", f"pid {os.getpid()}")
     # its driver gone (the lease given up), the run is cut off: resume it first
-    one_line_error(magis([*apply, "running00001"], repo, env), "was cut off", "magis-ray resume running00001")
+    one_line_error(in_process(capsys, *apply, "running00001"), "was cut off", "magis-ray resume running00001")
     assert snapshot(repo) == before and "fix/x" not in pygit2.Repository(str(repo)).branches.local
 
 
@@ -234,11 +267,12 @@ def test_a_run_without_a_patch_a_failed_one_and_one_still_running_are_refused(tm
 DEVELOPER_STEPS = {"design_qa", "meeting_speak", "locate_lines", "write_code"}  # asked in the Developers' lanes
 
 
-def test_a_model_per_role_routes_each_role_to_its_own_server_and_the_audit_costs_them(tmp_path):
+def test_a_model_per_role_routes_each_role_to_its_own_server_and_the_audit_costs_them(tmp_path, monkeypatch, capsys):
     """Project settings name the run's model and a Developer's own, on a second server; the
     environment, a flag and the user's file set the rest. Each role's requests reach its own
     server under its own model name, the audit shows each role's tokens and cost under its model,
-    and the run records all it used: replay needs no settings file."""
+    and the run records all it used: replay needs no settings file. The team runs in this process,
+    with the settings `submit` settles from the same layers."""
     with ScriptedServer(ScriptedTeam({"calc/stats.py": [MEAN_FIX]})) as main, \
             ScriptedServer(ScriptedTeam({"calc/stats.py": [MEAN_FIX]})) as developers:
         files = {**FILES, "magis.toml": (
@@ -248,10 +282,13 @@ def test_a_model_per_role_routes_each_role_to_its_own_server_and_the_audit_costs
         (repo / "issue.md").write_text("# mean() returns the wrong value\n\n`mean([1, 2, 3, 4])` is 3.33, not 2.5.\n")
         user = tmp_path / "user.toml"
         user.write_text("timeout = 30\ntop-k = 9\n")
-        env = environment(MAGIS_USER_CONFIG=str(user), MAGIS_MAX_FILES="2", MAGIS_TESTS="off", OPENAI_API_KEY=KEY)
-        result = magis(["submit", "issue.md", "--store", "store", "--max-review-rounds", "2"], repo, env)
-        assert result.returncode == 0, result.stderr
-        run_id = summary(result.stdout)["run"]
+        in_users_shell(monkeypatch, environment(MAGIS_USER_CONFIG=str(user), MAGIS_MAX_FILES="2", MAGIS_TESTS="off",
+                                                OPENAI_API_KEY=KEY))
+        monkeypatch.chdir(repo)
+        issue = prepare_issue("issue.md", None, None, None).issue  # `submit issue.md` in the repository
+        run = run_team(issue, settings_for(repo, max_review_rounds=2), repo / "store")  # --max-review-rounds 2
+        assert run.end.outcome == "patched", run.end
+        run_id = run.run_id
         to_main, to_developers = main.requests, developers.requests
 
     assert {r.purpose for r in to_developers} == DEVELOPER_STEPS
@@ -259,7 +296,7 @@ def test_a_model_per_role_routes_each_role_to_its_own_server_and_the_audit_costs
     assert not {r.purpose for r in to_main} & DEVELOPER_STEPS and {r.body["model"] for r in to_main} == {"gpt-4o-mini"}
     assert {"summarize_file", "judge_relevance", "define_task", "make_plan", "review_patch"} <= {r.purpose for r in to_main}
 
-    events = [decode_recorded(line) for line in magis(["events", run_id, "--store", "store"], repo, env).stdout.splitlines()]
+    events = run.events
     exchanges = [(r.actor.split(":")[0], r.event.model) for r in events if isinstance(r.event, ev.LLMExchanged)]
     assert {model for role, model in exchanges if role == "developer"} == {"gpt-4o"}
     assert {model for role, model in exchanges if role != "developer"} == {"gpt-4o-mini"}
@@ -270,7 +307,7 @@ def test_a_model_per_role_routes_each_role_to_its_own_server_and_the_audit_costs
     assert [(r.role, r.model, r.base_url) for r in s.endpoint.models] == [("developer", "gpt-4o", developers.base_url)]
     assert KEY.encode() not in (repo / "store" / "events.sqlite3").read_bytes()
 
-    audit = json.loads(magis(["audit", run_id, "--store", "store", "--format", "json"], repo, env).stdout)
+    audit = json.loads(in_process(capsys, "audit", run_id, "--store", "store", "--format", "json").out)
     by_role_model = audit["metrics"]["by_role_model"]
     assert list(by_role_model["developer"]) == ["gpt-4o"] and list(by_role_model["custodian"]) == ["gpt-4o-mini"]
     for role, models in by_role_model.items():
@@ -278,10 +315,11 @@ def test_a_model_per_role_routes_each_role_to_its_own_server_and_the_audit_costs
             assert bucket["cost_usd"] > 0 and bucket["prompt_tokens"] > 0, (role, model)
     dev = by_role_model["developer"]["gpt-4o"]
     assert dev["calls"] == len(to_developers)
-    markdown = magis(["audit", run_id, "--store", "store"], repo, env).stdout
+    markdown = in_process(capsys, "audit", run_id, "--store", "store").out
     assert f"| developer | gpt-4o | {dev['calls']} | {dev['prompt_tokens']} | {dev['completion_tokens']} | {dev['cost_usd']:.4f} |" in markdown
 
     # the log holds all the run used: replay needs neither the settings file nor the environment
     (repo / "magis.toml").unlink()
-    replay = magis(["replay", run_id, "--store", "store"], repo, environment())
-    assert replay.returncode == 0 and "no divergence" in replay.stdout, replay.stdout + replay.stderr
+    in_users_shell(monkeypatch, environment())
+    replay = in_process(capsys, "replay", run_id, "--store", "store")
+    assert replay.code == 0 and "no divergence" in replay.out, replay.out + replay.err

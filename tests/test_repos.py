@@ -6,26 +6,17 @@ submodule checked out from it."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from commands import magis
 from execfixtures import make_calc_repos_with_submodule, record, submodule_record, tree_fingerprint, write_dataset
 from gitfixtures import make_repo
 from scenarios import FILES
-from waiting import COMMAND_S
 
 from magis_ray.actors.code.commit_packs import has_commits
 from magis_ray.actors.execution.sandbox import bwrap_path
 
-MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
-
-
-def magis(*args, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([*MAGIS, *map(str, args)], cwd=cwd, env={**os.environ, "MAGIS_LOG_LEVEL": "warning"},
-                          capture_output=True, text=True, timeout=COMMAND_S)
 
 
 @pytest.fixture

@@ -1,20 +1,23 @@
 """Every decision can be re-lived and no work is paid twice: the driver killed with SIGKILL at
-several points and resumed, Ctrl-C, a role actor killed mid-task, replay and its divergences."""
+several points and resumed, Ctrl-C, a role actor killed mid-task, replay and its divergences.
+
+The resumes after a kill are whole `submit` and `resume` processes; a finished run refused and
+replay are tested on a run of the team in this process (tests/teamruns.py)."""
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from checks import assert_consistent_log
+from commands import in_process, magis, started
 from conftest import interruptible
 from processes import cmdline_of, tree_of
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, write_issue
+from teamruns import run_team, settings_for
 from waiting import COMMAND_S, GENEROUS_S, wait_until
 
 from magis_ray.actors.code.diffs import file_diff
@@ -25,7 +28,6 @@ from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import LLMExchanged, RunFailed, RunFinished, RunResumed, TaskFinished
 from magis_ray.store import open_store
 
-MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
 EXPECTED_DIFF = file_diff("calc/stats.py", STATS, apply_edits(STATS, [MEAN_FIX])) + file_diff(
     "calc/texts.py", TEXTS, apply_edits(TEXTS, [SHOUT_FIX])
 )
@@ -39,8 +41,7 @@ LEASE_S = "2"  # a stalled driver's lease runs out this soon (the default is 30 
 
 
 def start(args, cwd, env_extra=None, **popen):
-    env = {**os.environ, "OPENAI_API_KEY": "k", "MAGIS_LOG_LEVEL": "warning", "MAGIS_LEASE_S": LEASE_S, **(env_extra or {})}
-    return subprocess.Popen([*MAGIS, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    return started(*args, cwd=cwd, env={"OPENAI_API_KEY": "k", "MAGIS_LEASE_S": LEASE_S, **(env_extra or {})}, **popen)
 
 
 def run(args, cwd, timeout=COMMAND_S, env_extra=None):
@@ -103,11 +104,17 @@ def test_sigkill_then_resume_at_once_pays_nothing_twice(kill_at, issue_file, tmp
         run_id = wait_for_events(store, kill_at)
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait(timeout=30)
+        with open_store(str(store)) as s:
+            [lease] = s.leases(run_id)
+        assert lease.live(time.time()) and lease.pid == driver.pid  # the dead driver's lease has not run out
         code, out, err = run(["resume", run_id[:6], "--store", str(store), "--base-url", server.base_url], tmp_path)
         assert code == 0, err
+        assert err.startswith(f"resuming run {run_id} from event ") and "running" not in err and "lease" not in err
         sent = requests_of(server)
     with open_store(str(store)) as s:
         events = s.read(run_id)
+        [lease] = s.leases(run_id)
+    assert lease.epoch == 2 and not lease.live(time.time())  # taken over, then released at the end
     assert_consistent_log(events)
     [marker] = [r for r in events if isinstance(r.event, RunResumed)]
     assert marker.event.superseded == 0  # a killed run goes on from its last event
@@ -121,6 +128,10 @@ def test_sigkill_then_resume_at_once_pays_nothing_twice(kill_at, issue_file, tmp
     assert len(exchanges_in(events)) == len(set(exchanges_in(events)))
 
 
+# Under `slow` for the suite's time: the same stop as test_start_stop.py's SIGTERM mid-run (a whole
+# run, its log ended Interrupted and resumed), SIGINT's own exit status in
+# test_start_stop.py::test_a_signal_after_the_outcome_is_decided_exits_with_it[sigint-before].
+@pytest.mark.slow
 def test_ctrl_c_ends_the_log_cleanly_and_resume_finishes(issue_file, tmp_path):
     store = tmp_path / "store"
     with ScriptedServer(team()) as server:
@@ -143,33 +154,35 @@ def test_ctrl_c_ends_the_log_cleanly_and_resume_finishes(issue_file, tmp_path):
     assert final_diff(fold(events)) == EXPECTED_DIFF
 
 
-def test_resume_refuses_a_finished_run(issue_file, tmp_path):
+def finished_run(calc_repo, tmp_path, server):
+    """A finished run of BOTH_ISSUE in the store at tmp_path/store, by the team in this process."""
+    repo_path, base = calc_repo
     store = tmp_path / "store"
-    with ScriptedServer(team(delay_s=0)) as server:
-        code, out, err = run(["submit", str(issue_file), "--store", str(store), "--base-url", server.base_url], tmp_path)
-        assert code == 0, err
-        run_id = out.split("run:", 1)[1].split()[0]
-        code, out, err = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path)
-    assert code == 2 and "already finished" in err and len(err.strip().splitlines()) == 1
+    run = run_team(calc_issue(repo_path, base, BOTH_ISSUE), settings_for(repo_path, base_url=server.base_url, model="m"), store)
+    assert run.end.outcome == "patched" and final_diff(fold(run.events)) == EXPECTED_DIFF
+    return store, run.run_id
 
 
-def test_replay_finds_no_divergence_and_a_changed_prompt_is_reported(issue_file, tmp_path):
-    store = tmp_path / "store"
+def test_resume_refuses_a_finished_run(calc_repo, tmp_path, capsys):
     with ScriptedServer(team(delay_s=0)) as server:
-        code, out, err = run(["submit", str(issue_file), "--store", str(store), "--base-url", server.base_url], tmp_path)
-        assert code == 0, err
+        store, run_id = finished_run(calc_repo, tmp_path, server)
+        done = in_process(capsys, "resume", run_id, "--store", store, "--base-url", server.base_url)
+    assert done.code == 2 and "already finished" in done.err and len(done.err.strip().splitlines()) == 1
+
+
+def test_replay_finds_no_divergence_and_a_changed_prompt_is_reported(calc_repo, tmp_path, capsys):
+    with ScriptedServer(team(delay_s=0)) as server:
+        store, run_id = finished_run(calc_repo, tmp_path, server)
         sent = len(server.requests)
-        run_id = out.split("run:", 1)[1].split()[0]
-        code, out, err = run(["replay", run_id, "--store", str(store)], tmp_path)
-        assert code == 0 and "no divergence" in out, out + err
+        done = in_process(capsys, "replay", run_id, "--store", store)
+        assert done.code == 0 and "no divergence" in done.out, done.out + done.err
         assert len(server.requests) == sent  # replay never asks the model
     prompts = tmp_path / "prompts"
     prompts.mkdir()
     original = (Path(__file__).parents[1] / "actors" / "model" / "prompts" / "review_patch.txt").read_text()
     (prompts / "review_patch.txt").write_text(original.replace("Review the change:", "Review this change:"))
-    env_prompt = {"MAGIS_PROMPTS_DIR": str(prompts)}
-    proc = subprocess.run([*MAGIS, "replay", run_id, "--store", str(store)], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, **env_prompt}, timeout=COMMAND_S)
+    # a process of its own: the templates are read once a process
+    proc = magis("replay", run_id, "--store", store, cwd=tmp_path, env={"MAGIS_PROMPTS_DIR": str(prompts)})
     assert proc.returncode == 1, proc.stderr
     assert "divergence in lane qa:" in proc.stdout and "review_patch" in proc.stdout
     assert "Review this change" in proc.stdout.split("first difference:")[1]

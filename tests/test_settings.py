@@ -4,19 +4,18 @@ defaults; `magis-ray config` shows each setting's source and never the key."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from commands import magis
 
 from magis_ray.cli.settings import Layer, env_layer, flag_layer, project_layer, resolve, role_flags, user_layer, value_of
 from magis_ray.events.settings import RunSettings
 from magis_ray.events.errors import BadInput
 
-MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
 KEY = "sk-never-shown-0042"
 
 
@@ -123,9 +122,8 @@ def test_role_models_from_flags_and_files():
 
 
 def config(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("MAGIS_", "OPENAI_"))}
-    return subprocess.run([*MAGIS, "config", *args], cwd=cwd, env={**environ, **(env or {})}, capture_output=True, text=True,
-                          timeout=60)
+    """`magis-ray config ARGS` in a shell with none of the suite's settings and no key."""
+    return magis("config", *args, cwd=cwd, env=env, without=("MAGIS_", "OPENAI_"), timeout=60)
 
 
 def test_magis_ray_config_prints_each_setting_with_its_source_and_never_the_key(tmp_path):

@@ -1,7 +1,8 @@
 """Two drivers on one Ray cluster share the store's actor and the gateway (named from the store's
 path and the gateway's settings, detached): the gateway's concurrency limit holds between them,
 and `magis-ray stop` ends the shared actors of its own store, never another store's. A driver that joins a cluster brings its MAGIS_*
-settings to its actors, and never its API key."""
+settings to its actors, and never its API key. Both drivers' tests join the module's Ray head
+(conftest.py's module_ray): each has a store and a gateway of its own there."""
 from __future__ import annotations
 
 import re
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from checks import assert_consistent_log
-from rayheads import ray_head_started
+from commands import magis as command, started
 from scenarios import BOTH_ISSUE, calc_issue, write_issue
 from test_resume import EXPECTED_DIFF, team
 from waiting import wait_until
@@ -27,8 +28,6 @@ from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import LLMExchanged, RunFinished
 from magis_ray.store import open_store
 
-MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
-
 
 def test_a_gateway_name_is_the_same_in_every_process_and_never_holds_the_key():
     config = GatewayConfig(base_url="http://127.0.0.1:1/v1", model="m", api_key="sk-secret", endpoint=EndpointSettings(concurrency=1))
@@ -40,18 +39,14 @@ def test_a_gateway_name_is_the_same_in_every_process_and_never_holds_the_key():
     assert gateway_name(GatewayConfig(base_url="http://127.0.0.1:1/v1", model="m", api_key="sk-secret", endpoint=EndpointSettings(concurrency=2))) != other
 
 
-@pytest.fixture
-def ray_cluster():
-    """A Ray head of this test's own (see rayheads); yields the environment a driver joins it with."""
-    with ray_head_started(
-        "mrshr-", "--include-dashboard=false", "--dashboard-agent-listen-port={port0}", "--dashboard-agent-grpc-port={port1}",
-        "--ray-client-server-port={port2}", "--runtime-env-agent-port={port3}",
-    ) as head:
-        yield {**head.env, "RAY_ADDRESS": head.address, "OPENAI_API_KEY": "k", "MAGIS_LOG_LEVEL": "warning"}
+@pytest.fixture(scope="module")
+def ray_cluster(module_ray):
+    """The module's Ray head (conftest.py's module_ray): the variables a driver joins it with."""
+    return {**module_ray, "OPENAI_API_KEY": "k"}
 
 
 def magis(args, env, cwd):
-    return subprocess.Popen([*MAGIS, *args], env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return started(*args, cwd=cwd, env=env)
 
 
 def joined(env, cwd, timeout=600):
@@ -62,8 +57,7 @@ def joined(env, cwd, timeout=600):
     attempts: list[subprocess.CompletedProcess] = []
 
     def attempt() -> str:
-        attempts.append(subprocess.run([*MAGIS, "stop", "--store", str(cwd / "no-store")], env=env, cwd=cwd,
-                                       capture_output=True, text=True, timeout=max(deadline - time.monotonic(), 1)))
+        attempts.append(command("stop", "--store", cwd / "no-store", cwd=cwd, env=env, timeout=max(deadline - time.monotonic(), 1)))
         return attempts[-1].stdout if attempts[-1].returncode == 0 else ""
 
     return wait_until(attempt, lambda: f"a driver joins the head; the last attempt said: {attempts[-1].stderr}",
@@ -71,7 +65,7 @@ def joined(env, cwd, timeout=600):
 
 
 def stop(store: str, env, cwd) -> str:
-    stopped = subprocess.run([*MAGIS, "stop", "--store", store], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+    stopped = command("stop", "--store", store, cwd=cwd, env=env, timeout=600)
     assert stopped.returncode == 0, stopped.stderr
     return stopped.stdout.strip()
 

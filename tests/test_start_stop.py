@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from checks import assert_one_line_error
+from checks import assert_consistent_log, assert_one_line_error
+from commands import MAGIS, command_environment, in_process
 from gated import Gate, run_gated
 from processes import busy_loops, describe, in_session
 from rayheads import recorded_head_started, stop_head
@@ -26,7 +27,6 @@ from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import RunFailed, RunFinished, RunStarted
 from magis_ray.store import NotAStore, open_store
 
-MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
 EXPECTED_DIFF = file_diff("calc/stats.py", STATS, apply_edits(STATS, [MEAN_FIX])) + file_diff(
     "calc/texts.py", TEXTS, apply_edits(TEXTS, [SHOUT_FIX])
 )
@@ -40,9 +40,8 @@ def team(delay_s=0.25):
 
 
 def environment(**extra) -> dict:
-    env = {**os.environ, "OPENAI_API_KEY": "k", "MAGIS_LOG_LEVEL": "warning", **extra}
-    env.pop("OPENAI_BASE_URL", None)
-    return env
+    """A command's environment (tests/commands.py's) with a key and no OPENAI_BASE_URL, and `extra`."""
+    return command_environment({"OPENAI_API_KEY": "k", **extra}, without=("OPENAI_BASE_URL",))
 
 
 def run(args, cwd, env=None, timeout=GENEROUS_S):
@@ -145,6 +144,8 @@ def test_sigterm_at_any_moment_of_a_submit_ends_in_one_line_and_leaves_no_run_or
             assert f"magis-ray resume {run_id}" in stopped.stderr[-1], stopped.stderr
             cut = events_of(store, run_id)
             assert isinstance(cut[0].event, RunStarted) and isinstance(cut[-1].event, RunFailed), cut[-1]
+            assert cut[-1].event.error_type == "Interrupted"
+            assert_consistent_log(cut)
             resumed = run_gated([*MAGIS, "resume", run_id, "--store", str(store), "--base-url", server.base_url],
                                 cwd=tmp_path, env=environment(MAGIS_RAY="own"), gate=MOMENTS["after-the-summary"])
             assert resumed.returncode == 0 and resumed.stdout[1] == "outcome:  patched", resumed.stderr
@@ -211,19 +212,26 @@ class ListingEndpoint:
         self.server.server_close()
 
 
-def test_a_refused_key_or_model_name_ends_in_one_line(issue_file, tmp_path):
+def test_a_refused_key_or_model_name_ends_in_one_line(issue_file, tmp_path, capsys, monkeypatch):
+    """Refused before Ray starts: in this process."""
     store = tmp_path / "store"
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     with ListingEndpoint() as endpoint:
-        wrong_key = run(["submit", str(issue_file), "--store", str(store), "--base-url", endpoint.base_url, "--model", "gpt-4o"],
-                        tmp_path, environment(OPENAI_API_KEY="bad-key"))
-        wrong_model = run(["submit", str(issue_file), "--store", str(store), "--base-url", endpoint.base_url, "--model", "gpt-x"],
-                          tmp_path, environment(OPENAI_API_KEY="good-key"))
+        monkeypatch.setenv("OPENAI_API_KEY", "bad-key")
+        wrong_key = in_process(capsys, "submit", issue_file, "--store", store, "--base-url", endpoint.base_url, "--model", "gpt-4o")
+        monkeypatch.setenv("OPENAI_API_KEY", "good-key")
+        wrong_model = in_process(capsys, "submit", issue_file, "--store", store, "--base-url", endpoint.base_url, "--model", "gpt-x")
     assert_one_line_error(wrong_key, "refuses the key", "HTTP 401")
-    assert "bad-key" not in wrong_key.stderr
+    assert "bad-key" not in wrong_key.err
     assert_one_line_error(wrong_model, "does not serve gpt-x", "gpt-4o")
     assert runs_in(store) == []
 
 
+# Under `slow` for the suite's time: the joining (its line, its hint, no session of its own in the
+# head's temp dir) is checked on test_a_joined_ray_stopped_mid_run_is_named_and_resume_finishes_the_run's
+# submit, and whole runs on a joined Ray finish in the modules that join module_ray (test_batch,
+# test_docs_runnable, test_shared_services).
+@pytest.mark.slow
 def test_submit_uses_a_running_ray_head(issue_file, tmp_path):
     """`ray start --head` left running: submit joins it rather than starting a Ray of its own."""
     store = tmp_path / "store"
@@ -245,17 +253,25 @@ def test_submit_uses_a_running_ray_head(issue_file, tmp_path):
 
 
 def test_a_joined_ray_stopped_mid_run_is_named_and_resume_finishes_the_run(issue_file, tmp_path):
-    """The warm Ray a submit joined is stopped by whoever started it, the moment the run's kick-off
-    meeting begins: one line naming that Ray by its address and saying how to go on, exit 2; the
-    resume (on a Ray of its own) finishes the run."""
+    """`ray start --head` left running: submit joins it rather than starting a Ray of its own, and
+    says so. That warm Ray is stopped by whoever started it, the moment the run's kick-off meeting
+    begins: one line naming that Ray by its address and saying how to go on, exit 2; the resume (on
+    a Ray of its own) finishes the run."""
     store = tmp_path / "store"
     with ScriptedServer(team()) as server:
         with recorded_head_started("magis-gone-") as head:
             env = environment(**{name: value for name, value in head.env.items() if name.startswith("RAY_")},
                               RAY_TMPDIR=head.root, MAGIS_RAY="auto")
-            address = (Path(head.root) / "ray" / "ray_current_cluster").read_text().strip()
+            address = (Path(head.root) / "ray" / "ray_current_cluster").read_text().strip()  # the head's node address
+            assert address.endswith(":" + head.address.rpartition(":")[2]), (address, head.address)
             stop = Gate("stderr", "  kick-off meeting", act=lambda _driver: stop_head(head.process, head.root))
             stopped = run_gated(submit_args(issue_file, store, server), cwd=tmp_path, env=env, gate=stop)
+            said = "\n".join(stopped.stderr)
+            assert f"joining the running Ray at {address}, which another process started" in said, said
+            assert "MAGIS_RAY=own" in said
+            # a Ray of its own would have made a session folder named after the driver's pid there
+            sessions = sorted(p.name for p in (Path(head.root) / "ray").glob("session_*") if not p.is_symlink())
+            assert len(sessions) == 1, sessions
         assert stopped.opened_at is not None, stopped.stderr
         assert stopped.returncode == 2, stopped.stderr
         [run_id] = runs_in(store)
@@ -268,7 +284,7 @@ def test_a_joined_ray_stopped_mid_run_is_named_and_resume_finishes_the_run(issue
     assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF
 
 
-def test_runs_shows_a_run_without_a_driver_as_cut_off(tmp_path):
+def test_runs_shows_a_run_without_a_driver_as_cut_off(tmp_path, capsys):
     """Two runs cut short of their ending: one whose driver (this process) holds its lease, one
     whose driver is gone (no lease: it was killed before releasing, and its lease ran out)."""
     from runs import constructed_run, fixed_new_events, repo_for
@@ -283,10 +299,10 @@ def test_runs_shows_a_run_without_a_driver_as_cut_off(tmp_path):
         s.append("gone00000002", 0, fixed_new_events(unfinished, start=1_700_100_000.0))
     with Liveness(str(store)) as liveness:
         liveness.take("live00000001")
-        listed = run(["runs", "--store", str(store)], tmp_path)
-    rows = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
-    assert rows["live00000001"].split()[2] == "running", listed.stdout
-    assert rows["gone00000002"].split()[2:4] == ["cut", "off"] and "magis-ray resume" in rows["gone00000002"], listed.stdout
+        listed = in_process(capsys, "runs", "--store", store)
+    rows = {line.split()[0]: line for line in listed.out.splitlines()[1:]}
+    assert rows["live00000001"].split()[2] == "running", listed.out
+    assert rows["gone00000002"].split()[2:4] == ["cut", "off"] and "magis-ray resume" in rows["gone00000002"], listed.out
 
 
 def test_a_ray_another_user_recorded_is_not_joined(tmp_path, monkeypatch):
@@ -357,25 +373,27 @@ def test_ray_start_keeps_the_commands_signal_handlers():
 
 
 @pytest.mark.parametrize("signals, printed, status", [
-    ("before", ["stopped", "went on"], 0),
+    ("before", ["stopped 143", "went on"], 0),
+    ("sigint-before", ["stopped 130", "went on"], 0),  # Ctrl-C
     ("once-decided", ["summary", "went on"], 7),
     ("twice-decided", ["summary"], 7),
 ])
 def test_a_signal_after_the_outcome_is_decided_exits_with_it(signals, printed, status):
-    """Before the outcome is decided a signal stops the command (KeyboardInterrupt). Once it is
+    """Before the outcome is decided a signal stops the command (KeyboardInterrupt), and the status
+    it is to exit with names the signal (SIGTERM 143, Ctrl-C's SIGINT 130). Once it is
     decided (status 7 here), a signal lets the command go on printing and exit as it would; a
     second one ends it at once, with that status."""
     program = (
         "import os, signal, sys, time\n"
-        "from magis_ray.cli.signals import decide, handle_signals\n"
+        "from magis_ray.cli.signals import decide, handle_signals, interrupted_exit_code\n"
         "handle_signals()\n"
         f"signals = {signals!r}\n"
-        "if signals == 'before':\n"
+        "if signals in ('before', 'sigint-before'):\n"
         "    try:\n"
-        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        os.kill(os.getpid(), signal.SIGINT if signals == 'sigint-before' else signal.SIGTERM)\n"
         "        time.sleep(60)\n"
         "    except KeyboardInterrupt:\n"
-        "        print('stopped')\n"
+        "        print('stopped', interrupted_exit_code())\n"
         "    print('went on')\n"
         "    sys.exit(0)\n"
         "decide(7)\n"

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from commands import in_process
 from waiting import wait_until
 
 from magis_ray.events.codec import encode, new_event
@@ -145,7 +146,7 @@ def test_processes_racing_to_open_an_old_store_migrate_it_once(tmp_path):
     conn.close()
 
 
-def test_a_store_newer_than_this_magis_ray_is_refused_in_one_line(tmp_path):
+def test_a_store_newer_than_this_magis_ray_is_refused_in_one_line(tmp_path, capsys):
     folder = tmp_path / "future"
     open_store(str(folder), create=True).close()
     conn = sqlite3.connect(folder / "events.sqlite3")
@@ -155,9 +156,8 @@ def test_a_store_newer_than_this_magis_ray_is_refused_in_one_line(tmp_path):
         open_store(str(folder))
     assert str(refused.value) == (f"{folder / 'events.sqlite3'} is a magis store of format {FORMAT + 1}; "
                                   f"this magis-ray reads formats up to {FORMAT}: upgrade magis-ray")
-    done = subprocess.run([sys.executable, "-m", "magis_ray.cli.main", "runs", "--store", str(folder)],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0 and f"format {FORMAT + 1}" in done.stderr
+    done = in_process(capsys, "runs", "--store", folder)
+    assert done.code == 2 and done.err.strip().count("\n") == 0 and f"format {FORMAT + 1}" in done.err
     assert user_version(folder) == FORMAT + 1  # refused, untouched
 
 

@@ -1,29 +1,37 @@
 """`magis-ray submit` as a user runs it: a real process, a real repository with a real failing
-test, the scripted model on loopback; and every kind of bad input as one line and exit code 2."""
+test, the scripted model on loopback; and every kind of bad input as one line and exit code 2,
+refused in this process before any Ray."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pygit2
+import pytest
 from checks import assert_one_line_error
+from commands import in_process, magis as command
 from conftest import run_pytest
 from gitfixtures import checkout
 from scenarios import MEAN_FIX, calc_issue, write_issue
 
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
-from waiting import COMMAND_S
 
-MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
+KEY = "test-key-never-logged"
 
 
-def magis(*args, cwd, timeout=COMMAND_S):
-    env = {**os.environ, "OPENAI_API_KEY": "test-key-never-logged", "MAGIS_LOG_LEVEL": "warning"}
-    env.pop("OPENAI_BASE_URL", None)
-    return subprocess.run([*MAGIS, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+def magis(*args, cwd):
+    return command(*args, cwd=cwd, env={"OPENAI_API_KEY": KEY}, without=("OPENAI_BASE_URL",))
+
+
+@pytest.fixture
+def submit(capsys, monkeypatch, tmp_path):
+    """`magis-ray submit ARGS` in this process, in tmp_path, as magis() runs it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    return lambda *args: in_process(capsys, "submit", *args)
 
 
 def test_submit_fixes_the_bug_and_the_failing_test_passes(calc_repo, tmp_path):
@@ -56,26 +64,26 @@ def test_submit_fixes_the_bug_and_the_failing_test_passes(calc_repo, tmp_path):
     assert user_repo.status() == status_before and user_repo.head.target == head_before
     assert (repo_path / "notes.txt").read_text() == "the user's own work in progress\n"
     events = magis("events", lines["run"].strip(), "--store", "store", cwd=tmp_path).stdout
-    assert "test-key-never-logged" not in events and json.loads(events.splitlines()[0])["event"]["type"] == "RunStarted"
+    assert KEY not in events and json.loads(events.splitlines()[0])["event"]["type"] == "RunStarted"
 
 
-def test_malformed_issue(tmp_path):
+def test_malformed_issue(tmp_path, submit):
     (tmp_path / "bad.json").write_text('{"instance_id": "x", "repo": "a/b"')
-    assert_one_line_error(magis("submit", "bad.json", cwd=tmp_path), "bad.json", "not valid JSON")
+    assert_one_line_error(submit("bad.json"), "bad.json", "not valid JSON")
     # a record without base_commit starts from the repository's HEAD: here there is no repository
     (tmp_path / "partial.json").write_text('{"instance_id": "x", "repo": "a/b", "problem_statement": "p"}')
-    assert_one_line_error(magis("submit", "partial.json", cwd=tmp_path), "not in a git repository", "--repo")
+    assert_one_line_error(submit("partial.json"), "not in a git repository", "--repo")
     (tmp_path / "typed.json").write_text('{"instance_id": "x", "problem_statement": 5}')
-    assert_one_line_error(magis("submit", "typed.json", cwd=tmp_path), "typed.json", "problem_statement")
-    assert_one_line_error(magis("submit", "missing.json", cwd=tmp_path), "missing.json")
+    assert_one_line_error(submit("typed.json"), "typed.json", "problem_statement")
+    assert_one_line_error(submit("missing.json"), "missing.json")
     (tmp_path / "title.json").write_text('{"number": 7, "title": "mean() is wrong"}')  # `gh issue view 7 --json number,title`
-    assert_one_line_error(magis("submit", "title.json", cwd=tmp_path), "title.json", "without its body", "--json number,title,body,url")
+    assert_one_line_error(submit("title.json"), "title.json", "without its body", "--json number,title,body,url")
 
 
-def test_a_path_that_is_no_git_repository(tmp_path):
+def test_a_path_that_is_no_git_repository(tmp_path, submit):
     issue = write_issue(tmp_path / "issue.json", calc_issue(tmp_path / "nowhere", "abc123"))
     (tmp_path / "nowhere").mkdir()
-    assert_one_line_error(magis("submit", str(issue), cwd=tmp_path), "not a git repository")
+    assert_one_line_error(submit(str(issue)), "not a git repository")
 
 
 def test_an_unknown_llm_is_refused_before_anything_starts(tmp_path):
@@ -88,7 +96,7 @@ def test_an_unknown_llm_is_refused_before_anything_starts(tmp_path):
     assert "ray imported: False" in result.stderr and not (tmp_path / "store").exists()
 
 
-def test_a_base_commit_that_is_not_in_the_repository(calc_repo, tmp_path):
+def test_a_base_commit_that_is_not_in_the_repository(calc_repo, tmp_path, submit):
     repo_path, _ = calc_repo
     issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, "0" * 40))
-    assert_one_line_error(magis("submit", str(issue), cwd=tmp_path), "not found")
+    assert_one_line_error(submit(str(issue)), "not found")

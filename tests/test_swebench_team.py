@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from commands import magis
 
 from magis_ray.events.codec import decode_recorded
 
@@ -29,7 +28,6 @@ TUNING = DATA / "verified-tuning.jsonl"
 REPOS = Path(os.environ.get("MAGIS_REPOS_DIR", "/work/repos"))
 BIG3 = Path(os.environ.get("MAGIS_BIG3_DIR", "/work/big3"))  # the rebuilt Django, scikit-learn and matplotlib
 REBUILT = BIG3 / "verified-big3-rebuilt.jsonl"
-MAGIS = [sys.executable, "-m", "magis_ray.cli.main"]
 pytestmark = [
     pytest.mark.swebench,
     pytest.mark.skipif(not os.environ.get("MAGIS_SWEBENCH"), reason="builds real SWE-bench environments: MAGIS_SWEBENCH=1"),
@@ -129,16 +127,14 @@ def test_the_team_runs_its_tests_in_the_spec_s_environment(instance_id, tmp_path
     issue = tmp_path / "issue.json"
     issue.write_text(json.dumps({k: record[k] for k in ("instance_id", "repo", "base_commit", "problem_statement",
                                                          "hints_text", "version", "environment_setup_commit")}))
-    env = {**os.environ, "OPENAI_API_KEY": "oracle", "MAGIS_LOG_LEVEL": "warning"}
+    env = {"OPENAI_API_KEY": "oracle"}
     with ScriptedServer(oracle.team) as server:
-        done = subprocess.run([*MAGIS, "submit", str(issue), "--repos-dir", str(repos), "--store", "store", "--tests", "on",
-                               "--base-url", server.base_url, "--model", "oracle", "--max-review-rounds", "1"],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=3600)
+        done = magis("submit", issue, "--repos-dir", repos, "--store", "store", "--tests", "on", "--base-url", server.base_url,
+                     "--model", "oracle", "--max-review-rounds", "1", cwd=tmp_path, env=env, timeout=3600)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = dict(line.split(":", 1) for line in done.stdout.splitlines() if ":" in line)
     run_id = lines["run"].strip()
-    events = subprocess.run([*MAGIS, "events", run_id, "--store", "store"], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=600)
+    events = magis("events", run_id, "--store", "store", cwd=tmp_path, env=env, timeout=600)
     runs = [e for e in (decode_recorded(line).event for line in events.stdout.splitlines()) if type(e).__name__ == "TestsRan"]
     report = {e.purpose + (f" {e.task_id}#{e.attempt}" if e.task_id else ""):
               dict(outcome=e.outcome, command=e.command, passed=len(e.passed), failed=e.failed, seconds=e.duration_s) for e in runs}

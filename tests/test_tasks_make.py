@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 import msgspec
 import pygit2
 import pytest
+from commands import in_process
 from gitfixtures import Submodule, checkout, commit_files, git, make_repo, merge_into_head, read_tree_files
 from scenarios import FILES, STATS, TESTS, TEXTS
 
@@ -22,7 +23,6 @@ from magis_ray.actors.swebench.instances import load_dataset
 from magis_ray.actors.swebench.task_records import TaskRecord
 from magis_ray.actors.swebench.issue_links import (CLOSED_ISSUE, COMMIT_MESSAGE, MENTIONED_ISSUE, linked_issues,
                                                    read_issues)
-from magis_ray.cli.main import main
 
 DAY = 86_400
 T0 = 1_700_000_000  # the first commit: 2023-11-14T22:13:20Z
@@ -173,14 +173,9 @@ def test_the_problem_statement_is_the_issue_s_text_with_its_earlier_comments_as_
 
 
 def invoke(capsys, *args) -> tuple[int, str, str]:
-    """The real command in this process: main() as the console script runs it."""
-    try:
-        main(["tasks", "make", *map(str, args)])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    """`magis-ray tasks make ARGS` in this process (tests/commands.py)."""
+    done = in_process(capsys, "tasks", "make", *args)
+    return done.code, done.out, done.err
 
 
 def test_the_command_writes_records_the_dataset_reader_reads_and_the_reasons_beside_them(calc, tmp_path, capsys):

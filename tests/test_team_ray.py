@@ -1,11 +1,14 @@
-"""The MAGIS team on real Ray: the two-task plan runs in parallel, the review loop feeds the QA's
-comment back, and the Custodian's memory makes a later issue on a later commit cheaper."""
+"""The MAGIS team on real Ray: the two-task plan runs in parallel, and an error crosses actors as
+itself. The team's own logic, the same Team on Ray or off it, in this process (tests/teamruns.py):
+a later stage waits for the one before, the review loop feeds the QA's comment back and stops at its
+limit, and the Custodian's memory makes a later issue on a later commit cheaper."""
 from __future__ import annotations
 
 import pytest
 from checks import assert_consistent_log, assert_diff_applies
 from gitfixtures import commit_files
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, calc_issue
+from teamruns import run_team, settings_for
 
 from magis_ray.actors.runtime.deployment import run_issue
 from magis_ray.actors.model.gateway import GatewayConfig
@@ -28,6 +31,14 @@ def submit(server, store_path, issue, repo_path, run_id, **settings):
         events = store.read(run_id)
     assert_consistent_log(events)
     return end, events
+
+
+def in_process(server, store_path, issue, repo_path, run_id, **settings):
+    """The same run as submit()'s, the team in this process."""
+    run = run_team(issue, settings_for(repo_path, base_url=server.base_url, model="scripted", tests="off",
+                                       **{"top_k": 4, **settings}), store_path, run_id)
+    assert_consistent_log(run.events)
+    return run.end, run.events
 
 
 def exchanges(events, lane):
@@ -57,7 +68,7 @@ def test_sequential_plan_runs_stage_after_stage(calc_repo, tmp_path):
         stages=[["calc/stats.py"], ["calc/texts.py"]],
     )
     with ScriptedServer(team) as server:
-        end, events = submit(server, tmp_path / "store", calc_issue(repo_path, base, BOTH_ISSUE), repo_path, "seq")
+        end, events = in_process(server, tmp_path / "store", calc_issue(repo_path, base, BOTH_ISSUE), repo_path, "seq")
     t1_done = max(r.time for r in events if r.actor in ("developer:T1", "qa:T1"))
     t2_start = min(start for start, _ in exchanges(events, "developer:T2"))
     assert t2_start >= t1_done
@@ -68,7 +79,7 @@ def test_a_rejected_patch_is_redone_with_the_comment(calc_repo, tmp_path):
     comment = "Divide by len(values) itself; keep the loop as it is."
     team = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, review=lambda path, attempt: (attempt >= 2, comment if attempt < 2 else "Good."))
     with ScriptedServer(team) as server:
-        end, events = submit(server, tmp_path / "store", calc_issue(repo_path, base), repo_path, "loop")
+        end, events = in_process(server, tmp_path / "store", calc_issue(repo_path, base), repo_path, "loop")
     reviews = [r.event for r in events if isinstance(r.event, ReviewIssued)]
     assert [(r.attempt, r.approved) for r in reviews] == [(1, False), (2, True)]
     second_prompts = [
@@ -84,7 +95,7 @@ def test_the_review_loop_stops_at_the_iteration_limit(calc_repo, tmp_path):
     repo_path, base = calc_repo
     team = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, review=lambda path, attempt: (False, "Still wrong."))
     with ScriptedServer(team) as server:
-        end, events = submit(server, tmp_path / "store", calc_issue(repo_path, base), repo_path, "limit", max_review_rounds=2)
+        end, events = in_process(server, tmp_path / "store", calc_issue(repo_path, base), repo_path, "limit", max_review_rounds=2)
         assert server.count("review_patch") == 2
     [finished] = [r.event for r in events if isinstance(r.event, TaskFinished)]
     assert finished.status == "unapproved" and finished.attempts == 2
@@ -105,8 +116,8 @@ def test_memory_reuses_summaries_on_a_later_commit(calc_repo, tmp_path):
     team = ScriptedTeam({"calc/stats.py": [MEAN_FIX], "calc/texts.py": [SHOUT_FIX]})
     store = tmp_path / "store"
     with ScriptedServer(team) as server:
-        _, first = submit(server, store, calc_issue(repo_path, base, BOTH_ISSUE), repo_path, "first")
-        _, second = submit(server, store, calc_issue(repo_path, later, BOTH_ISSUE, "calc__calc-2"), repo_path, "second")
+        _, first = in_process(server, store, calc_issue(repo_path, base, BOTH_ISSUE), repo_path, "first")
+        _, second = in_process(server, store, calc_issue(repo_path, later, BOTH_ISSUE, "calc__calc-2"), repo_path, "second")
     sources = {r.event.path: r.event.source for r in second if isinstance(r.event, FileSummarized)}
     assert sources["calc/stats.py"] == "diff" and sources["calc/texts.py"] == "memory"
     assert {r.event.source for r in first if isinstance(r.event, FileSummarized)} == {"fresh"}

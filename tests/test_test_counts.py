@@ -7,16 +7,15 @@ from __future__ import annotations
 import html
 import json
 import re
-import subprocess
 
 import pytest
-from inspecting import MAGIS, env, page, serve
+from commands import magis as command
+from inspecting import page, serve
 from runs import fixed_new_events
 
 from magis_ray.events import schema as ev
 from magis_ray.events.projections.tests import Tally, verdict
 from magis_ray.store.sqlite import SQLiteStore
-from waiting import COMMAND_S
 
 DIFF = "--- a/calc/stats.py\n+++ b/calc/stats.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
 COLLECTION_ERROR = ("==================================== ERRORS ====================================\n"
@@ -54,9 +53,9 @@ def run_pairs(collectable: bool) -> list:
 
 
 def magis(*args) -> str:
-    result = subprocess.run([*MAGIS, *map(str, args)], capture_output=True, env=env(), timeout=COMMAND_S)
-    assert result.returncode == 0, result.stderr.decode()
-    return result.stdout.decode()
+    result = command(*args, without=("MAGIS_STORE",))
+    assert result.returncode == 0, result.stderr
+    return result.stdout
 
 
 def text_of(markup: str) -> str:

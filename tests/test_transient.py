@@ -1,7 +1,7 @@
 """Transient model faults (500, 429, a timeout, after every retry) stop a run with a resumable
 RunFailed naming the cause, never a run finished as if the model had answered; a plain resume
 against the healthy server then finishes with the diff an uninterrupted run gives, and a re-run
-batch picks the instance up."""
+batch picks the instance up. The commands join the module's Ray (conftest.py's module_ray)."""
 from __future__ import annotations
 
 import json
@@ -41,11 +41,11 @@ class Fault:
     ],
     ids=["http-500", "http-429", "timeout"],
 )
-def test_a_fault_stops_the_run_and_a_plain_resume_finishes_it_with_the_same_diff(rule, cause, issue_file, tmp_path):
+def test_a_fault_stops_the_run_and_a_plain_resume_finishes_it_with_the_same_diff(rule, cause, issue_file, tmp_path, module_ray):
     fault = Fault(rule, "write_code")
     with ScriptedServer([fault, team(delay_s=0)]) as server:
         code, out, err = run(["submit", str(issue_file), "--store", "store", "--base-url", server.base_url, "--model", "m",
-                              "--timeout", "0.5"], tmp_path)
+                              "--timeout", "0.5"], tmp_path, env_extra=module_ray)
         run_id = out.split("run:", 1)[1].split()[0]
         [line] = err.strip().splitlines()[-1:]
         assert code == 2 and line.startswith(f"magis-ray: error: run {run_id} failed: no reachable model (write_code: ")
@@ -56,7 +56,7 @@ def test_a_fault_stops_the_run_and_a_plain_resume_finishes_it_with_the_same_diff
         assert not [r for r in cut if isinstance(r.event, RunFinished)]
         fault.on = False  # the server is healthy again
         # the hint as printed: no model flags, so the run's recorded endpoint, model and timeout
-        code, out, err = run(["resume", run_id, "--store", "store"], tmp_path, env_extra={"OPENAI_API_KEY": ""})
+        code, out, err = run(["resume", run_id, "--store", "store"], tmp_path, env_extra={**module_ray, "OPENAI_API_KEY": ""})
         assert code == 0, err
         asked = [r for r in server.requests if r.purpose == "write_code"]
     assert {r.body["model"] for r in server.requests} == {"m"}
@@ -70,17 +70,17 @@ def test_a_fault_stops_the_run_and_a_plain_resume_finishes_it_with_the_same_diff
     assert all(r.event.model == "m" for r in events if isinstance(r.event, LLMExchanged))
 
 
-def test_a_batch_rerun_picks_up_an_instance_a_fault_cut_off(dataset, tmp_path):
+def test_a_batch_rerun_picks_up_an_instance_a_fault_cut_off(dataset, tmp_path, module_ray):
     path, repos = dataset
     fault = Fault(Rule(status=500, reply="down for maintenance"), "define_task", contains="Also `calc.texts.shout")  # calc__calc-2's issue
     with ScriptedServer([fault, batch_team()]) as server:
-        code, out, err = finish(magis(batch_args(path, repos, server), tmp_path))
+        code, out, err = finish(magis(batch_args(path, repos, server), tmp_path, module_ray))
         assert code == 0, err
         assert "calc__calc-2: failed: no reachable model (define_task: http 500: down for maintenance" in out
         preds = {json.loads(x)["instance_id"]: json.loads(x)["model_patch"] for x in (tmp_path / "preds.jsonl").read_text().splitlines()}
         assert "calc/stats.py" in preds["calc__calc-1"] and preds["calc__calc-2"] == ""
         fault.on = False
-        code, out, err = finish(magis(batch_args(path, repos, server), tmp_path))
+        code, out, err = finish(magis(batch_args(path, repos, server), tmp_path, module_ray))
         assert code == 0, err
         assert "1 skipped" in out and "1 finished" in out
     preds = {json.loads(x)["instance_id"]: json.loads(x)["model_patch"] for x in (tmp_path / "preds.jsonl").read_text().splitlines()}
