@@ -112,9 +112,13 @@ def recorded_head_started(prefix: str, *options: str, attempts: int = 4):
     for attempt in range(1, attempts + 1):
         with ray_head_started(prefix, *options) as head:
             recorded = Path(head.root) / "ray" / "ray_current_cluster"
-            wait_until(lambda: recorded.exists() or head.process.poll() is not None, "the head records its address or exits",
+
+            def address_written() -> bool:  # Ray creates the file before it writes the address into it
+                return recorded.exists() and bool(recorded.read_text().strip())
+
+            wait_until(lambda: address_written() or head.process.poll() is not None, "the head records its address or exits",
                        timeout_s=300)
-            if recorded.exists() and head.process.poll() is None:
+            if address_written() and head.process.poll() is None:
                 yield head
                 return
             failure = (Path(head.root) / "ray-start.log").read_text()[-2000:]

@@ -83,11 +83,13 @@ def test_a_run_of_a_swebench_issue_tests_in_the_spec_s_environment():
     """A run's issue carries no test patch; its bench still takes the spec's environment and
     testbed, the very ones grading builds; where the install brings no pytest (sympy's runner is
     bin/test) pytest goes into the testbed, never into the shared environment."""
-    from magis_ray.actors.runtime.bench import BenchSetup, spec_of, with_pytest
+    from magis_ray.actors.runtime.bench import BenchSetup, recipe_of, with_pytest
+    from magis_ray.events.settings import RunSettings
 
     def of(record):
         kept = {k: record[k] for k in ("repo", "instance_id", "base_commit", "version", "environment_setup_commit")}
-        return spec_of(BenchSetup(record=kept, repo_path=str(repo_of(record, required=False))))
+        spec, _inference = recipe_of(BenchSetup(record=kept, repo_path=str(repo_of(record, required=False)), settings=RunSettings()))
+        return spec
 
     recs = records()
     sqlfluff = of(recs["sqlfluff__sqlfluff-1625"])
