@@ -22,6 +22,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+import structlog
+
 from waiting import COMMAND_S
 
 from magis_ray.cli.main import main
@@ -48,6 +50,10 @@ def in_process(capsys, *args: str | os.PathLike) -> Done:
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        # the command configured logging at its level, onto this capture's stream: the next test's
+        # logs are not its
+        structlog.reset_defaults()
     captured = capsys.readouterr()
     return Done(code, captured.out, captured.err)
 
