@@ -114,12 +114,15 @@ def testbeds(tmp_path_factory):
 @needs_sandbox
 def test_what_the_collection_finds_missing_is_added_and_the_suite_runs_at_the_base(tmp_path, testbeds):
     """A test module imports a distribution the project declares nowhere (`yaml`, PyYAML by
-    pipreqs' map); another needs the network. The collection adds PyYAML and collects again; the
-    run at the base counts the network's failure apart."""
+    pipreqs' map); another needs the network; the project's addopts make pytest quiet (with a
+    `-q` of the collection's own, pytest would print counts per file, not the tests). The
+    collection adds PyYAML and collects again; the run at the base counts the network's failure
+    apart."""
     tests = {**TESTS,
              "tests/test_yaml.py": "import yaml\n\n\ndef test_load():\n    assert yaml.safe_load('a: 1') == {'a': 1}\n",
              "tests/test_network.py": "import socket\n\n\ndef test_resolve():\n    socket.getaddrinfo('pypi.org', 443)\n"}
-    _, base = make_repo(tmp_path / "calc", {**PACKAGE, **tests, "pyproject.toml": PYPROJECT})
+    quiet = PYPROJECT + '\n[tool.pytest.ini_options]\naddopts = "-q"\n'
+    _, base = make_repo(tmp_path / "calc", {**PACKAGE, **tests, "pyproject.toml": quiet})
     cache, runner = testbeds
     inference = inferred_spec(record_of(base), tmp_path / "calc")
     prepared = prepare_suite(inference.spec, cache, runner, tmp_path / "calc", inference=inference)

@@ -34,7 +34,9 @@ from .runner import TestRunner
 from .testbeds import Testbed, TestbedCache
 
 ROUNDS = 3  # collections that may each add what the one before found missing
-COLLECT_COMMAND = f"{PYTEST_COMMAND} --collect-only -q"
+# One test id a line: `--verbosity` sets the level outright, where a `-q` would add to the
+# project's own addopts (`-q` there makes `-qq`: counts per file, no ids; `-v` makes a tree)
+COLLECT_COMMAND = f"{PYTEST_COMMAND} --collect-only --verbosity=-1"
 
 
 @dataclass(frozen=True)
