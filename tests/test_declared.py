@@ -263,6 +263,7 @@ def test_a_tox_environment_section_is_found_through_its_braces_and_its_commands_
             commands = sphinx-build docs
 
             [testenv:3.1{0,3}-tests]
+            skip_install = true
             dependency_groups = cov-tests
             commands =
                 pip install -e .[d] --no-deps
@@ -272,7 +273,8 @@ def test_a_tox_environment_section_is_found_through_its_braces_and_its_commands_
         "constraints.txt": "trustme==1.1.0\n",
     })
     tox = source(declared, "tox.ini [testenv:3.1{0,3}-tests]")
-    # deps it does not set itself come from [testenv], as in tox
+    # deps it does not set itself come from [testenv], as in tox; tox installs no project here
+    # (skip_install), its commands do, with the extra
     assert tox.requirements == ("sphinx", "pytest", "coverage", "trustme>=1") and tox.extras == ("d",)
     assert tox.constraints == ("trustme==1.1.0",)
     # the cov-tests group is a test entry of its own, read first

@@ -59,5 +59,7 @@ def _source(project: Project, environment: ToxEnvironment) -> Source:
     installed.read()
     requirements = [*parsed.requirements, *installed.requirements]
     role = TEST if runs_tests(environment.commands) else DEV
-    extras = [] if environment.skip_install else [*environment.extras, *parsed.extras, *installed.extras]
+    # skip_install: tox does not install the project, so its `extras` go unused; deps and commands
+    # that install the project themselves (`pip install -e .[d]`) still give theirs
+    extras = [*([] if environment.skip_install else environment.extras), *parsed.extras, *installed.extras]
     return project.source(label, "tox", role, requirements, extras, parsed.constraints, parsed.files)
