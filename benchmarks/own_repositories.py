@@ -137,6 +137,16 @@ class Measurement:
         return self.collected > 0 and self.collection_errors == 0 and not self.failure
 
     @property
+    def why(self) -> str:
+        """What kept the suite from collecting cleanly: the failure, the first collection error the
+        report names, else (nothing collected, no error read) the last line of the last collection."""
+        if self.failure or self.first_error or self.collected:
+            return self.failure or self.first_error
+        logs = sorted(Path(self.logs, "cold").glob("collect-*.log"), key=lambda p: int(p.stem.split("-")[1]))
+        lines = [line.strip() for line in logs[-1].read_text(errors="replace").splitlines() if line.strip()] if logs else []
+        return f"(not read by the report) {lines[-1][:200]}" if lines else ""
+
+    @property
     def counted(self) -> tuple[int, int, int, int]:
         """passed (xfailed among them, as the report counts them), failed, errors, skipped: pytest's
         own last line where it printed one, else the report's."""
@@ -296,7 +306,7 @@ def after_details_table(results: list[Measurement]) -> None:
     for repo, kind, _, after in pairs(results):
         if after is None:
             continue
-        why = after.failure or after.first_error
+        why = after.why
         print(f"| {repo} | {kind} | {'; '.join(after.sources) or 'nothing declared'} | {', '.join(after.added)} | "
               f"{why.replace('|', '/')[:200]} |")
 
@@ -306,8 +316,8 @@ def before_errors_table(results: list[Measurement]) -> None:
     print("| repository | commit | first collection error or failure |")
     print("|---|---|---|")
     for repo, kind, before, _ in pairs(results):
-        if before is not None and (before.failure or before.first_error):
-            print(f"| {repo} | {kind} | {(before.failure or before.first_error).replace('|', '/')[:200]} |")
+        if before is not None and before.why:
+            print(f"| {repo} | {kind} | {before.why.replace('|', '/')[:200]} |")
 
 
 def summary_table(results: list[Measurement]) -> None:
