@@ -47,11 +47,11 @@ from pathlib import Path
 from magis_ray.events.settings import RunSettings, size_bytes
 
 from magis_ray.actors.code.commit_packs import mirrors_beside
-from magis_ray.actors.code.repository import RepoSnapshot
+from magis_ray.actors.code.workspaces import CommitFiles
 from magis_ray.actors.execution.environments import EnvironmentCache, default_cache_root
 from magis_ray.actors.execution.inferred import inferred_spec
 from magis_ray.actors.execution.preparation import Prepared, prepare_suite
-from magis_ray.actors.execution.runner import TestRunner, test_limits
+from magis_ray.actors.execution.runner import TestRunner, limits_for_test_runs
 from magis_ray.actors.execution.sandbox import open_sandbox
 from magis_ray.actors.execution.specs import custom_spec
 from magis_ray.actors.execution.testbeds import TestbedCache
@@ -109,6 +109,7 @@ class Measurement:
     python: str = ""
     sources: list[str] = field(default_factory=list)  # "name: what was installed from it" ("name: read" when not taken)
     added: list[str] = field(default_factory=list)
+    options: list[str] = field(default_factory=list)  # pytest's options the preparation chose ("--no-cov")
     cold_seconds: float | None = None  # the environment and testbed, built from nothing (every round's)
     built_cold: bool = False  # whether the cold preparation built anything (False: the cache had it)
     warm_seconds: float | None = None  # a second preparation's seconds outside collection
@@ -178,7 +179,7 @@ def measure(entry: dict, kind: str, variant: str, testbeds: TestbedCache, runner
     mirror = Path(entry["mirror"])
     found = Measurement(repo=entry["repo"], commit_kind=kind, commit=record["base_commit"], variant=variant,
                         measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
-    found.date = RepoSnapshot.open(mirror, record["base_commit"]).committed_at.strftime("%Y-%m-%d")
+    found.date = CommitFiles(mirror, record["base_commit"]).committed_at.strftime("%Y-%m-%d")
     found.logs = str(logs)
     try:
         if variant == "before":
@@ -212,6 +213,7 @@ def fill(found: Measurement, prepared: Prepared, variant: str) -> None:
     found.sources = ([f"{s.name}: {', '.join(s.installed)}" if s.installed else f"{s.name}: read" for s in report.sources]
                      if variant == "after" else [BEFORE_SETUP])
     found.added = list(report.added)
+    found.options = list(report.options)
     found.cold_seconds = report.build_seconds
     found.built_cold = prepared.testbed.built_now or prepared.testbed.env.built_now or report.build_seconds > 0
     found.collected, found.deselected = report.collected, report.deselected
@@ -380,7 +382,7 @@ def main() -> None:
         args.cache = Path(tempfile.mkdtemp(prefix="bench-own-", dir=default_cache_root().parent))
     settings = RunSettings()
     sandbox = open_sandbox(settings.sandbox)
-    runner = LoggingRunner(sandbox, test_limits(settings.test_timeout, size_bytes(settings.test_memory)))
+    runner = LoggingRunner(sandbox, limits_for_test_runs(settings.test_timeout, size_bytes(settings.test_memory)))
     testbeds = TestbedCache(EnvironmentCache(args.cache, sandbox))
     logs_root = args.results.with_suffix(".logs")
     print(f"cache {args.cache}; results {args.results}; runs' outputs {logs_root}", flush=True)
