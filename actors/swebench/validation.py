@@ -9,6 +9,9 @@ rules (swebench.harness.grading's test_passed and test_failed):
   test whose module does not import without the fix);
 - PASS_TO_PASS: the tests that pass both ways.
 
+"Pass" here is PASSED alone: SWE-bench's records list no test its runs report XFAIL (an expected
+failure), though grading, judging a prediction, counts XFAIL as passing.
+
 Each side runs twice; a test whose status differs between its side's two runs is flaky and goes
 in neither list. When the first two runs show no test going from fail to pass, the second two are
 not made. The record, with the lists it now has, is then judged as grading judges it
@@ -67,9 +70,10 @@ def lists_from(before: list[dict[str, str]], after: list[dict[str, str]]) -> tup
     grading = harness().grading
     flaky = list(dict.fromkeys(test for runs in (before, after) for test in _differing(runs)))
     unstable = set(flaky)
-    kept = [test for test in after[0] if test not in unstable and grading.test_passed(test, after[0])]
+    passed = grading.TestStatus.PASSED.value
+    kept = [test for test in after[0] if test not in unstable and after[0][test] == passed]
     fail_to_pass = [test for test in kept if grading.test_failed(test, before[0])]
-    pass_to_pass = [test for test in kept if grading.test_passed(test, before[0])]
+    pass_to_pass = [test for test in kept if before[0].get(test) == passed]
     return fail_to_pass, pass_to_pass, flaky
 
 
