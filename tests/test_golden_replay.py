@@ -62,6 +62,27 @@ def test_the_v2_grading_log_decodes_to_the_results_it_reported():
     assert (report["resolved_ids"], report["completed_ids"], report["error_ids"]) == (["calc__calc-1"], ["calc__calc-1"], [])
 
 
+def test_the_v5_validation_log_decodes_to_the_tasks_it_kept_and_the_reasons_it_dropped():
+    """tests/golden/v5_validation_run.jsonl: a validation's stream as `magis-ray tasks validate`
+    wrote it (tests/test_tasks_validate.py's candidates): the kept task with its lists, and every
+    other candidate with the reason the validation gave."""
+    from magis_ray.actors.swebench import validation
+    from magis_ray.events.codec import decode_recorded
+    from magis_ray.events.schema import CandidateValidated, ValidationStarted
+    from magis_ray.events.streams import StreamKind
+
+    records = [decode_recorded(line) for line in (GOLDEN / "v5_validation_run.jsonl").read_bytes().splitlines()]
+    assert {StreamKind.of(r.run_id) for r in records} == {StreamKind.VALIDATION}
+    started, *validated = [r.event for r in records]
+    assert isinstance(started, ValidationStarted) and all(isinstance(v, CandidateValidated) for v in validated)
+    assert started.candidates == [v.instance_id for v in validated]
+    [kept] = [v for v in validated if v.kept]
+    assert (kept.fail_to_pass, kept.pass_to_pass) == (["tests/test_stats.py::test_mean"], ["tests/test_stats.py::test_median"])
+    assert sorted(v.reason for v in validated if not v.kept) == sorted([
+        validation.NO_TEST_CHANGED, validation.NO_TESTS_RAN, validation.ENVIRONMENT_FAILED, validation.TEST_PATCH_FAILS,
+        validation.GOLD_PATCH_FAILS])
+
+
 def test_the_v2_run_with_its_model_settings_recorded_the_version_2_way_replays(tmp_path):
     """tests/golden/v2_model_run.jsonl (tests/make_golden_v2_model.py): a developer with a model of
     its own, and the endpoint's limits, recorded where version 2 kept them."""
