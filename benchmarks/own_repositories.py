@@ -282,64 +282,71 @@ def pairs(results: list[Measurement]) -> list[tuple[str, str, Measurement | None
     return [(repo, kind, by_key.get((repo, kind, "before")), by_key.get((repo, kind, "after"))) for repo, kind in order]
 
 
+def markdown_table(title: str, columns: list[str], rows: list[list[str]], note: str = "") -> None:
+    """One of the tables: its heading, an optional paragraph, and its rows (a column named with a
+    trailing ":" is a number, aligned right; cell text cannot break the table)."""
+    print(f"\n## {title}\n")
+    if note:
+        print(note + "\n")
+    print("| " + " | ".join(c.rstrip(":") for c in columns) + " |")
+    print("|" + "|".join("---:" if c.endswith(":") else "---" for c in columns) + "|")
+    for row in rows:
+        print("| " + " | ".join(cell.replace("|", "/") for cell in row) + " |")
+
+
 def per_repository_table(results: list[Measurement]) -> None:
-    print("## per repository and commit: before -> after\n")
-    print("before: `pip install -e . pytest` on Python 3.11, undated; after: what the project declares. "
-          "cold/warm: seconds to have the environment and testbed (warm: a second preparation, outside collection). "
-          "at the base: passed/failed/errors/skipped as pytest's last line counts them (xfailed as passed), with the "
-          "preparation's report beside them where it counts otherwise. pass: passed / collected.\n")
-    print("| repository | commit | Python | cold s | warm s | collected | at the base | pass | left out |")
-    print("|---|---|---|---:|---:|---:|---|---:|---|")
-    for repo, kind, before, after in pairs(results):
+    def row(repo: str, kind: str, before: Measurement | None, after: Measurement | None) -> list[str]:
         def both(text):
             return f"{text(before)} -> {text(after)}"
-        print(f"| {repo} | {kind} {(after or before).commit[:8]} {(after or before).date} | "
-              f"{both(lambda m: m.python or '-' if m else '-')} | "
-              f"{both(lambda m: seconds(m.cold_seconds) if m else '-')} | {both(lambda m: seconds(m.warm_seconds) if m else '-')} | "
-              f"{both(collected_text)} | {both(counts)} | "
-              f"{both(lambda m: percent(m.pass_rate) if m else '-')} | "
-              f"{'; '.join(after.left_out) if after and after.left_out else ''} |")
+        return [repo, f"{kind} {(after or before).commit[:8]} {(after or before).date}",
+                both(lambda m: m.python or '-' if m else '-'),
+                both(lambda m: seconds(m.cold_seconds) if m else '-'), both(lambda m: seconds(m.warm_seconds) if m else '-'),
+                both(collected_text), both(counts), both(lambda m: percent(m.pass_rate) if m else '-'),
+                '; '.join(after.left_out) if after and after.left_out else '']
+
+    markdown_table(
+        "per repository and commit: before -> after",
+        ["repository", "commit", "Python", "cold s:", "warm s:", "collected:", "at the base", "pass:", "left out"],
+        [row(*pair) for pair in pairs(results)],
+        note="before: `pip install -e . pytest` on Python 3.11, undated; after: what the project declares. "
+             "cold/warm: seconds to have the environment and testbed (warm: a second preparation, outside collection). "
+             "at the base: passed/failed/errors/skipped as pytest's last line counts them (xfailed as passed), with the "
+             "preparation's report beside them where it counts otherwise. pass: passed / collected.")
 
 
 def after_details_table(results: list[Measurement]) -> None:
-    print("\n## after: where the environment came from, and what kept the suite from collecting\n")
-    print("| repository | commit | sources read (what was installed from each) | added | first collection error or failure |")
-    print("|---|---|---|---|---|")
-    for repo, kind, _, after in pairs(results):
-        if after is None:
-            continue
-        why = after.why
-        print(f"| {repo} | {kind} | {'; '.join(after.sources) or 'nothing declared'} | {', '.join(after.added)} | "
-              f"{why.replace('|', '/')[:200]} |")
+    markdown_table(
+        "after: where the environment came from, and what kept the suite from collecting",
+        ["repository", "commit", "sources read (what was installed from each)", "added", "first collection error or failure"],
+        [[repo, kind, '; '.join(after.sources) or 'nothing declared', ', '.join(after.added), after.why[:200]]
+         for repo, kind, _, after in pairs(results) if after is not None])
 
 
 def before_errors_table(results: list[Measurement]) -> None:
-    print("\n## before: the first collection error or failure\n")
-    print("| repository | commit | first collection error or failure |")
-    print("|---|---|---|")
-    for repo, kind, before, _ in pairs(results):
-        if before is not None and before.why:
-            print(f"| {repo} | {kind} | {before.why.replace('|', '/')[:200]} |")
+    markdown_table(
+        "before: the first collection error or failure",
+        ["repository", "commit", "first collection error or failure"],
+        [[repo, kind, before.why[:200]] for repo, kind, before, _ in pairs(results) if before is not None and before.why])
 
 
 def summary_table(results: list[Measurement]) -> None:
-    print("\n## against issue 54's goals\n")
-    print("| commits | variant | repositories | collect with no error | median pass (of collected) | "
-          "median pass (of not skipped) | median cold s | median warm s | ran out of time |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    for kinds, name in ((("head",), "HEAD"), (("old",), "old"), (COMMITS, "all")):
-        for variant in VARIANTS:
-            group = [m for m in results if m.commit_kind in kinds and m.variant == variant]
-            if not group:
-                continue
-            clean = sum(m.clean for m in group)
-            cold = [m.cold_seconds for m in group if m.cold_seconds is not None and m.built_cold]
-            warm = [m.warm_seconds for m in group if m.warm_seconds is not None]
-            print(f"| {name} | {variant} | {len(group)} | {clean} ({percent(clean / len(group))}) | "
-                  f"{percent(statistics.median(m.pass_rate for m in group))} | "
-                  f"{percent(statistics.median(m.pass_rate_ran for m in group))} | "
-                  f"{seconds(statistics.median(cold)) if cold else '-'} | {seconds(statistics.median(warm)) if warm else '-'} | "
-                  f"{sum(m.timed_out for m in group)} |")
+    def row(name: str, variant: str, group: list[Measurement]) -> list[str]:
+        clean = sum(m.clean for m in group)
+        cold = [m.cold_seconds for m in group if m.cold_seconds is not None and m.built_cold]
+        warm = [m.warm_seconds for m in group if m.warm_seconds is not None]
+        return [name, variant, str(len(group)), f"{clean} ({percent(clean / len(group))})",
+                percent(statistics.median(m.pass_rate for m in group)),
+                percent(statistics.median(m.pass_rate_ran for m in group)),
+                seconds(statistics.median(cold)) if cold else '-', seconds(statistics.median(warm)) if warm else '-',
+                str(sum(m.timed_out for m in group))]
+
+    groups = [(name, variant, [m for m in results if m.commit_kind in kinds and m.variant == variant])
+              for kinds, name in ((("head",), "HEAD"), (("old",), "old"), (COMMITS, "all")) for variant in VARIANTS]
+    markdown_table(
+        "against issue 54's goals",
+        ["commits", "variant", "repositories:", "collect with no error:", "median pass (of collected):",
+         "median pass (of not skipped):", "median cold s:", "median warm s:", "ran out of time:"],
+        [row(*group) for group in groups if group[2]])
     print(f"\ngoals: at least {percent(COLLECT_GOAL)} collect with no error; the median repository passes at least "
           f"{percent(PASS_GOAL)} of its collected tests at the base; a median environment of at most {COLD_GOAL:.0f} s "
           "cold, and seconds warm. A repository whose environment could not be made counts as not collecting and "
