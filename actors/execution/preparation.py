@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -108,7 +109,8 @@ def prepare_suite(spec: InstanceSpec, testbeds: TestbedCache, runner: TestRunner
 def run_at_the_base(report: SuiteReport, spec: InstanceSpec, testbed: Testbed, runner: TestRunner) -> SuiteReport:
     """The whole suite once on the base commit, within the runner's limits: its counts, its known
     failures, and those among them that need what the sandbox does not give."""
-    run = runner.run(testbed, f"{spec.test_command} -v", parse_pytest_log, installs=False, name="base")
+    # a line per test as it runs, whatever the project's addopts make of a `-v`
+    run = runner.run(testbed, f"{spec.test_command} --verbosity=1", parse_pytest_log, installs=False, name="base")
     # a run cut off at its time limit has no summary: what its lines said as each test ran
     statuses = run.results or read_progress(run.output)
     # tests by id (a log line of the run that starts ERROR is no test)
@@ -119,11 +121,9 @@ def run_at_the_base(report: SuiteReport, spec: InstanceSpec, testbed: Testbed, r
                 *([f"{len(services)} need a server (a database, a cache)"] if services else [])]
     # pytest's own count (an id with a space, a skip summarized per file, a log line would miscount
     # the lines); a run cut off before it says, by what its lines said
-    said = read_counts(run.output) or {"passed": sum(s == "PASSED" for s in statuses.values()),
-                                       "xfailed": sum(s == "XFAIL" for s in statuses.values()),
-                                       "failed": sum(s == "FAILED" for s in statuses.values()),
-                                       "error": sum(s == "ERROR" for s in statuses.values()),
-                                       "skipped": sum(s == "SKIPPED" for s in statuses.values())}
+    tally = Counter(statuses.values())
+    said = read_counts(run.output) or {"passed": tally["PASSED"], "xfailed": tally["XFAIL"], "failed": tally["FAILED"],
+                                       "error": tally["ERROR"], "skipped": tally["SKIPPED"]}
     return msgspec.structs.replace(report, ran=True, timed_out=run.timed_out,
                                    passed=said.get("passed", 0) + said.get("xfailed", 0), failed=said.get("failed", 0),
                                    errors=said.get("error", 0), skipped=said.get("skipped", 0), known_failures=failing,
