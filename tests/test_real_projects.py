@@ -90,35 +90,21 @@ def released_repository(bug: Bug, where: Path) -> tuple[str, str]:
 
 
 def run_with_tests(bug: Bug, repo_path: str, base: str, tmp_path: Path):
-    """The team on the issue, in this process, with tests on: the run's events."""
-    from magis_ray.actors.model.gateway import Gateway, GatewayConfig
+    """The team on the issue, in this process, with tests on (tests/teamruns.py): the run's end and events."""
+    from teamruns import run_team, settings_for
+
     from magis_ray.actors.model.scripted_server import ScriptedServer
     from magis_ray.actors.model.scripted_team import ScriptedTeam
-    from magis_ray.actors.runtime.bench import BenchSetup, ExecutionBench
-    from magis_ray.actors.runtime.inprocess import LocalLLM, run_in_process
     from magis_ray.actors.runtime.issue import IssueRecord
-    from magis_ray.events.settings import EndpointSettings, RunSettings
-    from magis_ray.store import open_store
 
     buggy = subprocess.run(["git", "-C", repo_path, "show", f"{base}:{bug.path}"], capture_output=True, text=True).stdout
     number = buggy.splitlines().index(bug.wrong.rstrip("\n")) + 1
     team = ScriptedTeam({bug.path: [Edit(LineRange(number, number), bug.right)]}, reproductions=[bug.reproduction])
     issue = IssueRecord(instance_id=f"{bug.release.split('==')[0]}-1", repo=f"example/{bug.release.split('==')[0]}",
                         base_commit=base, problem_statement=bug.issue, repo_path=repo_path)
-    settings = RunSettings(model="scripted", tests=True)
-    store = open_store(str(tmp_path / "store"), create=True)
     with ScriptedServer(team) as server:
-        config = GatewayConfig(base_url=server.base_url, api_key="test", model="scripted",
-                               endpoint=EndpointSettings(timeout=60.0), max_retries=1, backoff_base_s=0.01)
-        llm = LocalLLM(Gateway(config))
-        try:
-            end = run_in_process(store=store, issue=issue, settings=settings, repo_path=repo_path, llm=llm, run_id="run-1",
-                                 bench=ExecutionBench(BenchSetup.of(issue, settings, repo_path)))
-        finally:
-            llm.close()
-    events = [record.event for record in store.read("run-1")]
-    store.close()
-    return end, events
+        run = run_team(issue, settings_for(repo_path, base_url=server.base_url, tests="on"), tmp_path / "store")
+    return run.end, [record.event for record in run.events]
 
 
 @pytest.mark.parametrize("name", [
