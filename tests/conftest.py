@@ -28,6 +28,14 @@ os.environ["RAY_ENABLE_AUTO_CONNECT"] = "0"
 os.environ.setdefault("MAGIS_RAY", "own")
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (pyproject.toml): a worker for each core this process may use, at most four. The
+    tests are mostly whole processes that keep a core busy (a Ray, a sandboxed build), so more
+    workers than cores only slow each other; and a worker may hold a Ray head or a three-node
+    cluster, a few GB each."""
+    return max(1, min(len(os.sched_getaffinity(0)), 4))
+
+
 @pytest.fixture(scope="module")
 def ray_session():
     import ray
