@@ -121,6 +121,8 @@ def test_a_killed_batch_resumes_without_running_an_instance_twice(dataset, tmp_p
     assert "calc/stats.py" in preds["calc__calc-1"] and "calc/texts.py" in preds["calc__calc-2"]
 
 
+# slow: test_cluster's budget test holds the same BatchRunner budget across a batch's runs
+@pytest.mark.slow
 def test_the_batch_budget_holds_across_its_runs(dataset, tmp_path, module_ray):
     path, repos = dataset
     budget = 6000

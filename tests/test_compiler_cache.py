@@ -89,6 +89,8 @@ compiling = pytest.mark.skipif(
     reason="needs bubblewrap (bwrap), ccache (apt-get install ccache) and a C compiler (gcc)")
 
 
+# slow: the build-isolation case below runs the same recompiling checks (two_commits_recompile_only_the_changed_file)
+@pytest.mark.slow
 @compiling
 def test_a_changed_c_source_recompiles_only_that_file_and_the_verdict_holds(tmp_path):
     two_commits_recompile_only_the_changed_file(tmp_path, {"setup.py": SETUP, "pyproject.toml": PYPROJECT},

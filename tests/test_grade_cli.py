@@ -347,6 +347,8 @@ def test_kill_9_then_the_same_command_grades_no_finished_instance_twice(setup, t
     assert third.code == 0 and len(stream(store, "gold@calc")) == len(events) + 1
 
 
+# slow: the hostile-prediction test grades two instances on Ray with two workers, and sigterm[ray] on Ray again
+@pytest.mark.slow
 def test_ray_tasks_grade_in_parallel(setup, tmp_path):
     dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"], 1), record(setup["base"], 2)])
     store = tmp_path / "store"

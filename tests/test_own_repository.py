@@ -117,6 +117,8 @@ def pytest_in(path: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=COMMAND_S)
 
 
+# slow: test_docs_runnable runs the guide's page whole, and test_apply its steps in-process
+@pytest.mark.slow
 @needs_sandbox
 def test_your_own_repository_as_the_guide_says(tmp_path, env_cache):
     block = first_bash_block(page("guides/own-repository.md"))

@@ -70,6 +70,8 @@ def test_a_fault_stops_the_run_and_a_plain_resume_finishes_it_with_the_same_diff
     assert all(r.event.model == "m" for r in events if isinstance(r.event, LLMExchanged))
 
 
+# slow: a batch picking up a cut-off run is test_batch's killed batch, and a fault's resume point the [http-500] case above
+@pytest.mark.slow
 def test_a_batch_rerun_picks_up_an_instance_a_fault_cut_off(dataset, tmp_path, module_ray):
     path, repos = dataset
     fault = Fault(Rule(status=500, reply="down for maintenance"), "define_task", contains="Also `calc.texts.shout")  # calc__calc-2's issue
