@@ -88,9 +88,9 @@ def grading_options(root: Path, dataset: Path, predictions: Path, gate: Path, **
     from magis_ray.events.settings import GradeSettings
 
     return GradingOptions(dataset=str(dataset), repos_dir=str(root / "repos"), store=str(root / "store"),
-                          predictions=str(predictions), env_cache=str(root / "envs"),
+                          predictions=str(predictions),
                           grade=GradeSettings(test_cmd=gated(gate), sandbox="none", timeout=300, memory="2G", workers=3),
-                          **changes)
+                          **{"env_cache": str(root / "envs"), **changes})
 
 
 def verdicts(results: list[InstanceGraded]) -> dict[str, tuple]:
@@ -156,8 +156,11 @@ def test_a_node_lost_mid_grading_every_instance_is_graded_once_with_the_verdicts
     # each node that graded did so from its own copy of the repository's commit
     for node in {r.node for r in done.results}:
         assert copies_in(cluster.caches[node]), node
-    # the same instances on one node (this process's threads, the gate open) give the same verdicts
-    single = run_grading_plan(plan_grading(grading_options(tmp_path, dataset, predictions, gate, name="one", use_ray=False)))
+    # the same instances on one node (this process's threads, the gate open) give the same verdicts,
+    # tested in the environment a node built
+    built = cluster.caches[done.results[0].node]
+    single = run_grading_plan(plan_grading(grading_options(tmp_path, dataset, predictions, gate, name="one", use_ray=False,
+                                                           env_cache=str(built))))
     assert verdicts(done.results) == verdicts(single.results)
 
 

@@ -1,7 +1,7 @@
 """Two drivers on one Ray cluster share the store's actor and the gateway (named from the store's
 path and the gateway's settings, detached): the gateway's concurrency limit holds between them,
 and `magis-ray stop` ends the shared actors of its own store, never another store's. A driver that joins a cluster brings its MAGIS_*
-settings to its actors, and never its API key. Both drivers' tests join the module's Ray head
+settings to its actors (its prompt templates), and never its API key. Both drivers' tests join the module's Ray head
 (conftest.py's module_ray): each has a store and a gateway of its own there."""
 from __future__ import annotations
 
@@ -70,21 +70,37 @@ def stop(store: str, env, cwd) -> str:
     return stopped.stdout.strip()
 
 
+def our_own_prompts(folder: Path) -> Path:
+    """A prompts folder whose Custodian relevance template starts with a line of its own."""
+    folder.mkdir()
+    packaged = (Path(prompting.__file__).parent / "prompts" / "judge_relevance.txt").read_text()
+    (folder / "judge_relevance.txt").write_text(packaged.replace("[system]\n", "[system]\nOUR OWN TEMPLATE.\n", 1))
+    return folder
+
+
 def test_drivers_on_one_cluster_share_one_gateway_limit_and_stop_ends_only_their_stores_actors(ray_cluster, calc_repo, tmp_path):
     """Two drivers of one store and a third of another share the gateway (the same settings). `stop`
     of the first store ends its store's actor and leaves the gateway to the other store; `stop` of
-    the other ends both."""
+    the other ends both. The third driver brings its own prompt templates (MAGIS_PROMPTS_DIR): its
+    Custodian's actor reads them where it runs, on the cluster, whose workers never inherit a
+    driver's environment; the other drivers' runs keep the packaged ones, and no driver's API key
+    reaches the model: the gateway uses its node's."""
     repo_path, base = calc_repo
     issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base, BOTH_ISSUE))
+    prompts = our_own_prompts(tmp_path / "prompts")
     joined(ray_cluster, tmp_path)
     with ScriptedServer(team(delay_s=0.05)) as server:
         config = ["--base-url", server.base_url, "--model", "m", "--concurrency", "1"]
-        drivers = [magis(["submit", str(issue), "--store", store, *config], ray_cluster, tmp_path) for store in ("store", "store", "other")]
+        drivers = [magis(["submit", str(issue), "--store", store, *config],
+                         {**ray_cluster, **({"MAGIS_PROMPTS_DIR": str(prompts)} if store == "other" else {})}, tmp_path)
+                   for store in ("store", "store", "other")]
         outs = [d.communicate(timeout=300) for d in drivers]
         for driver, (out, err) in zip(drivers, outs):
             assert driver.returncode == 0 and "Traceback" not in err, err
         assert server.max_in_flight == 1  # one gateway for all three drivers, and its limit held
         assert server.count() > 60  # every run asked the model, through that one gateway
+        keys = {r.headers.get("authorization") for r in server.requests}
+    assert "Bearer k" not in keys
     first = re.fullmatch(rf"stopped 1 shared actor\(s\): store:{re.escape(str(tmp_path / 'store'))}; "
                          r"left (gateway:[0-9a-f]+): other stores' drivers use it too", stop("store", ray_cluster, tmp_path))
     assert first, "the first store's stop ended more, or less, than its own store's actor"
@@ -98,6 +114,10 @@ def test_drivers_on_one_cluster_share_one_gateway_limit_and_stop_ends_only_their
         for events in runs:
             assert_consistent_log(events)
             assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF
+            exchanges = [r.event for r in events if isinstance(r.event, LLMExchanged)]
+            ours = [e.purpose for e in exchanges if e.messages[0].content.startswith("OUR OWN TEMPLATE.")]
+            judged = [e for e in exchanges if e.purpose == "judge_relevance"]
+            assert judged and ours == ([e.purpose for e in judged] if store == "other" else []), store
 
 
 def test_only_a_driver_that_joins_a_cluster_outside_a_job_sends_its_settings_and_never_a_node_s_own():
@@ -108,28 +128,3 @@ def test_only_a_driver_that_joins_a_cluster_outside_a_job_sends_its_settings_and
     assert settings_runtime_env("local", environ) is None  # a Ray of its own inherits the driver's environment
     assert settings_runtime_env("127.0.0.1:6379", {**environ, JOB_CONFIG_VARIABLE: "{}"}) is None  # the job's env_vars do it
     assert settings_runtime_env("127.0.0.1:6379", {"OPENAI_API_KEY": "sk-secret"}) is None
-
-
-def test_a_driver_that_joins_a_cluster_brings_its_prompt_templates_to_its_actors(ray_cluster, calc_repo, tmp_path):
-    """The Custodian's actor reads MAGIS_PROMPTS_DIR where it runs: on the cluster, not in the
-    driver, whose environment the cluster's workers never inherit."""
-    repo_path, base = calc_repo
-    issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base, BOTH_ISSUE))
-    prompts = tmp_path / "prompts"
-    prompts.mkdir()
-    packaged = (Path(prompting.__file__).parent / "prompts" / "judge_relevance.txt").read_text()
-    (prompts / "judge_relevance.txt").write_text(packaged.replace("[system]\n", "[system]\nOUR OWN TEMPLATE.\n", 1))
-    joined(ray_cluster, tmp_path)
-    with ScriptedServer(team(delay_s=0)) as server:
-        driver = magis(["submit", str(issue), "--store", "store", "--base-url", server.base_url, "--model", "m"],
-                       {**ray_cluster, "MAGIS_PROMPTS_DIR": str(prompts)}, tmp_path)
-        out, err = driver.communicate(timeout=300)
-        keys = {r.headers.get("authorization") for r in server.requests}
-    assert driver.returncode == 0 and "Traceback" not in err, err
-    with open_store(str(tmp_path / "store")) as s:
-        [run] = s.list_runs()
-        exchanges = [r.event for r in s.read(run.run_id) if isinstance(r.event, LLMExchanged)]
-    judged = [e for e in exchanges if e.purpose == "judge_relevance"]
-    assert judged and all(e.messages[0].content.startswith("OUR OWN TEMPLATE.") for e in judged)
-    assert not any(e.messages[0].content.startswith("OUR OWN TEMPLATE.") for e in exchanges if e.purpose != "judge_relevance")
-    assert "Bearer k" not in keys  # the driver's key stayed with the driver: the gateway uses its node's
