@@ -91,8 +91,8 @@ def test_drivers_on_one_cluster_share_one_gateway_limit_and_stop_ends_only_their
     joined(ray_cluster, tmp_path)
     with ScriptedServer(team(delay_s=0.05)) as server:
         config = ["--base-url", server.base_url, "--model", "m", "--concurrency", "1"]
-        drivers = [magis(["submit", str(issue), "--store", store, *config],
-                         {**ray_cluster, **({"MAGIS_PROMPTS_DIR": str(prompts)} if store == "other" else {})}, tmp_path)
+        env = {"store": ray_cluster, "other": {**ray_cluster, "MAGIS_PROMPTS_DIR": str(prompts)}}
+        drivers = [magis(["submit", str(issue), "--store", store, *config], env[store], tmp_path)
                    for store in ("store", "store", "other")]
         outs = [d.communicate(timeout=300) for d in drivers]
         for driver, (out, err) in zip(drivers, outs):
