@@ -49,7 +49,7 @@ def default_model(llm: str, model: str) -> str:
         from magis_ray.actors.model.local_model import MODEL_NAME
 
         return MODEL_NAME
-    from magis_ray.actors.model.gateway import DEFAULT_MODEL
+    from magis_ray.actors.model.gateway_config import DEFAULT_MODEL
 
     return DEFAULT_MODEL
 
@@ -83,7 +83,7 @@ def gateway_config(endpoint: Endpoint, settings):
     model's limits)."""
     import msgspec
 
-    from magis_ray.actors.model.gateway import GatewayConfig
+    from magis_ray.actors.model.gateway_config import GatewayConfig
 
     section = settings.endpoint
     decided = {name: value for name, value in (("response_format", endpoint.response_format),
