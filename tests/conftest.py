@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -42,23 +41,10 @@ def ray_session():
     from ray._private import auto_init_hook
 
     assert not auto_init_hook.enable_auto_connect, "ray was imported before conftest.py turned its auto-connect off"
-    from magis_ray.actors.runtime.deployment import own_ray_config
+    from rayheads import local_ray_started
 
-    # "local": a Ray of this test module's own, even if a cluster runs on the machine, configured
-    # as magis-ray configures the Ray it starts
-    from magis_ray.actors.runtime.deployment import start_timed_out
-
-    # as the product does, a start that ran out of time on a busy machine is tried again
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="magis", log_to_driver=False,
-                     **own_ray_config("local"))
-            break
-        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception when its node misses its start deadline
-            ray.shutdown()
-            if not start_timed_out(exc) or time.monotonic() > deadline:
-                raise
+    # a Ray of this test module's own, even if a cluster runs on the machine
+    local_ray_started(num_cpus=2)
     yield
     from magis_ray.actors.runtime import remote
 

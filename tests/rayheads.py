@@ -123,3 +123,24 @@ def recorded_head_started(prefix: str, *options: str, attempts: int = 4):
                 return
             failure = (Path(head.root) / "ray-start.log").read_text()[-2000:]
     raise AssertionError(f"`ray start --head` did not start in {attempts} tries; the last said: {failure}")
+
+
+def local_ray_started(**init) -> None:
+    """`ray.init(address="local", **init)`, configured as magis-ray configures the Ray it starts; a
+    start that ran out of time on a busy machine is tried again, as the product does."""
+    import time
+
+    import ray
+
+    from magis_ray.actors.runtime.deployment import own_ray_config, start_timed_out
+
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            ray.init(address="local", include_dashboard=False, namespace="magis", log_to_driver=False,
+                     **own_ray_config("local"), **init)
+            return
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception when its node misses its start deadline
+            ray.shutdown()
+            if not start_timed_out(exc) or time.monotonic() > deadline:
+                raise

@@ -14,6 +14,7 @@ import os
 import sys
 
 import pytest
+from rayheads import local_ray_started
 from scenarios import MEAN_FIX, calc_issue, make_calc_repo
 
 from magis_ray.actors.execution.sandbox import bwrap_path
@@ -22,7 +23,7 @@ from magis_ray.events.settings import EndpointSettings
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.actors.runtime.batch import BatchItem, BatchRunner, batch_settings
-from magis_ray.actors.runtime.deployment import Deployment, own_ray_config
+from magis_ray.actors.runtime.deployment import Deployment
 from magis_ray.events.schema import RunSettings
 from magis_ray.events import schema
 from magis_ray.store import open_store
@@ -45,8 +46,7 @@ def ray_with_env_cache(tmp_path_factory):
 
     before = os.environ.get("MAGIS_ENV_CACHE")
     os.environ["MAGIS_ENV_CACHE"] = str(tmp_path_factory.mktemp("envs"))
-    ray.init(address="local", num_cpus=CORES, include_dashboard=False, namespace="magis", log_to_driver=False,
-             **own_ray_config("local"))
+    local_ray_started(num_cpus=CORES)
     try:
         yield ray
     finally:
@@ -86,9 +86,11 @@ def test_a_batch_of_more_runs_than_cores_runs_their_bench_phases_at_once(ray_wit
     _, base = make_calc_repo(repos / "calc__calc")
     repo = repos / "calc__calc"
     items = [BatchItem(f"calc__calc-{i}", calc_issue(repo, base, instance_id=f"calc__calc-{i}")) for i in range(1, RUNS + 1)]
-    # Each call waits a second, as a model does: a run spends most of its bench phase waiting on it,
-    # long enough for more runs than cores to be in their bench phase at one moment.
-    team = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, reproductions=[REPRODUCES], delay_s=1.0)
+    # Each call of the Developer's, between the reproduction's test run and the patch's check, waits a
+    # second, as a model does: a run spends most of its bench phase waiting on it, long enough for
+    # more runs than cores to be in their bench phase at one moment.
+    team = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, reproductions=[REPRODUCES], delay_s=1.0,
+                        slow=("design_qa", "locate_lines", "write_code"))
     store_path = tmp_path / "store"
     with ScriptedServer(team) as server:
         deployment = Deployment(str(store_path), GatewayConfig(base_url=server.base_url, api_key="k", model="m", endpoint=EndpointSettings(concurrency=64)))
@@ -122,7 +124,7 @@ def test_a_batch_of_more_runs_than_cores_runs_their_bench_phases_at_once(ray_wit
 def test_a_batch_reuses_its_role_actors_run_after_run(ray_with_env_cache, tmp_path):
     repos = tmp_path / "repos"
     _, base = make_calc_repo(repos / "calc__calc")
-    runs = 3
+    runs = 2  # the second run's agents are served by the actors the first one's used
     items = [BatchItem(f"calc__calc-{i}", calc_issue(repos / "calc__calc", base, instance_id=f"calc__calc-{i}")) for i in range(1, runs + 1)]
     with ScriptedServer(ScriptedTeam({"calc/stats.py": [MEAN_FIX]})) as server:
         deployment = Deployment(str(tmp_path / "store"), GatewayConfig(base_url=server.base_url, api_key="k", model="m"))
@@ -134,7 +136,7 @@ def test_a_batch_reuses_its_role_actors_run_after_run(ray_with_env_cache, tmp_pa
         finally:
             deployment.close()
     assert [(r.status, r.outcome) for r in results] == [("finished", "patched")] * runs
-    # one Custodian, one Developer and one QA Engineer served all three runs, and wait for the next
+    # one Custodian, one Developer and one QA Engineer served both runs, and wait for the next
     assert counts == {"started": 3, "idle": 3, "lent": 0}
 
 

@@ -98,12 +98,14 @@ def test_sigkill_then_resume_at_once_pays_nothing_twice(kill_at, issue_file, tmp
     obstacle, and what the dead driver's actors still write before Ray ends them is either in the
     log the resume reads or fenced out after it."""
     store = tmp_path / "store"
-    with ScriptedServer(team()) as server:
+    answers = team()
+    with ScriptedServer(answers) as server:
         driver = start(["submit", str(issue_file), "--store", str(store), "--base-url", server.base_url, "--model", "m"],
                        tmp_path, env_extra={"MAGIS_LEASE_S": "600"}, start_new_session=True)
         run_id = wait_for_events(store, kill_at)
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait(timeout=30)
+        answers.delay_s = 0  # the delays kept the kill mid-phase; the resume needs none
         with open_store(str(store)) as s:
             [lease] = s.leases(run_id)
         assert lease.live(time.time()) and lease.pid == driver.pid  # the dead driver's lease has not run out
@@ -201,7 +203,8 @@ def test_a_developer_actor_killed_mid_task_is_recreated_from_the_log(calc_repo, 
     from magis_ray.events.schema import RunSettings
 
     repo_path, base = calc_repo
-    scripted = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, delay_s=0.6)
+    # locate_lines takes a while: the kill lands while the Developer waits on it
+    scripted = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, delay_s=0.6, slow=("locate_lines",))
     store = tmp_path / "store"
     result = {}
     with ScriptedServer(scripted) as server:
@@ -216,6 +219,7 @@ def test_a_developer_actor_killed_mid_task_is_recreated_from_the_log(calc_repo, 
                        while_running=worker)
             [pid] = developer_actor_pids()
             os.kill(pid, signal.SIGKILL)
+            scripted.delay_s = 0  # the question asked again needs no delay
         finally:
             # never leave the run going past the test: the module's Ray ends under it after the last test
             worker.join(timeout=300)

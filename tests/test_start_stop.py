@@ -35,8 +35,14 @@ EXPECTED_DIFF = file_diff("calc/stats.py", STATS, apply_edits(STATS, [MEAN_FIX])
 GENEROUS_S = 600
 
 
+# The calls from the kick-off meeting on: a run stopped the moment its meeting begins is still
+# waiting on them.
+FROM_THE_MEETING = ("meeting_open", "meeting_speak", "meeting_close", "make_plan", "design_qa", "locate_lines", "write_code",
+                    "review_patch")
+
+
 def team(delay_s=0.25):
-    return ScriptedTeam({"calc/stats.py": [MEAN_FIX], "calc/texts.py": [SHOUT_FIX]}, delay_s=delay_s)
+    return ScriptedTeam({"calc/stats.py": [MEAN_FIX], "calc/texts.py": [SHOUT_FIX]}, delay_s=delay_s, slow=FROM_THE_MEETING)
 
 
 def environment(**extra) -> dict:
@@ -125,8 +131,10 @@ def test_sigterm_at_any_moment_of_a_submit_ends_in_one_line_and_leaves_no_run_or
     The resume that finishes is itself sent SIGTERM once its summary has printed."""
     store = tmp_path / "store"
     gate = MOMENTS[moment]
-    with ScriptedServer(team()) as server:
+    answers = team()
+    with ScriptedServer(answers) as server:
         stopped = run_gated(submit_args(issue_file, store, server), cwd=tmp_path, env=environment(MAGIS_RAY="own"), gate=gate)
+        answers.delay_s = 0  # the resume below is signalled only after its summary: no call of its needs a delay
         assert stopped.opened_at is not None, stopped.stderr
         assert_session_ends(stopped.pid)
         runs = runs_in(store)
@@ -258,7 +266,8 @@ def test_a_joined_ray_stopped_mid_run_is_named_and_resume_finishes_the_run(issue
     begins: one line naming that Ray by its address and saying how to go on, exit 2; the resume (on
     a Ray of its own) finishes the run."""
     store = tmp_path / "store"
-    with ScriptedServer(team()) as server:
+    answers = team()
+    with ScriptedServer(answers) as server:
         with recorded_head_started("magis-gone-") as head:
             env = environment(**{name: value for name, value in head.env.items() if name.startswith("RAY_")},
                               RAY_TMPDIR=head.root, MAGIS_RAY="auto")
@@ -277,6 +286,7 @@ def test_a_joined_ray_stopped_mid_run_is_named_and_resume_finishes_the_run(issue
         [run_id] = runs_in(store)
         assert_one_ending_line(stopped, f"magis-ray: error: run {run_id}: the Ray this command joined at {address} is gone")
         assert f"magis-ray resume {run_id}" in stopped.stderr[-1], stopped.stderr
+        answers.delay_s = 0  # the resume runs to its end: no call of its needs a delay
         resumed = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path,
                       environment(MAGIS_RAY="own"))
         assert resumed.returncode == 0, resumed.stderr

@@ -4,11 +4,14 @@ a later stage waits for the one before, the review loop feeds the QA's comment b
 limit, and the Custodian's memory makes a later issue on a later commit cheaper."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import pytest
 from checks import assert_consistent_log, assert_diff_applies
 from gitfixtures import commit_files
 from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, calc_issue
 from teamruns import run_team, settings_for
+from waiting import WaitTimedOut, wait_until
 
 from magis_ray.actors.runtime.deployment import run_issue
 from magis_ray.actors.model.gateway import GatewayConfig
@@ -19,6 +22,26 @@ from magis_ray.events.schema import FileSummarized, LLMExchanged, PlanMade, Revi
 from magis_ray.store import open_store
 
 pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+@dataclass
+class InStep(ScriptedTeam):
+    """The scripted team, which answers each of the `paired` calls only once every one of `tasks` has
+    asked it (or a generous while has passed): two tasks' calls worked on at once overlap, however
+    late a busy machine starts one of their actors; worked on one after the other, they cannot."""
+    tasks: tuple[str, ...] = ()
+    paired: tuple[str, ...] = ()
+    _asked: dict[str, set[str]] = field(default_factory=dict)
+
+    def __call__(self, request):
+        if request.purpose in self.paired:
+            with self._lock:
+                self._asked.setdefault(request.purpose, set()).add(request.task)
+            try:
+                wait_until(lambda: self._asked[request.purpose] >= set(self.tasks), f"every task asks {request.purpose}")
+            except WaitTimedOut:
+                pass  # answered alone: the calls do not overlap, and the test says so
+        return super().__call__(request)
 
 
 def submit(server, store_path, issue, repo_path, run_id, **settings):
@@ -41,13 +64,18 @@ def in_process(server, store_path, issue, repo_path, run_id, **settings):
     return run.end, run.events
 
 
+# A Developer's calls and its QA Engineer's review.
+TASK_CALLS = ("design_qa", "locate_lines", "write_code", "review_patch")
+
+
 def exchanges(events, lane):
     return [(r.time - r.event.latency_s, r.time) for r in events if r.actor == lane and isinstance(r.event, LLMExchanged)]
 
 
 def test_two_tasks_in_one_stage_run_in_parallel(calc_repo, tmp_path):
     repo_path, base = calc_repo
-    team = ScriptedTeam({"calc/stats.py": [MEAN_FIX], "calc/texts.py": [SHOUT_FIX]}, delay_s=0.4)
+    team = InStep({"calc/stats.py": [MEAN_FIX], "calc/texts.py": [SHOUT_FIX]}, tasks=("T1", "T2"),
+                  paired=("design_qa", "locate_lines", "write_code"))
     with ScriptedServer(team) as server:
         end, events = submit(server, tmp_path / "store", calc_issue(repo_path, base, BOTH_ISSUE), repo_path, "par")
     assert isinstance(end, RunFinished) and end.files_changed == ["calc/stats.py", "calc/texts.py"]
@@ -63,8 +91,9 @@ def test_two_tasks_in_one_stage_run_in_parallel(calc_repo, tmp_path):
 
 def test_sequential_plan_runs_stage_after_stage(calc_repo, tmp_path):
     repo_path, base = calc_repo
+    # the tasks' calls take a while: a second stage that did not wait would start within the first
     team = ScriptedTeam(
-        {"calc/stats.py": [MEAN_FIX], "calc/texts.py": [SHOUT_FIX]}, delay_s=0.2,
+        {"calc/stats.py": [MEAN_FIX], "calc/texts.py": [SHOUT_FIX]}, delay_s=0.2, slow=TASK_CALLS,
         stages=[["calc/stats.py"], ["calc/texts.py"]],
     )
     with ScriptedServer(team) as server:

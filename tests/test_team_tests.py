@@ -136,7 +136,8 @@ def test_the_baseline_runs_while_the_developer_asks_the_model_for_its_patch(calc
     first patch (1 s each here), rather than after them: the first check waits for nothing but
     itself. Its event still comes where it always did, between the patch and its check."""
     repo_path, base = calc_repo
-    team = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, reproductions=[REPRODUCES], delay_s=1.0)
+    team = ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, reproductions=[REPRODUCES], delay_s=1.0,
+                        slow=("design_qa", "locate_lines", "write_code"))
     with ScriptedServer(team) as server:
         run = run_team(calc_issue(repo_path, base), scripted(server, repo_path, tests="on", env_setup=ENV_SETUP),
                        tmp_path / "store")

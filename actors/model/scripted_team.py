@@ -44,12 +44,15 @@ class ScriptedTeam:
     first try), in the order they are asked for (the last one repeats).
     `reproductions`: the reproduction tests written, in order (the last one repeats); none: no
     answer to that step.
+    `delay_s`: how long each answer takes, as a model's do; `slow`: the purposes whose answers
+    take it (none named: every answer), so a test holds a run only where it needs it held.
     """
 
     fixes: dict[str, list[Edit]]
     review: Callable[[str, int], tuple[bool, str]] = lambda path, attempt: (True, "Looks right.")
     stages: list[list[str]] | None = None
     delay_s: float | None = None
+    slow: tuple[str, ...] = ()
     retries: dict[str, list[list[Edit]]] = field(default_factory=dict)
     reproductions: list[str] = field(default_factory=list)
     _attempts: dict[str, int] = field(default_factory=dict)
@@ -64,7 +67,8 @@ class ScriptedTeam:
 
     def __call__(self, request: ScriptedRequest) -> Rule | None:
         answer = self.answer(request)
-        return None if answer is None else Rule(json=answer, delay_s=self.delay_s)
+        delayed = not self.slow or request.purpose in self.slow
+        return None if answer is None else Rule(json=answer, delay_s=self.delay_s if delayed else 0.0)
 
     def answer(self, request: ScriptedRequest) -> dict | None:
         path = path_in(request)
