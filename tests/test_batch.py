@@ -104,17 +104,22 @@ def test_a_batch_predicts_every_instance_and_reports_bad_ones(dataset, tmp_path,
     assert runs_per_instance(tmp_path / "store") == {"calc__calc-1": 1, "calc__calc-2": 1}
 
 
-def test_a_killed_batch_resumes_without_running_an_instance_twice(dataset, tmp_path):
+def test_a_killed_batch_resumes_without_running_an_instance_twice(dataset, tmp_path, module_ray):
+    """The killed batch starts a Ray of its own, which must end with it; the batch run again joins
+    the module's."""
     path, repos = dataset
-    with ScriptedServer(team(delay_s=0.2)) as server:
+    script = team(delay_s=0.2)  # slow answers: the kill finds the batch's runs under way
+    with ScriptedServer(script) as server:
         proc = magis(batch_args(path, repos, server), tmp_path, start_new_session=True)
+        # a guard on Ray's start and the run's first steps, which a loaded machine slows many times
         wait_until(lambda: any(r.purpose == "meeting_open" for r in server.requests), "a Manager opens a meeting",
-                   while_running=proc)
+                   timeout_s=COMMAND_S, while_running=proc)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         # its Ray (in process groups of their own, so the kill missed them) notices and ends
         wait_until(lambda: not in_session(proc.pid), lambda: f"the killed driver's Ray ends: {in_session(proc.pid)} left")
-        code, out, err = finish(magis(batch_args(path, repos, server), tmp_path))
+        script.delay_s = 0.0  # the batch run again has no kill to wait for
+        code, out, err = finish(magis(batch_args(path, repos, server), tmp_path, module_ray))
         assert code == 0, err
     assert runs_per_instance(tmp_path / "store") == {"calc__calc-1": 1, "calc__calc-2": 1}
     preds = {json.loads(line)["instance_id"]: json.loads(line)["model_patch"] for line in (tmp_path / "preds.jsonl").read_text().splitlines()}

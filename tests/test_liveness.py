@@ -162,17 +162,21 @@ def test_a_lease_held_from_another_host_is_refused_until_it_runs_out(issue_file,
     assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF
 
 
-def test_a_driver_that_lost_its_run_ends_with_one_line(issue_file, tmp_path):
+def test_a_driver_that_lost_its_run_ends_with_one_line(issue_file, tmp_path, module_ray):
     """Stopped (SIGSTOP) past its lease, the run is resumed elsewhere; woken, the first driver is
-    fenced out: its actors' writes are refused and it ends with one line, no traceback."""
+    fenced out: its actors' writes are refused and it ends with one line, no traceback. The first
+    driver has a Ray of its own, stopped with it; the resume joins the module's."""
     store = tmp_path / "store"
-    with ScriptedServer(team(delay_s=0.3)) as server:
+    script = team(delay_s=0.3)  # slow answers: the stop finds the first driver's run under way
+    with ScriptedServer(script) as server:
         driver = submit(issue_file, store, server, tmp_path, lease_s="2")
         run_id = wait_for_events(store, 6)
         os.killpg(driver.pid, signal.SIGSTOP)  # the driver, its Ray and its actors
         try:
             wait_for_lease_expiry(store, run_id)
-            code, out, err = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path)
+            script.delay_s = 0.0  # the resume has no stop to wait for
+            code, out, err = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path,
+                                 env_extra=module_ray)
             assert code == 0, err
         finally:
             os.killpg(driver.pid, signal.SIGCONT)

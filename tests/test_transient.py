@@ -8,13 +8,32 @@ import json
 
 import pytest
 from checks import assert_consistent_log
+from scenarios import MEAN_FIX, STATS, calc_issue, write_issue
 from test_batch import batch_args, dataset, finish, magis, team as batch_team  # noqa: F401 - the dataset fixture
-from test_resume import EXPECTED_DIFF, issue_file, run, team  # noqa: F401 - the issue_file fixture
+from test_resume import run
 
+from magis_ray.actors.code.diffs import file_diff
+from magis_ray.actors.code.edits import apply_edits
 from magis_ray.actors.model.scripted_server import Rule, ScriptedServer
+from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import LLMExchanged, RunFailed, RunFinished, RunResumed
 from magis_ray.store import open_store
+
+
+# The mean issue, one task: a fault's stop and its resume need no second task (and no second
+# Developer and QA engineer to start).
+EXPECTED_DIFF = file_diff("calc/stats.py", STATS, apply_edits(STATS, [MEAN_FIX]))
+
+
+def team() -> ScriptedTeam:
+    return ScriptedTeam({"calc/stats.py": [MEAN_FIX]})
+
+
+@pytest.fixture
+def issue_file(calc_repo, tmp_path):
+    repo_path, base = calc_repo
+    return write_issue(tmp_path / "issue.json", calc_issue(repo_path, base))
 
 
 class Fault:
@@ -43,7 +62,7 @@ class Fault:
 )
 def test_a_fault_stops_the_run_and_a_plain_resume_finishes_it_with_the_same_diff(rule, cause, issue_file, tmp_path, module_ray):
     fault = Fault(rule, "write_code")
-    with ScriptedServer([fault, team(delay_s=0)]) as server:
+    with ScriptedServer([fault, team()]) as server:
         code, out, err = run(["submit", str(issue_file), "--store", "store", "--base-url", server.base_url, "--model", "m",
                               "--timeout", "0.5"], tmp_path, env_extra=module_ray)
         run_id = out.split("run:", 1)[1].split()[0]
