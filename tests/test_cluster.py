@@ -1,5 +1,5 @@
-"""Scale out: a batch on a Ray cluster of three nodes on this machine (`ray.cluster_utils.Cluster`:
-a head and two workers, each its own raylet). Developers and QA Engineers spread over the nodes,
+"""Scale out: a batch on a Ray cluster on this machine (`ray.cluster_utils.Cluster`: a head and a
+worker, each its own raylet). Developers and QA Engineers spread over the nodes,
 the store and the gateway are single actors every run shares, the results are those of the team
 without Ray, and a node lost mid-batch costs neither a run nor a second payment for anything
 recorded."""
@@ -67,10 +67,11 @@ def test_the_cluster_config_is_one_ray_up_accepts():
 
 @pytest.fixture(scope="module")
 def cluster():
-    """A head (the driver's node: store, gateway, supervisors, Custodians) and two workers."""
+    """A head (the driver's node: store, gateway, supervisors, Custodians) and a worker: work spread
+    over the nodes shows on both, and a lost worker leaves the head to take its work over."""
     head = {"num_cpus": 1, "object_store_memory": 80 * MB,
             "_system_config": {"worker_niceness": WORKER_NICENESS}}  # as ray_cluster.yaml starts its nodes
-    with local_cluster(short_temp_dir("mrc-"), head, [{"num_cpus": 1, "object_store_memory": 80 * MB}] * 2) as started:
+    with local_cluster(short_temp_dir("mrc-"), head, [{"num_cpus": 1, "object_store_memory": 80 * MB}]) as started:
         yield started
 
 
@@ -182,15 +183,15 @@ def recorded_keys(logs: dict[str, list]) -> set[tuple]:
 
 
 def test_a_batch_spreads_over_the_nodes_shares_one_gateway_and_matches_the_team_without_ray(cluster, repos, tmp_path):
-    limit = 3
+    limit = 2
     store_path = tmp_path / "store"
     with ScriptedServer(scripted(0.15)) as server:
-        results = run_batch(server, store_path, repos, 3, workers=3, concurrency=limit)
+        results = run_batch(server, store_path, repos, 2, workers=2, concurrency=limit)
         most_in_flight = server.max_in_flight
-    assert [(r.status, r.outcome) for r in results] == [("finished", "patched")] * 3
-    # one gateway for the whole cluster: three runs' actors on three nodes never held more than
-    # its limit of requests in flight (unlimited, the same batch reaches 6)
-    assert 2 <= most_in_flight <= limit
+    assert [(r.status, r.outcome) for r in results] == [("finished", "patched")] * 2
+    # one gateway for the whole cluster: two runs' actors on two nodes, each run with two tasks
+    # asking at once, reached its limit of requests in flight and never held more
+    assert most_in_flight == limit
     logs = logs_of(store_path)
     expected = fingerprint(reference_run(repos))
     task_nodes = set()
@@ -201,17 +202,16 @@ def test_a_batch_spreads_over_the_nodes_shares_one_gateway_and_matches_the_team_
         # the driver's node holds the run's supervisor and Custodian
         assert {r.node for r in events if not is_task_lane(r.actor)} == {head_id(cluster)}
         task_nodes |= {r.node for r in events if is_task_lane(r.actor)}
-    assert len(task_nodes) >= 2, task_nodes
-    assert task_nodes <= {head_id(cluster), *alive_workers(cluster)}
+    assert task_nodes == {head_id(cluster), *alive_workers(cluster)}, task_nodes
 
 
 def test_the_batch_budget_holds_across_the_cluster(cluster, repos, tmp_path):
     store_path = tmp_path / "store"
     with ScriptedServer(scripted(0.05)) as server:
-        # about one and a half runs' tokens for three runs
+        # about one and a half runs' tokens for two runs at once
         full = metrics(fold(reference_run(repos)))["total"]
         budget = int(1.5 * (full["prompt_tokens"] + full["completion_tokens"]))
-        results = run_batch(server, store_path, repos, 3, workers=3, budget=budget, batch="budget")
+        results = run_batch(server, store_path, repos, 2, workers=2, budget=budget, batch="budget")
     logs = logs_of(store_path)
     spent = sum(metrics(fold(events))["total"][k] for events in logs.values() for k in ("prompt_tokens", "completion_tokens"))
     assert 0 < spent <= budget
@@ -260,11 +260,11 @@ def explain(keys, logs, victim, removed_at, sent=()) -> str:
 # suite's time.
 @pytest.mark.parametrize("graceful", [pytest.param(True, id="removed", marks=pytest.mark.slow), pytest.param(False, id="crashed")])
 def test_a_node_lost_mid_batch_its_runs_go_on_elsewhere_and_nothing_is_paid_twice(cluster, repos, tmp_path, graceful):
-    while len(alive_workers(cluster)) < 2:  # an earlier case took one away
+    while not alive_workers(cluster):  # an earlier case took it away
         cluster.add_node(num_cpus=1, object_store_memory=80 * MB)
     cluster.wait_for_nodes()  # a node just added takes actors only once it has registered
     store_path = tmp_path / "store"
-    count = 3  # enough Developers that SPREAD puts some on a worker
+    count = 2  # four Developers: SPREAD puts some on the worker
     open_store(str(store_path), create=True).close()
     outcome: dict = {}
     with ScriptedServer(scripted(0.8)) as server:
