@@ -47,6 +47,17 @@ def caches(tmp_path_factory):
     return TestbedCache(EnvironmentCache(root / "envs")), root
 
 
+@pytest.fixture(scope="module")
+def plain(caches):
+    """A project of one package with no dependencies, which names a host its tests may reach: the
+    instances of B, D and the isolated build differ in their patches alone, so they are graded on
+    its one testbed (the same repository, commit and install), built once for the module."""
+    _, root = caches
+    _, base = make_repo(root / "repos" / "plain__plain", {"pyproject.toml": pyproject("pkg", []),
+                                                          "pkg/__init__.py": "HOST = 'pypi.org'\n"})
+    return "plain/plain", base
+
+
 def site_packages(venv: str) -> list[str]:
     return sorted(p.name for p in next(Path(venv, "lib").glob("python*/site-packages")).iterdir())
 
@@ -183,13 +194,10 @@ def pypi_resolves() -> bool:
         return False
 
 
-def test_b_a_test_that_needs_the_internet_is_recognized_and_network_lets_it_run(caches):
-    _, root = caches
-    repo = root / "repos" / "net__net"
-    _, base = make_repo(repo, {"pyproject.toml": pyproject("pkg", []), "pkg/__init__.py": "HOST = 'pypi.org'\n"})
+def test_b_a_test_that_needs_the_internet_is_recognized_and_network_lets_it_run(caches, plain):
     test = new_file_patch("tests/test_net.py", "import socket\nfrom pkg import HOST\n\n\ndef test_dns():\n"
                                               "    assert socket.getaddrinfo(HOST, 443)\n")
-    rec = record("net/net", base, {"f2p": ["tests/test_net.py::test_dns"]}, test_patch=test)
+    rec = record(*plain, {"f2p": ["tests/test_net.py::test_dns"]}, test_patch=test)
     offline = grade_custom(caches, rec, new_file_patch("NOTES", "a change\n"))
     assert offline.completed and not offline.resolved and offline.needs_internet
     if not pypi_resolves():
@@ -198,16 +206,13 @@ def test_b_a_test_that_needs_the_internet_is_recognized_and_network_lets_it_run(
     assert online.resolved and not online.needs_internet
 
 
-def test_b_a_patch_that_adds_a_dependency_needs_the_internet_to_install_again(caches):
+def test_b_a_patch_that_adds_a_dependency_needs_the_internet_to_install_again(caches, plain):
     """pylint-4661's gold patch adds appdirs to setup.cfg: the eval script's install step needs the
     index, which a sandboxed test run does not reach."""
-    _, root = caches
-    repo = root / "repos" / "dep__dep"
-    _, base = make_repo(repo, {"pyproject.toml": pyproject("pkg", []), "pkg/__init__.py": ""})
     patch = ("diff --git a/pyproject.toml b/pyproject.toml\n--- a/pyproject.toml\n+++ b/pyproject.toml\n"
              "@@ -7 +7 @@ version = \"0.1\"\n-dependencies = []\n+dependencies = [\"six\"]\n")
     test = new_file_patch("tests/test_six.py", "def test_six():\n    import six\n    assert six.PY3\n")
-    rec = record("dep/dep", base, {"f2p": ["tests/test_six.py::test_six"]}, test_patch=test)
+    rec = record(*plain, {"f2p": ["tests/test_six.py::test_six"]}, test_patch=test)
     offline = grade_custom(caches, rec, patch)
     assert offline.completed and not offline.resolved and offline.needs_internet, offline.output_tail
     if not pypi_resolves():
@@ -269,18 +274,15 @@ def test_d_pre_install_edits_run_and_a_system_package_must_be_on_the_machine(cac
         testbeds.get(missing, repo)
 
 
-def test_d_a_package_only_some_tests_use_is_named_and_grading_goes_on(caches, monkeypatch):
+def test_d_a_package_only_some_tests_use_is_named_and_grading_goes_on(caches, plain, monkeypatch):
     """matplotlib's spec installs texlive, ffmpeg and ImageMagick for some of its tests only: one
     missing is named with its install command, and the instance is graded (those tests skip)."""
     import dataclasses
 
     from magis_ray.actors.swebench import grading
 
-    _, root = caches
-    repo = root / "repos" / "optional__optional"
-    _, base = make_repo(repo, {"pyproject.toml": pyproject("pkg", []), "pkg/__init__.py": ""})
     test = new_file_patch("tests/test_one.py", "def test_one():\n    assert True\n")
-    rec = record("optional/optional", base, {"f2p": ["tests/test_one.py::test_one"]}, test_patch=test)
+    rec = record(*plain, {"f2p": ["tests/test_one.py::test_one"]}, test_patch=test)
     spec_for = grading.spec_for
     monkeypatch.setattr(grading, "spec_for", lambda *args, **kwargs: dataclasses.replace(
         spec_for(*args, **kwargs), optional_packages=("bash", "magis-ray-no-such-package")))
@@ -374,17 +376,15 @@ def test_an_install_may_add_folders_to_the_interpreters_prefix(caches):
 
 
 
-def test_h_pips_isolated_builds_do_not_see_the_environment(caches, tmp_path):
+def test_h_pips_isolated_builds_do_not_see_the_environment(caches, plain, tmp_path):
     """pip builds a project in an environment of its own, from its build requirements (pylint 2.15
     asks for setuptools~=62.6, 3.0 for ~=66.1). Its sitecustomize hides the interpreter's own
     site-packages, but not what a .pth there adds: the testbed's link to its environment must
     stand down inside a pip build (PYTHONPATH names pip-build-env-*), or the environment's
     setuptools builds in place of the project's (pylint 3.0 then installed as UNKNOWN-0.0.0)."""
-    testbeds, root = caches
-    repo = root / "repos" / "iso__iso"
-    _, base = make_repo(repo, {"pyproject.toml": pyproject("pkg", []), "pkg/__init__.py": ""})
+    testbeds, _ = caches
     test = new_file_patch("tests/test_ok.py", "def test_ok():\n    pass\n")
-    rec = record("iso/iso", base, {"f2p": ["tests/test_ok.py::test_ok"]}, test_patch=test)
+    rec = record(*plain, {"f2p": ["tests/test_ok.py::test_ok"]}, test_patch=test)
     result = grade_custom(caches, rec, new_file_patch("NOTES", "a change\n"))
     assert result.completed and result.resolved, (result.error, result.output_tail)
     python = testbeds.root / result.testbed.key / "python" / "bin" / "python"
