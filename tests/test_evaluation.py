@@ -1,6 +1,8 @@
 """The evaluation: every metric on constructed diffs with known answers (actors/swebench/metrics.py),
 the dataset loader and `git apply` against a real repository (actors/swebench/instances.py), and the
-`eval` command end to end on a real store, repository and test run (cli/evaluate.py)."""
+`eval` command end to end on a real store, repository and test run (cli/evaluate.py). The test runs
+share the module's environment cache (conftest.py's env_cache): the environment they all ask for
+(`pip install pytest`) is built once."""
 from __future__ import annotations
 
 import json
@@ -248,14 +250,14 @@ def test_apply_patch_gives_each_touched_file_and_writes_nothing_into_the_reposit
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
-def test_a_test_command_grades_a_diff_as_a_grading_does(calc_repo, tmp_path, monkeypatch):
+def test_a_test_command_grades_a_diff_as_a_grading_does(calc_repo, env_cache, monkeypatch):
     """--test-cmd's verdict is a grading's: the diff on a testbed of the repository, the user's command
     with the instance's tests in place of {tests}, judged by FAIL_TO_PASS and PASS_TO_PASS, within
     the [grade] settings' limits."""
     from magis_ray.actors.swebench.evaluation import test_command_grader
     from magis_ray.events.settings import GradeSettings
 
-    monkeypatch.setenv("MAGIS_ENV_CACHE", str(tmp_path / "envs"))
+    monkeypatch.setenv("MAGIS_ENV_CACHE", str(env_cache))
     path, base = calc_repo
     stats = "calc/stats.py"
     base_text = read_base(path, base)[stats][0]
@@ -351,10 +353,10 @@ def test_plots_escape_text_from_the_data():
     assert float(bars[0].get("height")) == 2 * float(bars[1].get("height"))
 
 
-def test_eval_command_rows_totals_json_plots_and_error_rows(evaluation_setup, tmp_path, monkeypatch, capsys):
+def test_eval_command_rows_totals_json_plots_and_error_rows(evaluation_setup, env_cache, tmp_path, monkeypatch, capsys):
     store, repos, dataset = evaluation_setup
     out, plots = tmp_path / "eval.json", tmp_path / "plots"
-    monkeypatch.setenv("MAGIS_ENV_CACHE", str(tmp_path / "envs"))
+    monkeypatch.setenv("MAGIS_ENV_CACHE", str(env_cache))
     monkeypatch.setenv("MAGIS_GRADE_ENV_SETUP", "python -m pip install pytest")
     result = invoke(capsys, "--store", store, "--dataset", dataset, "--repos-dir", repos, "--json", out, "--plots", plots,
                     "--test-cmd", "python -m pytest -rA -p no:cacheprovider {tests}", monkeypatch=monkeypatch)
@@ -413,7 +415,7 @@ def test_eval_bad_dataset_file_is_a_usage_error(evaluation_setup, tmp_path, monk
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
-def test_eval_takes_resolved_from_a_grading_of_the_same_diff(evaluation_setup, tmp_path, monkeypatch, capsys):
+def test_eval_takes_resolved_from_a_grading_of_the_same_diff(evaluation_setup, env_cache, tmp_path, monkeypatch, capsys):
     from magis_ray.events.projections import final_diff, fold
 
     store, repos, dataset = evaluation_setup
@@ -426,7 +428,7 @@ def test_eval_takes_resolved_from_a_grading_of_the_same_diff(evaluation_setup, t
     preds = tmp_path / "preds.jsonl"
     preds.write_text(json.dumps({"instance_id": "calc__calc-2", "model_name_or_path": "magis", "model_patch": diff}) + "\n")
     graded = in_process(capsys, "grade", preds, "--dataset", dataset, "--instances", "calc__calc-2", "--repos-dir", repos,
-                        "--store", store, "--env-cache", tmp_path / "envs", "--no-ray", "--env-setup", "python -m pip install pytest",
+                        "--store", store, "--env-cache", env_cache, "--no-ray", "--env-setup", "python -m pip install pytest",
                         "--test-cmd", "python -m pytest -rA")
     assert graded.code == 0 and "resolved: 1 of 1" in graded.out, graded.out + graded.err
     result = invoke(capsys, "--store", store, "--dataset", dataset, "--repos-dir", repos, "--json", out, monkeypatch=monkeypatch)

@@ -1,6 +1,6 @@
 """The inspector in a real headless Chromium that runs the pages' JavaScript (Selenium with
-Debian's chromium and chromium-driver; no browser is downloaded): a run submitted during the test
-appears in the list and its page turns "finished", both without a reload; compare marks the first
+Debian's chromium and chromium-driver; no browser is downloaded): a run written into the store during
+the test appears in the list and its page turns "finished", both without a reload; compare marks the first
 divergence; search finds a rejecting review; a <script> in a problem statement is shown as text.
 
     MAGIS_SCREENSHOTS=docs/images .venv/bin/python -m pytest tests/test_inspector_browser.py
@@ -12,16 +12,15 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-import threading
+import time
 from pathlib import Path
 
+import msgspec
 import pytest
-from commands import started
 from inspecting import FIXED, REJECTED, serve
-from scenarios import MEAN_FIX, calc_issue, make_calc_repo, write_issue
+from runs import constructed_run, fixed_new_events, repo_for
 
-from magis_ray.actors.model.scripted_server import ScriptedServer
-from magis_ray.actors.model.scripted_team import ScriptedTeam
+from magis_ray.events import schema as ev
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 CHROMEDRIVER = shutil.which("chromedriver") or ("/usr/bin/chromedriver" if Path("/usr/bin/chromedriver").exists() else None)
@@ -36,8 +35,8 @@ pytestmark = [
 ]
 
 SCRIPT = '<script>document.title="pwned"</script>'
-KEY = "sk-inspector-test-key-never-shown"
-WAIT_S = 180  # a loaded machine starts Ray slowly
+LIVE = "b1e5c0ffee01"  # the run the first test writes into the store while the browser watches
+WAIT_S = 180  # a loaded machine is slow to start the browser and to render
 
 
 @pytest.fixture(scope="module")
@@ -81,53 +80,49 @@ def screenshot(driver, name: str, tmp: Path) -> None:
     assert len(data) > 30_000  # a blank page compresses to a few kilobytes
 
 
-def test_a_submitted_run_appears_and_finishes_live_with_its_script_shown_as_text(inspector_url, inspector_store, browser, tmp_path):
+def test_a_run_written_meanwhile_appears_and_finishes_live_with_its_script_shown_as_text(inspector_url, inspector_store, browser,
+                                                                                       tmp_path):
+    """The list and the run's page follow a run whose events reach the store while they are open,
+    appended by another process than the inspector's, as a run's driver appends them (a submit's
+    events reach the store as it goes: tests/test_resume.py stops one at a chosen event)."""
     from selenium.webdriver.common.by import By
 
-    repo = tmp_path / "calc"
-    _, base = make_calc_repo(repo)
-    issue = write_issue(tmp_path / "issue.json", calc_issue(repo, base, text=f"mean() is wrong: {SCRIPT} runs on the page"))
-    released = threading.Event()
+    from magis_ray.store import open_store
 
-    def hold_reviews(request):  # the run stays "running" until the test has seen it so
-        if request.purpose.startswith("review_patch"):
-            released.wait(WAIT_S)
-        return None
+    repo, base = repo_for(tmp_path)
+    pairs = constructed_run(repo, base)
+    (actor, opening), rest = pairs[0], pairs[1:]
+    opening = msgspec.structs.replace(opening, instance_id="calc__calc-1", problem_statement=f"mean() is wrong: {SCRIPT} runs on the page")
+    events = fixed_new_events([(actor, opening), *rest], start=time.time(), id_prefix="e")
+    # the run is working until the test has seen it so: its first events, then the rest from its first review on
+    first_review = next(i for i, (_, event) in enumerate(pairs) if isinstance(event, ev.ReviewIssued))
+    working, ending = events[:first_review], events[first_review:]
 
     browser.get(inspector_url)
     wait_for(browser, lambda d: d.find_element(By.ID, "live-state").text == "live", "the list's event stream opens")
     browser.execute_script("window.notReloaded = true")
-    with ScriptedServer([hold_reviews, ScriptedTeam({"calc/stats.py": [MEAN_FIX]})]) as model:
-        submit = started("submit", issue, "--store", inspector_store, "--base-url", model.base_url, "--model", "scripted",
-                         "--tests", "off", "--timeout", WAIT_S, cwd=tmp_path, env={"OPENAI_API_KEY": KEY}, without=("MAGIS_STORE",))
-        try:
-            run_id = wait_for(browser, lambda d: d.find_element(By.XPATH, "//tr[td[text()='calc__calc-1']]").get_attribute("data-run"),
-                              "the submitted run's row appears in the list")
-            assert browser.execute_script("return window.notReloaded") is True  # swapped in, not reloaded
-            screenshot(browser, "inspector-runs.png", tmp_path)  # the list, with the run working
-            wait_for(browser, lambda d: d.find_element(By.LINK_TEXT, run_id).click() or True, "the run's link opens")
-            wait_for(browser, lambda d: d.find_element(By.ID, "status").text == "running", "the run's page says running")
-            wait_for(browser, lambda d: d.find_element(By.ID, "live-state").text == "live", "the page's event stream opens")
-            browser.execute_script("window.notReloaded = true")
-            # the problem statement's <script> is text on the page, and never ran
-            issue_text = browser.find_element(By.CSS_SELECTOR, "#issue pre").text
-            assert SCRIPT in issue_text
-            assert browser.execute_script("return document.querySelectorAll('#issue script, main script').length") == 0
-            assert "pwned" not in browser.title
-            released.set()
-            wait_for(browser, lambda d: d.find_element(By.ID, "status").text == "finished", "the page turns finished")
-            assert browser.execute_script("return window.notReloaded") is True
-            assert browser.find_element(By.ID, "outcome").text == "patched"
-            assert int(browser.execute_script("return document.body.dataset.refreshed")) >= 1
-            stdout, stderr = submit.communicate(timeout=WAIT_S)
-            assert submit.returncode == 0, stderr
-            assert run_id in stdout
-        finally:
-            released.set()
-            if submit.poll() is None:
-                submit.kill()
-                submit.wait()
-    assert KEY not in browser.page_source and "pwned" not in browser.title
+    with open_store(str(inspector_store)) as store:
+        store.append(LIVE, 0, working)
+    wait_for(browser, lambda d: d.find_element(By.XPATH, f"//tr[@data-run='{LIVE}']/td[text()='calc__calc-1']"),
+             "the run's row appears in the list")
+    assert browser.execute_script("return window.notReloaded") is True  # swapped in, not reloaded
+    screenshot(browser, "inspector-runs.png", tmp_path)  # the list, with the run working
+    wait_for(browser, lambda d: d.find_element(By.LINK_TEXT, LIVE).click() or True, "the run's link opens")
+    wait_for(browser, lambda d: d.find_element(By.ID, "status").text == "running", "the run's page says running")
+    wait_for(browser, lambda d: d.find_element(By.ID, "live-state").text == "live", "the page's event stream opens")
+    browser.execute_script("window.notReloaded = true")
+    # the problem statement's <script> is text on the page, and never ran
+    issue_text = browser.find_element(By.CSS_SELECTOR, "#issue pre").text
+    assert SCRIPT in issue_text
+    assert browser.execute_script("return document.querySelectorAll('#issue script, main script').length") == 0
+    assert "pwned" not in browser.title
+    with open_store(str(inspector_store)) as store:
+        store.append(LIVE, len(working), ending)
+    wait_for(browser, lambda d: d.find_element(By.ID, "status").text == "finished", "the page turns finished")
+    assert browser.execute_script("return window.notReloaded") is True
+    assert browser.find_element(By.ID, "outcome").text == "patched"
+    assert int(browser.execute_script("return document.body.dataset.refreshed")) >= 1
+    assert "pwned" not in browser.title
     assert page_errors(browser) == []
     browser.set_window_size(1400, 2600)
     screenshot(browser, "inspector-run.png", tmp_path)
@@ -194,8 +189,10 @@ def test_a_failed_run_and_a_live_run_show_why_and_what_they_are_doing(inspector_
         screenshot(browser, "inspector-failed-task.png", tmp_path)
 
         browser.get(f"{base}runs/liverun1")
-        doing = wait_for(browser, lambda d: d.find_element(By.ID, "doing"), "the live header")
-        assert "preparing the test environment" in doing.text and doing.is_displayed()
+        # read at once, and again if the live page swapped the header in between
+        text, shown = wait_for(browser, lambda d: (lambda doing: (doing.text, doing.is_displayed()))(d.find_element(By.ID, "doing")),
+                               "the live header")
+        assert "preparing the test environment" in text and shown
         wait_for(browser, lambda d: d.find_element(By.ID, "live-state").text == "live", "the page's event stream opens")
         screenshot(browser, "inspector-live-run.png", tmp_path)
         browser.execute_script("window.notReloaded = true")

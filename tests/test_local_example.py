@@ -26,8 +26,9 @@ pytestmark = pytest.mark.skipif(
     reason="the local model is not installed: pip install 'magis-ray[local]'",
 )
 ROOT = Path(__file__).parents[1]
-# small settings keep the tiny model's run to a minute
-QUICK = ["--top-k", "2", "--max-files", "1", "--max-review-rounds", "1"]
+# small settings keep the tiny model's run to a minute: the Custodian examines one file (each
+# candidate costs two model calls), a task gets one review
+QUICK = ["--top-k", "1", "--max-files", "1", "--max-review-rounds", "1"]
 
 
 NO_ENDPOINT = ("OPENAI_API_KEY", "OPENAI_BASE_URL")  # neither a key nor an endpoint: the bundled model is the default
@@ -82,7 +83,9 @@ def only_run(store_path: Path):
         return info.run_id, store.read(info.run_id)
 
 
-def test_the_example_runs_end_to_end_on_the_local_model_and_replays(example, tmp_path):
+def test_the_example_runs_end_to_end_on_the_local_model_and_replays(example, tmp_path, capsys, monkeypatch):
+    """The submit is a process of its own (its Ray, the model server it starts and stops); the
+    replay, which asks no model and starts no Ray, runs in this process."""
     repo, base = example
     code, out, err = finish(magis("submit", str(ROOT / "examples" / "calc" / "issue.json"), "--repo", str(repo), "--store", "store",
                                   *QUICK, cwd=tmp_path), tmp_path / "store")  # no --llm, no key: the bundled model is the default
@@ -97,8 +100,9 @@ def test_the_example_runs_end_to_end_on_the_local_model_and_replays(example, tmp
         assert_diff_applies(events, repo, base, tmp_path / "work")
     else:
         assert isinstance(end, RunFailed) and code == 2 and err.strip().splitlines()[-1].startswith("magis-ray: error:")
-    code, out, err = finish(magis("replay", run_id, "--store", "store", cwd=tmp_path))
-    assert code == 0 and "no divergence" in out, out + err
+    monkeypatch.chdir(tmp_path)
+    replayed = in_process(capsys, "replay", run_id, "--store", "store")
+    assert replayed.code == 0 and "no divergence" in replayed.out, replayed.out + replayed.err
 
 
 def test_a_taken_port_is_a_clear_error(example, tmp_path, capsys, monkeypatch):
@@ -126,7 +130,7 @@ def model_server_pids(driver: subprocess.Popen) -> list[int]:
 def test_a_model_server_killed_mid_run_fails_the_run_and_resume_finishes_it(example, tmp_path):
     repo, base = example
     driver = magis("submit", str(ROOT / "examples" / "calc" / "issue.json"), "--repo", str(repo), "--store", "store",
-                   "--llm", "local", *QUICK, cwd=tmp_path)
+                   "--llm", "local", *QUICK, "--top-k", "2", cwd=tmp_path)  # two files: four calls whatever the model says
     seen, last_change = 0, time.monotonic()
     while True:  # kill the server once the model has answered a few requests
         assert driver.poll() is None, driver.communicate()

@@ -6,10 +6,9 @@ submodule checked out from it."""
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
-from commands import magis
+from commands import Done, in_process
 from execfixtures import make_calc_repos_with_submodule, record, submodule_record, tree_fingerprint, write_dataset
 from gitfixtures import make_repo
 from scenarios import FILES
@@ -33,64 +32,62 @@ def mirrored(tmp_path):
     return {"mirrors": mirrors, "dataset": dataset, "calc": calc_base, "texts": texts_base, "helpers": helpers}
 
 
-def lines_of(result: subprocess.CompletedProcess) -> dict[str, list[str]]:
+def lines_of(result: Done) -> dict[str, list[str]]:
     """Each repository's line, by its folder's name: [what became of it, the rest]."""
-    return {line.split()[0]: line.split(None, 2)[1:] for line in result.stdout.splitlines()[:-1]}
+    return {line.split()[0]: line.split(None, 2)[1:] for line in result.out.splitlines()[:-1]}
 
 
-def test_repos_fills_the_folder_from_a_mirror_prefix_submodules_included_and_a_second_call_clones_nothing(mirrored, tmp_path):
+def test_repos_fills_the_folder_from_a_mirror_prefix_submodules_included_and_a_second_call_clones_nothing(mirrored, tmp_path,
+                                                                                                      capsys):
     repos = tmp_path / "repos"
-    first = magis("repos", "--dataset", mirrored["dataset"], "--from", f"file://{mirrored['mirrors']}", "--repos-dir", repos,
-                  cwd=tmp_path)
-    assert first.returncode == 0, first.stdout + first.stderr
+    first = in_process(capsys, "repos", "--dataset", mirrored["dataset"], "--from", f"file://{mirrored['mirrors']}", "--repos-dir", repos)
+    assert first.code == 0, first.out + first.err
     made = lines_of(first)
     assert {name: line[0] for name, line in made.items()} == {"calc__calc": "cloned", "calc__texts": "cloned",
-                                                              "calc__helpers": "cloned"}, first.stdout
+                                                              "calc__helpers": "cloned"}, first.out
     assert "a submodule of calc/calc" in made["calc__helpers"][1] and f"file://{mirrored['mirrors']}/calc__helpers" in made["calc__helpers"][1]
-    assert first.stdout.splitlines()[-1] == f"3 repositories in {repos}: 3 cloned"
+    assert first.out.splitlines()[-1] == f"3 repositories in {repos}: 3 cloned"
     assert has_commits(repos / "calc__calc", (mirrored["calc"],)) and has_commits(repos / "calc__texts", (mirrored["texts"],))
     assert has_commits(repos / "calc__helpers", (mirrored["helpers"],))
     before = tree_fingerprint(repos)
-    again = magis("repos", "--dataset", mirrored["dataset"], "--from", f"file://{mirrored['mirrors']}", "--repos-dir", repos,
-                  cwd=tmp_path)
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert {line[0] for line in lines_of(again).values()} == {"present"}, again.stdout
-    assert again.stdout.splitlines()[-1] == f"3 repositories in {repos}: 3 present"
+    again = in_process(capsys, "repos", "--dataset", mirrored["dataset"], "--from", f"file://{mirrored['mirrors']}", "--repos-dir", repos)
+    assert again.code == 0, again.out + again.err
+    assert {line[0] for line in lines_of(again).values()} == {"present"}, again.out
+    assert again.out.splitlines()[-1] == f"3 repositories in {repos}: 3 present"
     assert tree_fingerprint(repos) == before
 
 
-def test_repos_fills_a_folder_named_relative_to_the_current_one(mirrored, tmp_path):
-    done = magis("repos", "--dataset", mirrored["dataset"], "--from", f"file://{mirrored['mirrors']}", "--repos-dir", "repos",
-                 cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
+def test_repos_fills_a_folder_named_relative_to_the_current_one(mirrored, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    done = in_process(capsys, "repos", "--dataset", mirrored["dataset"], "--from", f"file://{mirrored['mirrors']}", "--repos-dir", "repos")
+    assert done.code == 0, done.out + done.err
     assert has_commits(tmp_path / "repos" / "calc__helpers", (mirrored["helpers"],))
 
 
-def test_repos_says_what_a_mirror_lacks_and_exits_1(mirrored, tmp_path):
+def test_repos_says_what_a_mirror_lacks_and_exits_1(mirrored, tmp_path, capsys):
     """A commit the dataset names that its repository's mirror does not have: that line says so."""
     lines = mirrored["dataset"].read_text().splitlines()
     lines[1] = json.dumps({**json.loads(lines[1]), "base_commit": "f" * 40})
     mirrored["dataset"].write_text("\n".join(lines) + "\n")
-    done = magis("repos", "--dataset", mirrored["dataset"], "--from", f"file://{mirrored['mirrors']}", "--repos-dir",
-                 tmp_path / "repos", cwd=tmp_path)
-    assert done.returncode == 1, done.stdout + done.stderr
+    done = in_process(capsys, "repos", "--dataset", mirrored["dataset"], "--from", f"file://{mirrored['mirrors']}", "--repos-dir",
+                      tmp_path / "repos")
+    assert done.code == 1, done.out + done.err
     assert lines_of(done)["calc__texts"] == ["MISSING", f"file://{mirrored['mirrors']}/calc__texts has no commit ffffffffffff"]
     assert lines_of(done)["calc__calc"][0] == "cloned"
 
 
 @pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
-def test_a_grading_reads_the_filled_folder_and_checks_the_submodule_out_from_it(mirrored, tmp_path):
+def test_a_grading_reads_the_filled_folder_and_checks_the_submodule_out_from_it(mirrored, tmp_path, capsys):
     """The gold patch resolves only where the tests can import the submodule's module."""
     repos = tmp_path / "repos"
-    filled = magis("repos", "--dataset", mirrored["dataset"], "--from", f"file://{mirrored['mirrors']}", "--repos-dir", repos,
-                   cwd=tmp_path)
-    assert filled.returncode == 0, filled.stdout + filled.stderr
+    filled = in_process(capsys, "repos", "--dataset", mirrored["dataset"], "--from", f"file://{mirrored['mirrors']}", "--repos-dir", repos)
+    assert filled.code == 0, filled.out + filled.err
     store, envs = tmp_path / "store", tmp_path / "envs"
-    graded = magis("grade", "--gold", "--dataset", mirrored["dataset"], "--instances", "calc__calc-1", "--repos-dir", repos,
-                   "--store", store, "--env-cache", envs, "--test-cmd", "pytest -rA", "--timeout", "300", "--memory", "2G",
-                   "--no-ray", cwd=tmp_path)
-    assert graded.returncode == 0, graded.stdout + graded.stderr
-    assert "resolved: 1 of 1" in graded.stdout, graded.stdout
+    graded = in_process(capsys, "grade", "--gold", "--dataset", mirrored["dataset"], "--instances", "calc__calc-1", "--repos-dir", repos,
+                        "--store", store, "--env-cache", envs, "--test-cmd", "pytest -rA", "--timeout", "300", "--memory", "2G",
+                        "--no-ray")
+    assert graded.code == 0, graded.out + graded.err
+    assert "resolved: 1 of 1" in graded.out, graded.out
     logs = [p.read_text() for p in (envs / "testbeds").glob("*/logs/testbed.log")]
     assert any(f"submodule vendor/helpers: checked out from the local mirror {repos.resolve()}/calc__helpers" in log
                for log in logs), logs

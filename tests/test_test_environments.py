@@ -105,10 +105,11 @@ def test_a_collection_says_its_tests_and_why_a_file_did_not_load():
 
 
 @pytest.fixture(scope="module")
-def testbeds(tmp_path_factory):
+def testbeds(env_cache):
+    """The module's environment cache (conftest.py's env_cache), which `magis-ray tests` below uses
+    too: an environment one test builds, another finds built."""
     sandbox = BubblewrapSandbox()
-    return TestbedCache(EnvironmentCache(tmp_path_factory.mktemp("envs"), sandbox)), \
-        TestRunner(sandbox, limits_for_test_runs(300, 4 * GiB))
+    return TestbedCache(EnvironmentCache(env_cache, sandbox)), TestRunner(sandbox, limits_for_test_runs(300, 4 * GiB))
 
 
 @needs_sandbox
@@ -136,10 +137,10 @@ def test_what_the_collection_finds_missing_is_added_and_the_suite_runs_at_the_ba
 
 
 @needs_sandbox
-def test_magis_ray_tests_prints_and_exits_by_what_the_suite_did(tmp_path, capsys, monkeypatch):
+def test_magis_ray_tests_prints_and_exits_by_what_the_suite_did(tmp_path, env_cache, capsys, monkeypatch):
     """0 when the suite ran, 1 when it could not (no test at all, a build that fails: each one line,
     the reason), 2 on bad input; --json's object has its keys whatever happened."""
-    monkeypatch.setenv("MAGIS_ENV_CACHE", str(tmp_path / "envs"))
+    monkeypatch.setenv("MAGIS_ENV_CACHE", str(env_cache))
     _, base = make_repo(tmp_path / "calc", {**PACKAGE, **TESTS, "pyproject.toml": PYPROJECT})
 
     def tests(repo: str, *args: str) -> Done:
