@@ -8,12 +8,13 @@ its validation recorded (none, when it stopped before the second runs).
 
     python benchmarks/validation_agreement.py --dataset /work/shared/swebench/verified-tuning.jsonl \\
         --repos-dir /work/repos [--instances ID ...] [--ignore-specs] [--workers 2] [--no-ray] \\
-        [--store S] [--json agreement.json]
+        [--store S] [--json agreement.json] [--needs-internet ID ...] [--so-far]
 
 --ignore-specs validates in the environments inferred from what each project declares at the base
 commit and its date, as for a repository SWE-bench's tables do not know: the records' `version` is
 cleared, so the tables name no spec for them. The same --store and options resume a validation
-cut off (its name says which dataset and which environments).
+cut off (its name says which dataset and which environments); --so-far reports the instances that
+store has validated, validating none (a pass of hours, read while it runs).
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ import tempfile
 from pathlib import Path
 
 from magis_ray.actors.swebench.grading_service import GradingInputError, load_records
-from magis_ray.actors.swebench.validation_service import ValidationOptions, plan_validation, run_validation_plan
+from magis_ray.actors.swebench.validation_service import (ValidationLog, ValidationOptions, plan_validation,
+                                                          run_validation_plan)
 from magis_ray.events.schema import CandidateValidated
 from magis_ray.events.settings import GradeSettings
 
@@ -50,6 +52,44 @@ def compared(record: dict, outcome: CandidateValidated) -> dict:
     return entry
 
 
+def report(agreement: dict[str, dict], results: list[CandidateValidated], json_path: str | None,
+           online: frozenset[str] = frozenset()) -> None:
+    """The table, a row an instance, and the totals, over all and over those not `online` (whose
+    tests need the internet, which the sandbox has not); each instance's agreement to `json_path`."""
+    if not agreement:
+        print("no instance validated yet")
+        return
+    width = max(len(i) for i in agreement)
+    print(f"{'INSTANCE':<{width}}  F2P        P2P        OUTCOME")
+    for instance_id, entry in agreement.items():
+        cells = [("identical" if entry[n]["identical"] else f"-{len(entry[n]['missing'])} +{len(entry[n]['extra'])}")
+                 for n in LISTS]
+        print(f"{instance_id:<{width}}  {cells[0]:<9}  {cells[1]:<9}  {'kept' if entry['kept'] else entry['reason']}")
+    total = len(agreement)
+    offline = {i: e for i, e in agreement.items() if i not in online}
+    for name in LISTS:
+        same = sum(entry[name]["identical"] for entry in agreement.values())
+        line = f"{name} identical: {same} of {total} ({100 * same / total:.1f}%)"
+        if online and offline:
+            same = sum(entry[name]["identical"] for entry in offline.values())
+            line += f"; of the {len(offline)} that need no internet: {same} ({100 * same / len(offline):.1f}%)"
+        print(line)
+    print(f"kept: {sum(e['kept'] for e in agreement.values())} of {total}; "
+          f"seconds per instance on its node: {sum(o.seconds for o in results) / total:.1f}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(agreement, indent=2))
+
+
+def so_far(store: Path, name: str, records: list[dict]) -> tuple[dict[str, dict], list[CandidateValidated]]:
+    """The agreement of the records the store's validation `name` has an outcome for, in the records' order."""
+    from magis_ray.store import open_store
+
+    with open_store(str(store)) as opened:
+        validated = ValidationLog(opened, name).validated
+    done = [(r, validated[r["instance_id"]]) for r in records if r["instance_id"] in validated]
+    return {r["instance_id"]: compared(r, o) for r, o in done}, [o for _, o in done]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", required=True, help="SWE-bench .jsonl or .json")
@@ -62,14 +102,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-ray", action="store_true", help="threads of this process, not Ray tasks")
     parser.add_argument("--store", help="the store (default: a temporary folder, so nothing resumes)")
     parser.add_argument("--json", help="write each instance's agreement here")
+    parser.add_argument("--needs-internet", nargs="*", default=[], metavar="ID",
+                        help="instances whose tests need the internet: the totals are also given without them")
+    parser.add_argument("--so-far", action="store_true", help="report what --store has validated; validate nothing")
     args = parser.parse_args(argv)
 
     dataset = Path(args.dataset)
     records = [r for i, r in load_records(dataset).items() if not args.instances or i in args.instances]
+    name = f"{dataset.stem}-{'inferred' if args.ignore_specs else 'specs'}"
+    if args.so_far:
+        if not args.store or not (Path(args.store) / "events.sqlite3").exists():
+            print(f"error: --so-far reads the store of a validation: none in {args.store or '(no --store)'}", file=sys.stderr)
+            return 2
+        report(*so_far(Path(args.store), name, records), args.json, frozenset(args.needs_internet))
+        return 0
     with tempfile.TemporaryDirectory(prefix="magis-agreement-") as scratch:
         store = Path(args.store or scratch)
         store.mkdir(parents=True, exist_ok=True)
-        name = f"{dataset.stem}-{'inferred' if args.ignore_specs else 'specs'}"
         without = store / f"{name}.jsonl"
         without.write_text("".join(json.dumps(r) + "\n" for r in stripped(records, args.ignore_specs)))
         options = ValidationOptions(records=str(without), out=str(store / f"{name}.tasks.jsonl"), store=str(store),
@@ -83,21 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         outcome = run_validation_plan(plan, lambda o, skipped: print(
             f"{o.instance_id}: {'validated before' if skipped else 'kept' if o.kept else o.reason} ({o.seconds:.0f} s)",
             file=sys.stderr, flush=True))
-    agreement = {r["instance_id"]: compared(r, o) for r, o in zip(records, outcome.results)}
-    width = max(len(i) for i in agreement)
-    print(f"{'INSTANCE':<{width}}  F2P        P2P        OUTCOME")
-    for instance_id, entry in agreement.items():
-        cells = [("identical" if entry[n]["identical"] else f"-{len(entry[n]['missing'])} +{len(entry[n]['extra'])}")
-                 for n in LISTS]
-        print(f"{instance_id:<{width}}  {cells[0]:<9}  {cells[1]:<9}  {'kept' if entry['kept'] else entry['reason']}")
-    total = len(agreement)
-    for name in LISTS:
-        same = sum(entry[name]["identical"] for entry in agreement.values())
-        print(f"{name} identical: {same} of {total} ({100 * same / total:.1f}%)")
-    print(f"kept: {sum(e['kept'] for e in agreement.values())} of {total}; "
-          f"seconds per instance on its node: {sum(o.seconds for o in outcome.results) / total:.1f}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(agreement, indent=2))
+    report({r["instance_id"]: compared(r, o) for r, o in zip(records, outcome.results)}, outcome.results, args.json,
+           frozenset(args.needs_internet))
     return 0
 
 
