@@ -7,6 +7,8 @@ from pathlib import Path
 
 from gitfixtures import make_repo
 
+from magis_ray.actors.code.diffs import file_diff
+from magis_ray.actors.code.edits import apply_edits
 from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.events.schema import Edit, LineRange
 
@@ -74,6 +76,8 @@ FILES = {
 
 MEAN_FIX = Edit(LineRange(9, 9), "    return total / len(values)\n")
 SHOUT_FIX = Edit(LineRange(6, 6), '    return text.upper() + "!"\n')
+MEAN_DIFF = file_diff("calc/stats.py", STATS, apply_edits(STATS, [MEAN_FIX]))  # the mean issue's fix
+BOTH_DIFF = MEAN_DIFF + file_diff("calc/texts.py", TEXTS, apply_edits(TEXTS, [SHOUT_FIX]))  # BOTH_ISSUE's
 
 MEAN_ISSUE = (
     "mean() returns the wrong value\n\n`calc.stats.mean([1, 2, 3, 4])` returns 3.3333 instead of 2.5: "

@@ -13,11 +13,9 @@ import msgspec
 import pytest
 from checks import assert_consistent_log
 from clusters import local_cluster, short_temp_dir
-from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, make_calc_repo
+from scenarios import BOTH_DIFF, BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, calc_issue, make_calc_repo
 from waiting import wait_until
 
-from magis_ray.actors.code.diffs import file_diff
-from magis_ray.actors.code.edits import apply_edits
 from magis_ray.actors.model.scripted_server import Rule, ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.actors.runtime.deployment import WORKER_NICENESS
@@ -27,9 +25,7 @@ from magis_ray.store import open_store
 
 MB = 1024**2
 FIXES = {"calc/stats.py": [MEAN_FIX], "calc/texts.py": [SHOUT_FIX]}
-EXPECTED_DIFF = file_diff("calc/stats.py", STATS, apply_edits(STATS, [MEAN_FIX])) + file_diff(
-    "calc/texts.py", TEXTS, apply_edits(TEXTS, [SHOUT_FIX])
-)
+EXPECTED_DIFF = BOTH_DIFF
 # The calls a Developer and its QA Engineer make: the work that spreads over the cluster.
 TASK_PURPOSES = {"design_qa", "locate_lines", "write_code", "review_patch"}
 # use_memory=False: each run summarizes its files afresh, so runs that share a store at the

@@ -13,20 +13,16 @@ import msgspec
 import pytest
 from checks import assert_consistent_log
 from rayheads import ray_head_started
-from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, make_calc_repo
+from scenarios import BOTH_DIFF, BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, calc_issue, make_calc_repo
 from waiting import GENEROUS_S, WaitTimedOut, wait_until
 
-from magis_ray.actors.code.diffs import file_diff
-from magis_ray.actors.code.edits import apply_edits
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import RunFinished, RunStarted
 from magis_ray.store import open_store
 
-EXPECTED_DIFF = file_diff("calc/stats.py", STATS, apply_edits(STATS, [MEAN_FIX])) + file_diff(
-    "calc/texts.py", TEXTS, apply_edits(TEXTS, [SHOUT_FIX])
-)
+EXPECTED_DIFF = BOTH_DIFF
 START_TIMEOUT_S = 60
 JOB_TIMEOUT_S = 180
 

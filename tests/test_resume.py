@@ -16,7 +16,7 @@ from checks import assert_consistent_log
 from commands import in_process, magis, started
 from conftest import interruptible
 from processes import cmdline_of, tree_of
-from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, write_issue
+from scenarios import BOTH_DIFF, BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, calc_issue, write_issue
 from teamruns import run_team, settings_for
 from waiting import COMMAND_S, GENEROUS_S, wait_until
 
@@ -28,9 +28,7 @@ from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import LLMExchanged, RunFailed, RunFinished, RunResumed, TaskFinished
 from magis_ray.store import open_store
 
-EXPECTED_DIFF = file_diff("calc/stats.py", STATS, apply_edits(STATS, [MEAN_FIX])) + file_diff(
-    "calc/texts.py", TEXTS, apply_edits(TEXTS, [SHOUT_FIX])
-)
+EXPECTED_DIFF = BOTH_DIFF
 
 
 def team(delay_s=0.25):

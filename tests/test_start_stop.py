@@ -16,20 +16,16 @@ from commands import MAGIS, command_environment, in_process
 from gated import Gate, run_gated
 from processes import busy_loops, describe, in_session
 from rayheads import recorded_head_started, stop_head
-from scenarios import BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, TEXTS, calc_issue, write_issue
+from scenarios import BOTH_DIFF, BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, calc_issue, write_issue
 from waiting import wait_until
 
-from magis_ray.actors.code.diffs import file_diff
-from magis_ray.actors.code.edits import apply_edits
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import RunFailed, RunFinished, RunStarted
 from magis_ray.store import NotAStore, open_store
 
-EXPECTED_DIFF = file_diff("calc/stats.py", STATS, apply_edits(STATS, [MEAN_FIX])) + file_diff(
-    "calc/texts.py", TEXTS, apply_edits(TEXTS, [SHOUT_FIX])
-)
+EXPECTED_DIFF = BOTH_DIFF
 # A deadline that bounds a hang; what is asserted is the outcome, never the time. Longer than
 # Ray's own start may take beside other work (deployment.DEFAULT_RAY_START_S).
 GENEROUS_S = 600

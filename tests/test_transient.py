@@ -8,12 +8,10 @@ import json
 
 import pytest
 from checks import assert_consistent_log
-from scenarios import MEAN_FIX, STATS, calc_issue, write_issue
+from scenarios import MEAN_DIFF, MEAN_FIX, calc_issue, write_issue
 from test_batch import batch_args, dataset, finish, magis, team as batch_team  # noqa: F401 - the dataset fixture
 from test_resume import run
 
-from magis_ray.actors.code.diffs import file_diff
-from magis_ray.actors.code.edits import apply_edits
 from magis_ray.actors.model.scripted_server import Rule, ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.events.projections import final_diff, fold
@@ -23,7 +21,7 @@ from magis_ray.store import open_store
 
 # The mean issue, one task: a fault's stop and its resume need no second task (and no second
 # Developer and QA engineer to start).
-EXPECTED_DIFF = file_diff("calc/stats.py", STATS, apply_edits(STATS, [MEAN_FIX]))
+EXPECTED_DIFF = MEAN_DIFF
 
 
 def team() -> ScriptedTeam:
