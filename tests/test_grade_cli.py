@@ -350,7 +350,7 @@ def test_kill_9_then_the_same_command_grades_no_finished_instance_twice(setup, t
     assert third.code == 0 and len(stream(store, "gold@calc")) == len(events) + 1
 
 
-# slow: the hostile-prediction test grades two instances on Ray with two workers, and sigterm[ray] on Ray again
+# slow: the hostile-prediction test grades two instances on Ray with two workers
 @pytest.mark.slow
 def test_ray_tasks_grade_in_parallel(setup, tmp_path):
     dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"], 1), record(setup["base"], 2)])
@@ -402,7 +402,10 @@ def test_the_grading_service_grades_without_the_command(setup, tmp_path):
     assert refused.value.setting == "grade.memory"
 
 
-@pytest.mark.parametrize("executor", [[], ["--no-ray"]], ids=["ray", "in-process"])
+# [ray] under `slow` for the suite's time: [in-process] stops and resumes the same grading with the same
+# line and exit status, test_start_stop.py's sigterm[mid-run] ends a stopped command's own Ray, and the
+# hostile-prediction test grades on Ray
+@pytest.mark.parametrize("executor", [pytest.param([], id="ray", marks=pytest.mark.slow), pytest.param(["--no-ray"], id="in-process")])
 def test_a_grading_stopped_by_sigterm_ends_at_once_and_the_same_command_resumes_it(setup, tmp_path, executor, request):
     """SIGTERM (`kill`, `timeout`, a CI cancel) to a grading whose test is running, on Ray or in
     this process's threads (--no-ray): it ends then, as Ctrl-C ends it, with the line that says how

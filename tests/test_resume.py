@@ -15,7 +15,7 @@ import pytest
 from checks import assert_consistent_log
 from commands import in_process, magis, started
 from conftest import interruptible
-from processes import cmdline_of, tree_of
+from processes import cmdline_of, in_session, tree_of
 from scenarios import BOTH_DIFF, BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, STATS, calc_issue, write_issue
 from teamruns import run_team, settings_for
 from waiting import COMMAND_S, GENEROUS_S, wait_until
@@ -111,6 +111,8 @@ def test_sigkill_then_resume_at_once_pays_nothing_twice(kill_at, issue_file, tmp
         assert code == 0, err
         assert err.startswith(f"resuming run {run_id} from event ") and "running" not in err and "lease" not in err
         sent = requests_of(server)
+    # the killed driver's Ray (process groups of their own in its session, so the kill missed them) noticed and ended
+    wait_until(lambda: not in_session(driver.pid), lambda: f"the killed driver's Ray ends: {in_session(driver.pid)} left")
     with open_store(str(store)) as s:
         events = s.read(run_id)
         [lease] = s.leases(run_id)

@@ -17,6 +17,7 @@ from gated import Gate, run_gated
 from processes import busy_loops, describe, in_session
 from rayheads import recorded_head_started, stop_head
 from scenarios import BOTH_DIFF, BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, calc_issue, write_issue
+from teamruns import resume_team
 from waiting import wait_until
 
 from magis_ray.actors.model.scripted_server import ScriptedServer
@@ -259,8 +260,9 @@ def test_submit_uses_a_running_ray_head(issue_file, tmp_path):
 def test_a_joined_ray_stopped_mid_run_is_named_and_resume_finishes_the_run(issue_file, tmp_path):
     """`ray start --head` left running: submit joins it rather than starting a Ray of its own, and
     says so. That warm Ray is stopped by whoever started it, the moment the run's kick-off meeting
-    begins: one line naming that Ray by its address and saying how to go on, exit 2; the resume (on
-    a Ray of its own) finishes the run."""
+    begins: one line naming that Ray by its address and saying how to go on, exit 2; the run goes on
+    from its log (the team's resume in this process: whole `resume` commands are test_resume.py's and
+    test_transient.py's) and finishes."""
     store = tmp_path / "store"
     answers = team()
     with ScriptedServer(answers) as server:
@@ -283,11 +285,8 @@ def test_a_joined_ray_stopped_mid_run_is_named_and_resume_finishes_the_run(issue
         assert_one_ending_line(stopped, f"magis-ray: error: run {run_id}: the Ray this command joined at {address} is gone")
         assert f"magis-ray resume {run_id}" in stopped.stderr[-1], stopped.stderr
         answers.delay_s = 0  # the resume runs to its end: no call of its needs a delay
-        resumed = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path,
-                      environment(MAGIS_RAY="own"))
-        assert resumed.returncode == 0, resumed.stderr
-    events = events_of(store, run_id)
-    assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF
+        resumed = resume_team(store, run_id)
+    assert isinstance(resumed.end, RunFinished) and final_diff(fold(resumed.events)) == EXPECTED_DIFF
 
 
 def test_runs_shows_a_run_without_a_driver_as_cut_off(tmp_path, capsys):
