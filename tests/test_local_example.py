@@ -83,6 +83,9 @@ def only_run(store_path: Path):
         return info.run_id, store.read(info.run_id)
 
 
+# slow: the model's minutes of CPU; CI runs the quick start itself as the README says (.ci/quickstart.sh),
+# with the same checks of its log and replay
+@pytest.mark.slow
 def test_the_example_runs_end_to_end_on_the_local_model_and_replays(example, tmp_path, capsys, monkeypatch):
     """The submit is a process of its own (its Ray, the model server it starts and stops); the
     replay, which asks no model and starts no Ray, runs in this process."""
