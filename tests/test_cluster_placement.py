@@ -1,11 +1,11 @@
 """The heavy half on a Ray cluster of three nodes on this machine (`ray.cluster_utils.Cluster`),
 each node with a cache root of its own (MAGIS_ENV_CACHE in its environment, as `ray start` passes
-it): a grading whose node is lost mid-grading grades every instance exactly once with the
-verdicts of a grading on one node, and a batch with tests on runs its tests on more than one node
-while the repository is only on the driver's (the nodes get its commits through the object store
-and keep copies in their own caches), its submodules' commits with them; and a batch with tests on
-whose node is lost mid-batch builds and runs the tests of that node's runs again elsewhere,
-recording each once.
+it): `magis-ray doctor` prints a row a node; a grading whose node is lost mid-grading grades every
+instance exactly once with the verdicts of a grading on one node, and a batch with tests on runs
+its tests on more than one node while the repository is only on the driver's (the nodes get its
+commits through the object store and keep copies in their own caches), its submodules' commits
+with them; and a batch with tests on whose node is lost mid-batch builds and runs the tests of
+that node's runs again elsewhere, recording each once.
 
 Real throughout: Ray's raylets, the calc repository, environments built from PyPI, git, the
 scripted model over HTTP; the grading runs `--sandbox none` so that its test runs can wait at a
@@ -128,6 +128,19 @@ def test_a_node_grades_an_instance_whose_tests_import_a_submodule_from_the_commi
         copies = str(cluster.caches[node] / "repositories")
         logs = [p.read_text() for p in (cluster.caches[node] / "testbeds").glob("*/logs/testbed.log")]
         assert any(f"submodule vendor/helpers: checked out from the local mirror {copies}/" in log for log in logs), logs
+
+
+def test_doctor_on_the_cluster_prints_a_row_a_node(cluster, tmp_path):
+    """RAY_ADDRESS names the cluster, each node with a cache root of its own: the checks run on
+    each node, a row each."""
+    from test_doctor import doctor, rows
+
+    result = doctor("--memory", "1G", cwd=tmp_path, RAY_ADDRESS=cluster.address)
+    nodes = [node.node_id for node in [cluster.head_node, *cluster.worker_nodes]]
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = rows(result)
+    assert len(nodes) == 3 and sorted(name.rsplit("(", 1)[1].rstrip(")") for name in table) == sorted(n[:8] for n in nodes), result.stdout
+    assert all(row["SANDBOX"] == "bwrap" and row["MEMORY"] == "1 x 1 GiB fit" for row in table.values()), result.stdout
 
 
 def test_a_node_lost_mid_grading_every_instance_is_graded_once_with_the_verdicts_of_one_node(cluster, tmp_path):

@@ -1,7 +1,7 @@
 """`magis-ray doctor`, the real command: what this machine (or every node of a cluster) has and lacks
 for a grading, with exit 1 when something needed is missing. Here it passes; with bubblewrap hidden
-from PATH, or for a dataset whose spec needs a Python this machine lacks, it fails naming the item;
-on a cluster (a head and a worker) it prints a row a node."""
+from PATH, or for a dataset whose spec needs a Python this machine lacks, it fails naming the item.
+On a cluster it prints a row a node: test_cluster_placement.py, on that module's three nodes."""
 from __future__ import annotations
 
 import json
@@ -81,20 +81,3 @@ def test_doctor_fails_naming_a_python_the_dataset_needs_and_this_machine_lacks(t
     assert row["PYTHONS"] == "MISSING 3.5", result.stdout
     assert "MISSING: no Python 3.5 on this machine" in result.stdout
     assert result.stdout.rstrip().splitlines()[-1].startswith("missing: ") and "pythons" in result.stdout.splitlines()[-1]
-
-
-def test_doctor_on_a_cluster_prints_a_row_a_node(tmp_path):
-    """RAY_ADDRESS names a cluster of a head and a worker, each with a cache root of its own: the
-    checks run on each node, a row each."""
-    from clusters import MB, local_cluster, short_temp_dir
-
-    temp_dir = short_temp_dir("mrd-")
-    node = {name: {"num_cpus": 1, "object_store_memory": 80 * MB, "env_vars": {"MAGIS_ENV_CACHE": f"{temp_dir}/caches/{name}"}}
-            for name in ("head", "worker")}
-    with local_cluster(temp_dir, node["head"], [node["worker"]]) as cluster:
-        result = doctor("--memory", "1G", cwd=tmp_path, RAY_ADDRESS=cluster.address)
-        nodes = [node.node_id for node in [cluster.head_node, *cluster.worker_nodes]]
-    assert result.returncode == 0, result.stdout + result.stderr
-    table = rows(result)
-    assert len(nodes) == 2 and sorted(name.rsplit("(", 1)[1].rstrip(")") for name in table) == sorted(n[:8] for n in nodes), result.stdout
-    assert all(row["SANDBOX"] == "bwrap" and row["MEMORY"] == "1 x 1 GiB fit" for row in table.values()), result.stdout
