@@ -8,14 +8,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from checks import assert_consistent_log
 from commands import magis as command, started
 from scenarios import MEAN_DIFF, MEAN_FIX, calc_issue, write_issue
-from waiting import wait_until
 
 from magis_ray.actors.model import prompting
 from magis_ray.actors.model.gateway import GatewayConfig
@@ -52,21 +50,6 @@ def magis(args, env, cwd):
     return started(*args, cwd=cwd, env=env)
 
 
-def joined(env, cwd, timeout=600):
-    """Wait until a driver can join the head (it is up), by asking `magis-ray stop` with no store.
-    `timeout` bounds a hang, not a start: on a loaded machine one attempt alone can take minutes
-    (a driver gives up on a GCS that is not up yet only after a minute of trying)."""
-    deadline = time.monotonic() + timeout
-    attempts: list[subprocess.CompletedProcess] = []
-
-    def attempt() -> str:
-        attempts.append(command("stop", "--store", cwd / "no-store", cwd=cwd, env=env, timeout=max(deadline - time.monotonic(), 1)))
-        return attempts[-1].stdout if attempts[-1].returncode == 0 else ""
-
-    return wait_until(attempt, lambda: f"a driver joins the head; the last attempt said: {attempts[-1].stderr}",
-                      timeout_s=timeout, poll_s=0.5)
-
-
 def stop(store: str, env, cwd) -> str:
     stopped = command("stop", "--store", store, cwd=cwd, env=env, timeout=600)
     assert stopped.returncode == 0, stopped.stderr
@@ -82,25 +65,24 @@ def our_own_prompts(folder: Path) -> Path:
 
 
 def test_drivers_on_one_cluster_share_one_gateway_limit_and_stop_ends_only_their_stores_actors(ray_cluster, calc_repo, tmp_path):
-    """Two drivers of one store and a third of another share the gateway (the same settings). `stop`
-    of the first store ends its store's actor and leaves the gateway to the other store; `stop` of
-    the other ends both. The third driver brings its own prompt templates (MAGIS_PROMPTS_DIR): its
-    Custodian's actor reads them where it runs, on the cluster, whose workers never inherit a
-    driver's environment; the other drivers' runs keep the packaged ones, and no driver's API key
-    reaches the model: the gateway uses its node's."""
+    """Drivers of two stores share the gateway (the same settings). `stop` of the first store ends
+    its store's actor and leaves the gateway to the other store; `stop` of the other ends both. The
+    second driver brings its own prompt templates (MAGIS_PROMPTS_DIR): its Custodian's actor reads
+    them where it runs, on the cluster, whose workers never inherit a driver's environment; the
+    first driver's run keeps the packaged ones, and no driver's API key reaches the model: the
+    gateway uses its node's. (Two drivers of one store: test_batch.py's two batches.)"""
     repo_path, base = calc_repo
     issue = write_issue(tmp_path / "issue.json", calc_issue(repo_path, base))
     prompts = our_own_prompts(tmp_path / "prompts")
-    joined(ray_cluster, tmp_path)
     with ScriptedServer(ScriptedTeam({"calc/stats.py": [MEAN_FIX]}, delay_s=0.05)) as server:
         config = ["--base-url", server.base_url, "--model", "m", "--concurrency", "1"]
         env = {"store": ray_cluster, "other": {**ray_cluster, "MAGIS_PROMPTS_DIR": str(prompts)}}
         drivers = [magis(["submit", str(issue), "--store", store, *config], env[store], tmp_path)
-                   for store in ("store", "store", "other")]
+                   for store in ("store", "other")]
         outs = [d.communicate(timeout=300) for d in drivers]
         for driver, (out, err) in zip(drivers, outs):
             assert driver.returncode == 0 and "Traceback" not in err, err
-        assert server.max_in_flight == 1  # one gateway for all three drivers, and its limit held
+        assert server.max_in_flight == 1  # one gateway for both drivers, and its limit held
         asked_for = {r.run for r in server.requests}
         keys = {r.headers.get("authorization") for r in server.requests}
     assert "Bearer k" not in keys
@@ -111,7 +93,7 @@ def test_drivers_on_one_cluster_share_one_gateway_limit_and_stop_ends_only_their
     assert stop("other", ray_cluster, tmp_path) == f"stopped 2 shared actor(s): store:{tmp_path / 'other'}, {gateway}"
     assert stop("store", ray_cluster, tmp_path) == "stopped 0 shared actor(s)"
     run_ids = set()
-    for store, count in (("store", 2), ("other", 1)):
+    for store, count in (("store", 1), ("other", 1)):
         with open_store(str(tmp_path / store)) as s:
             runs = [s.read(r.run_id) for r in s.list_runs()]
         assert len(runs) == count
