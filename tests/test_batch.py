@@ -1,6 +1,6 @@
 """`magis-ray submit DATASET.jsonl`: a batch on Ray with SWE-bench predictions, per-instance
-errors that do not stop it, a shared token budget that holds, and resume without running any
-instance twice. The batches join the module's Ray (conftest.py's module_ray), the killed one too:
+errors that do not stop it, two processes of one batch started together, a shared token budget
+that holds, and resume without running any instance twice. The batches join the module's Ray (conftest.py's module_ray), the killed one too:
 that a killed driver's own Ray ends with it is test_resume.py's SIGKILL test."""
 from __future__ import annotations
 
@@ -79,24 +79,30 @@ def runs_per_instance(store_path):
         return counts
 
 
-def test_a_batch_predicts_every_instance_and_reports_bad_ones(dataset, tmp_path, module_ray):
+def test_two_batches_of_one_name_started_together_predict_every_instance_once_and_report_bad_ones(dataset, tmp_path, module_ray):
+    """Two processes of the same batch (one store, the batch's name from the dataset) started at
+    once: each instance runs once, by one of them, and both write every prediction and report the
+    bad lines. The same command again skips everything finished and asks nothing."""
     path, repos = dataset
-    with ScriptedServer(team()) as server:
-        code, out, err = finish(magis(batch_args(path, repos, server), tmp_path, module_ray))
-        assert code == 0, err
+    with ScriptedServer(team(delay_s=0.05)) as server:
+        both = [magis(batch_args(path, repos, server, "--out", out, "--batch", "lite"), tmp_path, {**module_ray, "MAGIS_LEASE_S": "4"})
+                for out in ("preds.jsonl", "other.jsonl")]
+        for code, out, err in [finish(proc) for proc in both]:
+            assert code == 0, err
+            assert "5 instances: 3 error, " in out
+            assert "calc__calc-3: error:" in out and "base_commit" in out
+            assert "other__repo-1: error:" in out and "calc__calc-4: error:" in out
         preds = [json.loads(line) for line in (tmp_path / "preds.jsonl").read_text().splitlines()]
+        assert [json.loads(line) for line in (tmp_path / "other.jsonl").read_text().splitlines()] == preds
         assert [p["instance_id"] for p in preds] == ["calc__calc-1", "calc__calc-3", "calc__calc-2", "other__repo-1", "calc__calc-4"]
         assert all(set(p) == {"instance_id", "model_name_or_path", "model_patch"} for p in preds)
         patches = {p["instance_id"]: p["model_patch"] for p in preds}
         assert "calc/stats.py" in patches["calc__calc-1"]
         assert "calc/stats.py" in patches["calc__calc-2"] and "calc/texts.py" in patches["calc__calc-2"]
         assert patches["calc__calc-3"] == patches["other__repo-1"] == patches["calc__calc-4"] == ""
-        assert "calc__calc-3: error:" in out and "base_commit" in out
-        assert "other__repo-1: error:" in out and "calc__calc-4: error:" in out
-        assert "5 instances: 3 error, 2 finished; 2 patched" in out
         sent = len(server.requests)
         # the same command again: everything finished is skipped, nothing is asked or run again
-        code, out, err = finish(magis(batch_args(path, repos, server), tmp_path, module_ray))
+        code, out, err = finish(magis(batch_args(path, repos, server, "--batch", "lite"), tmp_path, module_ray))
         assert code == 0 and "2 skipped" in out and len(server.requests) == sent
         again = [json.loads(line) for line in (tmp_path / "preds.jsonl").read_text().splitlines()]
         assert again == preds

@@ -1,13 +1,12 @@
 """One live driver per run: a resume of a live run is refused in one line; after SIGKILL of the
 driver it works at once on the same host (the driver's pid is gone), while a lease held from
-another host is waited for until it runs out; a driver that lost its run ends with one line; two
-batches of the same name on one store run every instance once.
+another host is waited for until it runs out; a driver that lost its run ends with one line. (Two
+batches of the same name on one store, started together, are test_batch.py's.)
 
 A resume refused is tested in this process, on a stored run cut off before its end: the refusal
 comes before any Ray. The resume at once after SIGKILL is test_resume.py's whole run."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -23,14 +22,13 @@ import pytest
 from checks import assert_consistent_log
 from commands import in_process
 from runs import constructed_run, fixed_new_events, repo_for
-from test_batch import batch_args, dataset, team as batch_team  # noqa: F401 - the dataset fixture
 from test_resume import EXPECTED_DIFF, issue_file, run, start, team, wait_for_events, wait_for_lease_expiry  # noqa: F401
 from waiting import wait_until
 
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.events.projections import final_diff, fold
 from magis_ray.actors.runtime.liveness import Liveness
-from magis_ray.events.schema import LLMExchanged, RunFinished, RunStarted
+from magis_ray.events.schema import LLMExchanged, RunFinished
 from magis_ray.store import open_store
 
 
@@ -187,25 +185,6 @@ def test_a_driver_that_lost_its_run_ends_with_one_line(issue_file, tmp_path, mod
         events = s.read(run_id)
     assert_consistent_log(events)
     assert final_diff(fold(events)) == EXPECTED_DIFF
-
-
-def test_two_batches_of_one_name_started_together_predict_every_instance_once(dataset, tmp_path, module_ray):
-    """Both join the module's Ray (conftest.py's module_ray)."""
-    path, repos = dataset
-    with ScriptedServer(batch_team(delay_s=0.05)) as server:
-        first, second = (start(batch_args(path, repos, server, "--out", out, "--batch", "lite"), tmp_path,
-                               env_extra={**module_ray, "MAGIS_LEASE_S": "4"})
-                         for out in ("a.jsonl", "b.jsonl"))
-        outs = [p.communicate(timeout=300) for p in (first, second)]
-    for proc, (out, err) in zip((first, second), outs):
-        assert proc.returncode == 0 and "Traceback" not in err, err
-    with open_store(str(tmp_path / "store")) as s:
-        started = [s.read(r.run_id)[0].event for r in s.list_runs()]
-    instances = [e.instance_id for e in started if isinstance(e, RunStarted)]
-    assert sorted(instances) == ["calc__calc-1", "calc__calc-2"]  # each ran once, by one of the two
-    a, b = ([json.loads(line) for line in (tmp_path / name).read_text().splitlines()] for name in ("a.jsonl", "b.jsonl"))
-    assert a == b and len(a) == 5 and len({p["instance_id"] for p in a}) == 5
-    assert all(p["model_patch"] for p in a if p["instance_id"] in ("calc__calc-1", "calc__calc-2"))
 
 
 def test_a_run_cut_off_before_its_first_event_is_said_to_have_never_started(tmp_path):
