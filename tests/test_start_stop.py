@@ -4,7 +4,6 @@ model, and a warm Ray left running by `ray start --head`."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
