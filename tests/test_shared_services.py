@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from checks import assert_consistent_log
-from commands import magis as command, started
+from commands import command_environment, magis as command, started
 from scenarios import MEAN_DIFF, MEAN_FIX, calc_issue, write_issue
 
 from magis_ray.actors.model import prompting
@@ -20,7 +20,7 @@ from magis_ray.actors.model.gateway import GatewayConfig
 from magis_ray.events.settings import EndpointSettings
 from magis_ray.actors.model.scripted_server import ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
-from magis_ray.actors.runtime.deployment import JOB_CONFIG_VARIABLE, settings_runtime_env
+from magis_ray.actors.runtime.deployment import JOB_CONFIG_VARIABLE, carried_settings
 from magis_ray.actors.runtime.remote import gateway_name
 from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import LLMExchanged, RunFinished
@@ -108,11 +108,29 @@ def test_drivers_on_one_cluster_share_one_gateway_limit_and_stop_ends_only_their
     assert asked_for == run_ids  # every run asked the model, through that one gateway
 
 
-def test_only_a_driver_that_joins_a_cluster_outside_a_job_sends_its_settings_and_never_a_node_s_own():
+def test_only_a_driver_that_joins_a_cluster_outside_a_job_carries_its_settings_and_never_a_node_s_own():
     environ = {"MAGIS_PROMPTS_DIR": "/p", "MAGIS_ENV_CACHE": "/e", "MAGIS_SCRATCH_DIR": "/s", "MAGIS_SANDBOX_UIDS": "1-2",
                "OPENAI_API_KEY": "sk-secret", "PATH": "/bin"}
     # a node's cache, scratch and sandbox uids are its own: each node resolves them from its environment
-    assert settings_runtime_env("127.0.0.1:6379", environ) == {"env_vars": {"MAGIS_PROMPTS_DIR": "/p"}}
-    assert settings_runtime_env("local", environ) is None  # a Ray of its own inherits the driver's environment
-    assert settings_runtime_env("127.0.0.1:6379", {**environ, JOB_CONFIG_VARIABLE: "{}"}) is None  # the job's env_vars do it
-    assert settings_runtime_env("127.0.0.1:6379", {"OPENAI_API_KEY": "sk-secret"}) is None
+    assert carried_settings("127.0.0.1:6379", environ) == {"MAGIS_PROMPTS_DIR": "/p"}
+    assert carried_settings("local", environ) == {}  # a Ray of its own inherits the driver's environment
+    assert carried_settings("127.0.0.1:6379", {**environ, JOB_CONFIG_VARIABLE: "{}"}) == {}  # the job's env_vars do it
+    assert carried_settings("127.0.0.1:6379", {"OPENAI_API_KEY": "sk-secret"}) == {}
+
+
+CARRIED_TO_A_TASK = """
+import os
+from magis_ray.actors.runtime.deployment import ensure_ray
+from magis_ray.actors.runtime.remote import on_every_node
+ensure_ray()
+print(sorted({found for _, _, found in on_every_node(lambda cores: os.environ.get("MAGIS_PROMPTS_DIR"))}))
+"""
+
+
+def test_a_task_on_the_cluster_takes_on_the_driver_s_settings(ray_cluster, tmp_path):
+    """The node's workers start from the head's environment; the driver's MAGIS_PROMPTS_DIR reaches
+    a task all the same (the Custodian's actor reading it is the test above)."""
+    done = subprocess.run([sys.executable, "-c", CARRIED_TO_A_TASK], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env=command_environment({**ray_cluster, "MAGIS_PROMPTS_DIR": str(tmp_path / "ours")}))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == repr([str(tmp_path / "ours")])

@@ -18,7 +18,8 @@ from magis_ray.events.schema import LLMExchanged, Recorded, RunFailed, RunFinish
 from magis_ray.actors.runtime.continuation import ResumePoint
 from magis_ray.actors.runtime.issue import IssueRecord
 from magis_ray.actors.runtime.liveness import Liveness
-from magis_ray.actors.runtime.remote import NAMESPACE, answers, gateway_actor, gateway_name, pool_actor, store_actor, supervisor_actor
+from magis_ray.actors.runtime.remote import (NAMESPACE, answers, carry, gateway_actor, gateway_name, pool_actor, store_actor,
+                                             supervisor_actor)
 from magis_ray.actors.runtime.replay import issue_of
 from magis_ray.actors.runtime.services import root_cause
 from magis_ray.store import Fenced
@@ -36,21 +37,19 @@ LEAN_WORKERS = "magis_ray.actors.runtime.lean_workers"
 JOB_CONFIG_VARIABLE = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 
-def settings_runtime_env(address: str, environ: dict[str, str]) -> dict | None:
-    """The runtime env that carries the driver's MAGIS_* settings (prompt templates, log level) to
-    its actors, which read them where they run; what belongs to a node (its environment cache,
-    scratch, sandbox uids and cgroup) each node resolves from its own environment.
+def carried_settings(address: str, environ: dict[str, str]) -> dict[str, str]:
+    """The driver's MAGIS_* settings (prompt templates, log level) its actors and tasks take on where
+    they run (remote.carry); what belongs to a node (its environment cache, scratch, sandbox uids and
+    cgroup) each node resolves from its own environment.
 
     A Ray of our own needs none: its processes inherit the driver's environment. A cluster's
-    workers start from their node's, so a driver that joins one sends its settings along; under
-    `ray job submit` the job's env_vars already reach every worker (and Ray refuses a driver that
-    names them again). Only MAGIS_* variables go: never the API key, because a job's env_vars
-    are shown on the dashboard (docs/guides/cluster.md keeps the key in the head's environment)."""
+    workers start from their node's, so a driver that joins one carries its settings along; under
+    `ray job submit` the job's env_vars already reach every worker. Only MAGIS_* variables go:
+    never the API key (docs/guides/cluster.md keeps the key in the head's environment)."""
     if address == "local" or JOB_CONFIG_VARIABLE in environ:
-        return None
+        return {}
     own = {NODE_ENV[name] for name in NODE_OWN}  # each node resolves these from its own environment
-    settings = {name: value for name, value in environ.items() if name.startswith(SETTINGS_PREFIX) and name not in own}
-    return {"env_vars": settings} if settings else None
+    return {name: value for name, value in environ.items() if name.startswith(SETTINGS_PREFIX) and name not in own}
 
 
 # Ray runs its workers at nice 15 by default, below the driver. Here every role, build and test
@@ -168,10 +167,9 @@ def ensure_ray(address: str | None = None) -> str:
     while True:
         try:
             with signal_handlers_kept():
-                ray.init(
-                    address=address, namespace=NAMESPACE, runtime_env=settings_runtime_env(address, process_environment()),
-                    include_dashboard=False, log_to_driver=False, configure_logging=False, **own_ray_config(address),
-                )
+                ray.init(address=address, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False, **own_ray_config(address))
+            carry(carried_settings(address, process_environment()))
             if address != "local":
                 _joined.append(address)
             return address

@@ -31,19 +31,54 @@ NAMESPACE = "magis"
 ROLE_OPTIONS = dict(num_cpus=0, max_restarts=0)
 
 
+# --- the driver's settings, carried to the processes it starts ---------------------------------
+# A cluster's workers start from their node's environment, not the driver's. The driver's MAGIS_*
+# settings (its prompt templates, its log level: deployment.carried_settings) go as the first
+# argument of every actor and task started here; each process takes them on before it does
+# anything else, and carries them on to what it starts in turn. Ray's runtime env could carry them
+# too, but a worker started with one goes through Ray's setup process first: about 1 CPU-second
+# more a worker, as much again as the worker itself costs.
+_carried: dict[str, str] = {}
+
+
+def carry(settings: dict[str, str]) -> None:
+    """The settings this process carries to the actors and tasks it starts."""
+    _carried.clear()
+    _carried.update(settings)
+
+
+def _take_on(settings: dict[str, str]) -> None:
+    os.environ.update(settings)
+    carry(settings)
+
+
+def carrying(cls):
+    """`cls` as an actor class whose actors take on the carried settings first (the first argument)."""
+
+    class Carrying(cls):
+        def __init__(self, settings: dict[str, str], *args, **kwargs):
+            _take_on(settings)
+            super().__init__(*args, **kwargs)
+
+    Carrying.__name__, Carrying.__qualname__ = cls.__name__, cls.__qualname__  # what Ray names the actors by
+    return Carrying
+
+
 @cache
 def actor_classes():
     from magis_ray.actors.runtime.supervisor import SupervisorService
 
     return {
-        "store": ray.remote(num_cpus=0, max_concurrency=1)(StoreService),
-        "gateway": ray.remote(num_cpus=0, max_concurrency=256)(GatewayService),
-        "supervisor": ray.remote(num_cpus=0, max_concurrency=4)(SupervisorService),
-        "custodian": ray.remote(**ROLE_OPTIONS)(CustodianService),
-        "developer": ray.remote(**ROLE_OPTIONS)(DeveloperService),
-        "qa": ray.remote(**ROLE_OPTIONS)(QAService),
+        "store": ray.remote(num_cpus=0, max_concurrency=1)(carrying(StoreService)),
+        "gateway": ray.remote(num_cpus=0, max_concurrency=256)(carrying(GatewayService)),
+        "supervisor": ray.remote(num_cpus=0, max_concurrency=4)(carrying(SupervisorService)),
+        "custodian": ray.remote(**ROLE_OPTIONS)(carrying(CustodianService)),
+        "developer": ray.remote(**ROLE_OPTIONS)(carrying(DeveloperService)),
+        "qa": ray.remote(**ROLE_OPTIONS)(carrying(QAService)),
         # lends actors to many supervisors at once; each call waits on an actor at most READY_S
-        "pool": ray.remote(num_cpus=0, max_concurrency=64)(RolePool),
+        "pool": ray.remote(num_cpus=0, max_concurrency=64)(carrying(RolePool)),
+        # the driver's placements, shared by its runs' benches
+        "placements": ray.remote(num_cpus=0, max_concurrency=16)(carrying(Placements)),
     }
 
 
@@ -82,7 +117,7 @@ def _shared_actor(kind: str, name: str, *args):
     if name not in _shared:
         _shared[name] = actor_classes()[kind].options(
             name=name, namespace=NAMESPACE, get_if_exists=True, lifetime="detached", scheduling_strategy=on_this_node(),
-        ).remote(*args)
+        ).remote(_carried, *args)
     return _shared[name]
 
 
@@ -227,12 +262,12 @@ class PooledRoles:
 def role_actor(kind: str):
     """A Custodian beside the pool (the driver's node, where the repositories are); Developers and
     QA Engineers need only their task's data, so they spread over the cluster."""
-    return actor_classes()[kind].options(scheduling_strategy=on_this_node() if kind == "custodian" else "SPREAD").remote()
+    return actor_classes()[kind].options(scheduling_strategy=on_this_node() if kind == "custodian" else "SPREAD").remote(_carried)
 
 
 def pool_actor():
     """A driver's pool of role actors, on its node; it ends with the driver."""
-    return actor_classes()["pool"].options(scheduling_strategy=on_this_node()).remote()
+    return actor_classes()["pool"].options(scheduling_strategy=on_this_node()).remote(_carried)
 
 
 def supervisor_actor(pool):
@@ -241,7 +276,7 @@ def supervisor_actor(pool):
 
     port = PooledRoles(pool)
     roles = RoleActors(take=port.take, give_back=port.give_back, bench=partial(bench_tasks, placements=placements_actor()))
-    return actor_classes()["supervisor"].options(scheduling_strategy=on_this_node()).remote(roles)
+    return actor_classes()["supervisor"].options(scheduling_strategy=on_this_node()).remote(_carried, roles)
 
 
 # --- environment builds and test runs as Ray tasks, for grading and for the team's bench -------
@@ -294,8 +329,9 @@ def pinned(node: str) -> NodeAffinitySchedulingStrategy:
     return NodeAffinitySchedulingStrategy(node_id=node, soft=False)
 
 
-def _on_node(work, cores: float, *args):
-    """`work(cores, *args)` on this node: (node id, host name, its result)."""
+def _on_node(settings, work, cores: float, *args):
+    """`work(cores, *args)` on this node, the driver's settings taken on: (node id, host name, its result)."""
+    _take_on(settings)
     node, host = this_node()
     return node, host, work(cores, *args)
 
@@ -310,7 +346,7 @@ def on_every_node(work, *args) -> list[tuple[str, str, object]]:
     """`work(cores, *args)` once on every live node that runs tasks (`cores`: its CPUs), each call
     a task pinned to its node: (node id, host name, result) a node, in Ray's order of the nodes."""
     task = node_check_task()
-    return ray.get([task.options(scheduling_strategy=pinned(node)).remote(work, cores, *args)
+    return ray.get([task.options(scheduling_strategy=pinned(node)).remote(_carried, work, cores, *args)
                     for node, cores in alive_nodes().items()])
 
 
@@ -354,18 +390,21 @@ def ship_repository(repo_path: str, repo: str, commits, mirrors: str | None = No
     return ShippedRepository(repo, commits, packs, tuple(part for part, _ in submodules))
 
 
-def _graded_on_node(work, job, options, shipped, *args):
-    """`work(job, options, *args)` on this node, its repositories this node's copies: (node id, result)."""
+def _graded_on_node(settings, work, job, options, shipped, *args):
+    """`work(job, options, *args)` on this node, the driver's settings taken on and its repositories
+    this node's copies: (node id, result)."""
+    _take_on(settings)
     if shipped is not None:
         options = dataclasses.replace(options, repos_dir=shipped.repos_dir())
     return this_node()[0], work(job, options, *args)
 
 
-def _bench_on_node(work, setup, shipped, *args):
-    """`work(setup, *args)` on this node, the run's repository this node's copy: (node id, TestsRan
-    naming the node)."""
+def _bench_on_node(settings, work, setup, shipped, *args):
+    """`work(setup, *args)` on this node, the driver's settings taken on and the run's repository
+    this node's copy: (node id, TestsRan naming the node)."""
     from magis_ray.actors.code.commit_packs import folder_name
 
+    _take_on(settings)
     if shipped is not None:
         setup = dataclasses.replace(setup, repo_path=os.path.join(shipped.repos_dir(), folder_name(shipped.repo)))
     node, host = this_node()
@@ -415,7 +454,7 @@ class Placements:
 def placements_actor():
     """This driver's placements, on its node (made once a process; it ends with the driver)."""
     if "placements" not in _shared:
-        _shared["placements"] = ray.remote(num_cpus=0, max_concurrency=16)(Placements).options(scheduling_strategy=on_this_node()).remote()
+        _shared["placements"] = actor_classes()["placements"].options(scheduling_strategy=on_this_node()).remote(_carried)
     return _shared["placements"]
 
 
@@ -456,7 +495,7 @@ class BenchTasks:
         prefer = ray.get(self._placements.choose.remote(self._key, alive_nodes())) if self._placements else None
         try:
             node, ran = result_of(build.options(memory=self._build_memory, scheduling_strategy=preferring(prefer))
-                                  .remote(prepare_bench, self._setup, self._shipped))
+                                  .remote(_carried, prepare_bench, self._setup, self._shipped))
         except NODE_LOST:
             if self._placements:
                 self._placements.finished.remote(prefer)
@@ -479,7 +518,7 @@ class BenchTasks:
             node = self._node
             try:
                 return result_of(test.options(memory=self._test_memory, scheduling_strategy=pinned(node))
-                                 .remote(run_bench, self._setup, self._shipped, request))[1]
+                                 .remote(_carried, run_bench, self._setup, self._shipped, request))[1]
             except NODE_LOST:
                 if attempt == PLACEMENT_TRIES:
                     raise
@@ -545,7 +584,7 @@ class RayExecutor:
         instance.testing, instance.node = False, None
         instance.chosen = self.placement.choose(instance.key, alive_nodes())
         instance.ref = build.options(memory=self._build_memory, scheduling_strategy=preferring(instance.chosen)).remote(
-            self._build, instance.job, self._options, instance.shipped)
+            _carried, self._build, instance.job, self._options, instance.shipped)
 
     def next_done(self, handles):
         by_ref = {instance.ref: instance for instance in handles}
@@ -574,7 +613,7 @@ class RayExecutor:
             self.placement.held(instance.key, node)
             _, test = node_tasks()
             instance.ref = test.options(memory=self._test_memory, scheduling_strategy=pinned(node)).remote(
-                self._run, instance.job, self._options, instance.shipped, value)
+                _carried, self._run, instance.job, self._options, instance.shipped, value)
             by_ref[instance.ref] = instance
 
     def _done(self, instance: _Instance) -> None:
