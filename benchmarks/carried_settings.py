@@ -17,17 +17,11 @@ CPU-seconds and 10.9 and 11.3 s as arguments, as much as a run with no setting t
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
+from throughput import machine_busy
+
 SETTINGS = {"MAGIS_LOG_LEVEL": "warning", "MAGIS_PROMPTS_DIR": ""}
-
-
-def busy_seconds() -> float:
-    """The CPU time the whole machine has spent so far (user, nice and system)."""
-    with open("/proc/stat") as stat:
-        user, nice, system = map(int, stat.readline().split()[1:4])
-    return (user + nice + system) / os.sysconf("SC_CLK_TCK")
 
 
 def per_actor(count: int, as_runtime_env: bool) -> float:
@@ -37,14 +31,14 @@ def per_actor(count: int, as_runtime_env: bool) -> float:
     from magis_ray.actors.runtime.remote import actor_classes
 
     qa = actor_classes()["qa"]
-    before = busy_seconds()
+    before, _ = machine_busy()
     if as_runtime_env:
         actors = [qa.options(runtime_env={"env_vars": SETTINGS}).remote({}) for _ in range(count)]
     else:
         actors = [qa.remote(SETTINGS) for _ in range(count)]
     ray.get([actor.ready.remote() for actor in actors])
     time.sleep(2)  # the workers' start-up tails (their first log lines, Ray's registration) settle
-    spent = busy_seconds() - before
+    spent = machine_busy()[0] - before
     for actor in actors:
         ray.kill(actor)
     time.sleep(2)

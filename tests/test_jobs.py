@@ -82,7 +82,7 @@ def submitted(client, head: subprocess.Popen, **job) -> str:
 
 # One instance: the job is what this shows (its working dir, its logs, the head's Ray joined); a
 # batch of several instances on a joined Ray is
-# test_batch.py::test_a_batch_predicts_every_instance_and_reports_bad_ones.
+# test_batch.py::test_two_batches_of_one_name_started_together_predict_every_instance_once_and_report_bad_ones.
 def test_a_batch_submitted_as_a_ray_job_predicts_every_instance(ray_head, tmp_path):
     from ray.job_submission import JobStatus, JobSubmissionClient
 
