@@ -32,14 +32,22 @@ def _ended(thing: subprocess.Popen | threading.Thread) -> str:
     return "" if code is None else f"process {thing.pid} exited with {code}"
 
 
+# Unless a wait gives its own interval, its condition is asked often at first (most are met within a
+# moment), then less and less often, up to every LONGEST_POLL_S: a long wait (a whole run, a Ray
+# ending) then costs the machine little, when each ask opens a store or reads all of /proc.
+FIRST_POLL_S, LONGEST_POLL_S = 0.05, 0.25
+
+
 def wait_until(condition: Callable[[], T], what: str | Callable[[], str], *, timeout_s: float = GENEROUS_S,
-               poll_s: float = 0.05, while_running: subprocess.Popen | threading.Thread | None = None) -> T:
-    """Call `condition` until it returns something truthy, and return that.
+               poll_s: float | None = None, while_running: subprocess.Popen | threading.Thread | None = None) -> T:
+    """Call `condition` until it returns something truthy, and return that; every `poll_s`, else
+    first after FIRST_POLL_S, each pause half again as long as the last, up to LONGEST_POLL_S.
 
     `what` says what is awaited ("the run holds 5 events"), or is called for it at the failure
     (to name what was seen last). `while_running`: a process or thread the condition depends on;
     once it has ended without the condition being met, waiting on is pointless: fail at once."""
     deadline = time.monotonic() + timeout_s
+    interval = poll_s or FIRST_POLL_S
     while True:
         met = condition()
         if met:
@@ -50,4 +58,6 @@ def wait_until(condition: Callable[[], T], what: str | Callable[[], str], *, tim
             raise WaitTimedOut(f"never: {what() if callable(what) else what} ({ended} first)")
         if time.monotonic() >= deadline:
             raise WaitTimedOut(f"not within {timeout_s:g} s: {what() if callable(what) else what}")
-        time.sleep(poll_s)
+        time.sleep(interval)
+        if poll_s is None:
+            interval = min(interval * 1.5, LONGEST_POLL_S)
