@@ -1,7 +1,11 @@
 """Transient model faults (500, 429, a timeout, after every retry) stop a run with a resumable
 RunFailed naming the cause, never a run finished as if the model had answered; a plain resume
 against the healthy server then finishes with the diff an uninterrupted run gives, and a re-run
-batch picks the instance up. The commands join the module's Ray (conftest.py's module_ray)."""
+batch picks the instance up.
+
+The default run tests this on a run of the team in this process (tests/teamruns.py) with the line
+`submit` ends on; the whole `submit` and `resume` commands, which join the module's Ray
+(conftest.py's module_ray), are under `slow`: a whole resume after a stop is test_start_stop.py's."""
 from __future__ import annotations
 
 import json
@@ -9,11 +13,14 @@ import json
 import pytest
 from checks import assert_consistent_log
 from scenarios import MEAN_DIFF, MEAN_FIX, calc_issue, write_issue
+from teamruns import resume_team, run_team, settings_for
 from test_batch import batch_args, dataset, finish, magis, team as batch_team  # noqa: F401 - the dataset fixture
 from test_resume import run
 
 from magis_ray.actors.model.scripted_server import Rule, ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
+from magis_ray.cli.submit import conclude
+from magis_ray.events.errors import Failed
 from magis_ray.events.projections import final_diff, fold
 from magis_ray.events.schema import LLMExchanged, RunFailed, RunFinished, RunResumed
 from magis_ray.store import open_store
@@ -46,15 +53,40 @@ class Fault:
         return None
 
 
+def test_a_fault_stops_the_run_with_its_line_and_a_plain_resume_finishes_it_with_the_same_diff_in_process(calc_repo, tmp_path):
+    repo_path, base = calc_repo
+    store = tmp_path / "store"
+    fault = Fault(Rule(status=500, reply="upstream exploded"), "write_code")
+    with ScriptedServer([fault, team()]) as server:
+        cut = run_team(calc_issue(repo_path, base), settings_for(repo_path, base_url=server.base_url, model="m"), store)
+        assert isinstance(cut.end, RunFailed) and cut.end.resumable
+        assert not cut.of("RunFinished")
+        with pytest.raises(Failed) as failed:  # the line `submit` ends on (exit 2)
+            conclude(str(store), cut.run_id, cut.end)
+        line = str(failed.value)
+        assert line.startswith(f"run {cut.run_id} failed: no reachable model (write_code: ")
+        assert "http 500: upstream exploded (after 5 tries)" in line
+        assert line.endswith(f"resume it with `magis-ray resume {cut.run_id} --store {store}`")
+        fault.on = False  # the server is healthy again
+        resumed = resume_team(store, cut.run_id)  # the settings the run recorded, as a resume given no flags
+        asked = [r for r in server.requests if r.purpose == "write_code"]
+    assert {r.body["model"] for r in server.requests} == {"m"}
+    assert asked[-1].headers.get("x-magis-run") == cut.run_id
+    assert_consistent_log(resumed.events)
+    assert isinstance(resumed.end, RunFinished) and final_diff(fold(resumed.events)) == EXPECTED_DIFF
+    [marker] = resumed.of("RunResumed")
+    assert marker.superseded >= 2  # the unanswered exchange and the failure are retried, not kept
+    assert all(e.model == "m" for e in resumed.of("LLMExchanged"))
+
+
+# slow: the same stop and resume as whole commands; the default run's is the case above, in process
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "rule, cause",
     [
         (Rule(status=500, reply="upstream exploded"), "http 500: upstream exploded (after 5 tries)"),
-        # the same path through asking and resume as a 500 (tests/test_hostile.py has both in-process):
-        # on demand, as each waits out the retries' backoff
-        pytest.param(Rule(status=429, reply="rate limited", retry_after_s=0), "http 429: rate limited (after 5 tries)",
-                     marks=pytest.mark.slow),
-        pytest.param(Rule(hang=True), "timeout: no answer within 0.5 s (after 5 tries)", marks=pytest.mark.slow),
+        (Rule(status=429, reply="rate limited", retry_after_s=0), "http 429: rate limited (after 5 tries)"),
+        (Rule(hang=True), "timeout: no answer within 0.5 s (after 5 tries)"),
     ],
     ids=["http-500", "http-429", "timeout"],
 )
@@ -87,7 +119,7 @@ def test_a_fault_stops_the_run_and_a_plain_resume_finishes_it_with_the_same_diff
     assert all(r.event.model == "m" for r in events if isinstance(r.event, LLMExchanged))
 
 
-# slow: a batch picking up a cut-off run is test_batch's killed batch, and a fault's resume point the [http-500] case above
+# slow: a batch picking up a cut-off run is test_batch's killed batch, and a fault's resume point the in-process case above
 @pytest.mark.slow
 def test_a_batch_rerun_picks_up_an_instance_a_fault_cut_off(dataset, tmp_path, module_ray):
     path, repos = dataset
