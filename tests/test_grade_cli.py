@@ -1,10 +1,11 @@
 """`magis-ray grade` end to end on the calc fixture (a user's repository: --test-cmd), through the
 real command, a real store, real environments and the real sandbox: gold resolves, empty does
 not, the report has the official shape, `eval` takes resolved from the results, a grading killed
-with kill -9 goes on without grading a finished instance twice, and Ray tasks grade in parallel.
-A grading without Ray (--no-ray) runs in this process (tests/commands.py's in_process), but where a
-signal stops it or a process's own environment is the point. The gradings on Ray join the module's
-Ray head (conftest.py's module_ray), but the one a signal stops, whose Ray must end with it."""
+with kill -9 goes on without grading a finished instance twice, and Ray tasks grade in parallel
+(under `slow`). A grading without Ray (--no-ray) runs in this process (tests/commands.py's
+in_process), but where a signal stops it or a process's own environment is the point. The
+gradings on Ray join the module's Ray head (conftest.py's module_ray), but the one a signal stops,
+whose Ray must end with it."""
 from __future__ import annotations
 
 import json
@@ -134,10 +135,11 @@ def test_the_report_is_the_harness_s_own_make_run_report(setup, tmp_path, monkey
     assert list(ours) == list(theirs)  # key for key, in the harness's order
 
 
-def test_a_hostile_prediction_hits_its_limits_and_an_honest_one_still_resolves(setup, tmp_path, module_ray):
-    """Graded side by side (two workers): the hostile prediction's conftest.py forks without end,
-    floods its output and reads the host's home; it is reported with the limits it hit, the honest
-    prediction resolves, and the grader ends normally."""
+def test_a_hostile_prediction_hits_its_limits_and_an_honest_one_still_resolves(setup, tmp_path, grade):
+    """Graded side by side (two workers, this process's threads): the hostile prediction's
+    conftest.py forks without end, floods its output and reads the host's home; it is reported with
+    the limits it hit, the honest prediction resolves, and the grader ends normally. (What holds
+    it is the sandbox, the same on Ray: a grading on Ray is test_cluster_placement.py's.)"""
     secret = Path.home() / f".magis-grade-secret-{os.getpid()}"
     secret.write_text("sk-the-hosts-secret\n")
     conftest = (
@@ -159,17 +161,17 @@ def test_a_hostile_prediction_hits_its_limits_and_an_honest_one_still_resolves(s
                      + json.dumps({"instance_id": "calc__calc-2", "model_name_or_path": "hostile", "model_patch": hostile}) + "\n")
     store = tmp_path / "store"
     try:
-        done = magis(grade_args(setup, dataset, store, str(preds), "--workers", "2"), tmp_path, module_ray)
+        done = grade(grade_args(setup, dataset, store, str(preds), "--workers", "2", "--no-ray"), tmp_path)
     finally:
         secret.unlink()
-    assert done.returncode == 0, done.stderr
+    assert done.code == 0, done.err
     report = json.loads((store / "gradings" / "mixed@calc.json").read_text())
     assert report["resolved_ids"] == ["calc__calc-1"]
     details = json.loads((store / "gradings" / "mixed@calc.details.json").read_text())
     assert any(limit.startswith("process limit reached") for limit in details["calc__calc-2"].get("limits", [])), details
     logs = store / "gradings" / "mixed@calc" / "logs"
     assert not any("sk-the-hosts-secret" in p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file())
-    assert "process limit reached" in done.stdout
+    assert "process limit reached" in done.out
 
 
 def test_a_prediction_over_its_memory_budget_is_ended_and_named(setup, tmp_path, grade):
@@ -350,7 +352,7 @@ def test_kill_9_then_the_same_command_grades_no_finished_instance_twice(setup, t
     assert third.code == 0 and len(stream(store, "gold@calc")) == len(events) + 1
 
 
-# slow: the hostile-prediction test grades two instances on Ray with two workers
+# slow: test_cluster_placement.py grades instances on Ray, on several nodes
 @pytest.mark.slow
 def test_ray_tasks_grade_in_parallel(setup, tmp_path):
     dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"], 1), record(setup["base"], 2)])
@@ -403,8 +405,8 @@ def test_the_grading_service_grades_without_the_command(setup, tmp_path):
 
 
 # [ray] under `slow` for the suite's time: [in-process] stops and resumes the same grading with the same
-# line and exit status, test_start_stop.py's sigterm[mid-run] ends a stopped command's own Ray, and the
-# hostile-prediction test grades on Ray
+# line and exit status, test_start_stop.py's sigterm[mid-run] ends a stopped command's own Ray, and
+# test_cluster_placement.py grades on Ray
 @pytest.mark.parametrize("executor", [pytest.param([], id="ray", marks=pytest.mark.slow), pytest.param(["--no-ray"], id="in-process")])
 def test_a_grading_stopped_by_sigterm_ends_at_once_and_the_same_command_resumes_it(setup, tmp_path, executor, request):
     """SIGTERM (`kill`, `timeout`, a CI cancel) to a grading whose test is running, on Ray or in
