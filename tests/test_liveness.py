@@ -4,7 +4,7 @@ another host is waited for until it runs out; a driver that lost its run ends wi
 batches of the same name on one store, started together, are test_batch.py's.)
 
 A resume refused is tested in this process, on a stored run cut off before its end: the refusal
-comes before any Ray. The resume at once after SIGKILL is test_resume.py's whole run."""
+comes before any Ray. The resume at once after SIGKILL is test_resume.py's, after a whole run killed."""
 from __future__ import annotations
 
 import os
@@ -90,7 +90,7 @@ def test_a_lease_held_from_another_host_is_refused_until_it_runs_out_in_process(
 
 
 # Under `slow` for the suite's time: test_a_live_run_is_refused_in_one_line_naming_its_driver in this
-# process, and test_resume.py's whole run (SIGKILL, then a resume at once despite a ten-minute lease).
+# process, and test_resume.py's (a whole run killed with SIGKILL, then resumed at once despite a ten-minute lease).
 @pytest.mark.slow
 def test_a_live_run_is_refused_then_resumes_at_once_after_sigkill(issue_file, tmp_path):
     """The driver's lease would last ten minutes: only knowing that its holder is dead (its pid is

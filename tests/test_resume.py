@@ -1,8 +1,9 @@
 """Every decision can be re-lived and no work is paid twice: the driver killed with SIGKILL at
 several points and resumed, Ctrl-C, a role actor killed mid-task, replay and its divergences.
 
-The resumes after a kill are whole `submit` and `resume` processes; a finished run refused and
-replay are tested on a run of the team in this process (tests/teamruns.py)."""
+A run killed is a whole `submit` process, its resume a `resume` command in this process on the
+module's Ray; a finished run refused and replay are tested on a run of the team in this process
+(tests/teamruns.py)."""
 from __future__ import annotations
 
 import os
@@ -91,10 +92,12 @@ def issue_file(calc_repo, tmp_path):
 @pytest.mark.parametrize("kill_at", [pytest.param(6, id="custodian", marks=pytest.mark.slow),
                                      pytest.param(20, id="meeting", marks=pytest.mark.slow),
                                      pytest.param(31, id="developers")])
-def test_sigkill_then_resume_at_once_pays_nothing_twice(kill_at, issue_file, tmp_path):
+@pytest.mark.usefixtures("ray_session")
+def test_sigkill_then_resume_at_once_pays_nothing_twice(kill_at, issue_file, tmp_path, capsys, monkeypatch):
     """Resumed the moment the driver is dead, on the same host: its lease (ten minutes long) is no
     obstacle, and what the dead driver's actors still write before Ray ends them is either in the
-    log the resume reads or fenced out after it."""
+    log the resume reads or fenced out after it. The killed `submit` is a process of its own with
+    its own Ray; `resume` runs in this process, on the module's Ray."""
     store = tmp_path / "store"
     answers = team()
     with ScriptedServer(answers) as server:
@@ -107,8 +110,11 @@ def test_sigkill_then_resume_at_once_pays_nothing_twice(kill_at, issue_file, tmp
         with open_store(str(store)) as s:
             [lease] = s.leases(run_id)
         assert lease.live(time.time()) and lease.pid == driver.pid  # the dead driver's lease has not run out
-        code, out, err = run(["resume", run_id[:6], "--store", str(store), "--base-url", server.base_url], tmp_path)
-        assert code == 0, err
+        monkeypatch.setenv("OPENAI_API_KEY", "k")
+        monkeypatch.chdir(tmp_path)
+        resumed = in_process(capsys, "resume", run_id[:6], "--store", store, "--base-url", server.base_url)
+        assert resumed.code == 0, resumed.err
+        err = resumed.err
         assert err.startswith(f"resuming run {run_id} from event ") and "running" not in err and "lease" not in err
         sent = requests_of(server)
     # the killed driver's Ray (process groups of their own in its session, so the kill missed them) noticed and ended

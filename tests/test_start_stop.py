@@ -260,8 +260,8 @@ def test_a_joined_ray_stopped_mid_run_is_named_and_resume_finishes_the_run(issue
     """`ray start --head` left running: submit joins it rather than starting a Ray of its own, and
     says so. That warm Ray is stopped by whoever started it, the moment the run's kick-off meeting
     begins: one line naming that Ray by its address and saying how to go on, exit 2; the run goes on
-    from its log (the team's resume in this process: whole `resume` commands are test_resume.py's and
-    test_transient.py's) and finishes."""
+    from its log (the team's resume in this process: a whole `resume` command is the SIGTERM test's
+    above) and finishes."""
     store = tmp_path / "store"
     answers = team()
     with ScriptedServer(answers) as server:
