@@ -158,3 +158,10 @@ def test_only_the_harness_adapter_imports_swebench(graph):
     repository among it) runs on a plain install."""
     assert graph.find_modules_that_directly_import("swebench") == {HARNESS_ADAPTER}
 
+
+
+def test_the_modules_the_suite_starts_with_are_its_own():
+    from conftest import LONGEST_FIRST
+
+    assert [name for name in LONGEST_FIRST if not (ROOT / "tests" / f"{name}.py").is_file()] == []
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
