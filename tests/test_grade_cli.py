@@ -3,9 +3,9 @@ real command, a real store, real environments and the real sandbox: gold resolve
 not, the report has the official shape, `eval` takes resolved from the results, a grading killed
 with kill -9 goes on without grading a finished instance twice, and Ray tasks grade in parallel
 (under `slow`). A grading without Ray (--no-ray) runs in this process (tests/commands.py's
-in_process), but where a signal stops it or a process's own environment is the point. The
-gradings on Ray join the module's Ray head (conftest.py's module_ray), but the one a signal stops,
-whose Ray must end with it."""
+in_process), but where a signal stops it or a process's own environment is the point. The default
+run starts no Ray; under `slow`, a grading on Ray starts its own, and the resume of one a signal
+stopped joins the module's Ray head (conftest.py's module_ray)."""
 from __future__ import annotations
 
 import json
@@ -139,7 +139,8 @@ def test_a_hostile_prediction_hits_its_limits_and_an_honest_one_still_resolves(s
     """Graded side by side (two workers, this process's threads): the hostile prediction's
     conftest.py forks without end, floods its output and reads the host's home; it is reported with
     the limits it hit, the honest prediction resolves, and the grader ends normally. (What holds
-    it is the sandbox, the same on Ray: a grading on Ray is test_cluster_placement.py's.)"""
+    it is the sandbox, the same in a Ray task: test_batch_resources.py runs the team's sandboxed
+    tests on Ray, test_cluster_placement.py grades in Ray tasks.)"""
     secret = Path.home() / f".magis-grade-secret-{os.getpid()}"
     secret.write_text("sk-the-hosts-secret\n")
     conftest = (
@@ -352,7 +353,7 @@ def test_kill_9_then_the_same_command_grades_no_finished_instance_twice(setup, t
     assert third.code == 0 and len(stream(store, "gold@calc")) == len(events) + 1
 
 
-# slow: test_cluster_placement.py grades instances on Ray, on several nodes
+# slow: test_cluster_placement.py grades instances in Ray tasks, on several nodes
 @pytest.mark.slow
 def test_ray_tasks_grade_in_parallel(setup, tmp_path):
     dataset = write_dataset(tmp_path / "calc.jsonl", [record(setup["base"], 1), record(setup["base"], 2)])
@@ -406,7 +407,7 @@ def test_the_grading_service_grades_without_the_command(setup, tmp_path):
 
 # [ray] under `slow` for the suite's time: [in-process] stops and resumes the same grading with the same
 # line and exit status, test_start_stop.py's sigterm[mid-run] ends a stopped command's own Ray, and
-# test_cluster_placement.py grades on Ray
+# test_cluster_placement.py grades in Ray tasks
 @pytest.mark.parametrize("executor", [pytest.param([], id="ray", marks=pytest.mark.slow), pytest.param(["--no-ray"], id="in-process")])
 def test_a_grading_stopped_by_sigterm_ends_at_once_and_the_same_command_resumes_it(setup, tmp_path, executor, request):
     """SIGTERM (`kill`, `timeout`, a CI cancel) to a grading whose test is running, on Ray or in

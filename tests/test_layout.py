@@ -159,8 +159,9 @@ def test_only_the_harness_adapter_imports_swebench(graph):
     assert graph.find_modules_that_directly_import("swebench") == {HARNESS_ADAPTER}
 
 
-
 def test_the_modules_the_suite_starts_with_are_its_own():
+    """conftest.py's LONGEST_FIRST names test modules that exist, each once: a renamed module
+    would otherwise drop silently to the end of the workers' order."""
     from conftest import LONGEST_FIRST
 
     assert [name for name in LONGEST_FIRST if not (ROOT / "tests" / f"{name}.py").is_file()] == []

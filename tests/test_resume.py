@@ -1,8 +1,8 @@
 """Every decision can be re-lived and no work is paid twice: the driver killed with SIGKILL at
 several points and resumed, Ctrl-C, a role actor killed mid-task, replay and its divergences.
 
-A run killed is a whole `submit` process, its resume a `resume` command in this process on the
-module's Ray; a finished run refused and replay are tested on a run of the team in this process
+A run killed with SIGKILL is a whole `submit` process, its resume a `resume` command in this
+process on the module's Ray (Ctrl-C's, under `slow`, a whole `resume`); a finished run refused and replay are tested on a run of the team in this process
 (tests/teamruns.py)."""
 from __future__ import annotations
 
@@ -60,7 +60,8 @@ def wait_for_events(store_path: Path, at_least: int, timeout=GENEROUS_S) -> str:
                     return runs[0].run_id
         return None
 
-    return wait_until(run_long_enough, f"the run reaches {at_least} events", timeout_s=timeout)
+    # asked every 0.05 s throughout: a kill at this count should land within an answer of it
+    return wait_until(run_long_enough, f"the run reaches {at_least} events", timeout_s=timeout, poll_s=0.05)
 
 
 def wait_for_lease_expiry(store_path: Path, run_id: str, timeout=GENEROUS_S) -> None:
@@ -221,8 +222,9 @@ def test_a_developer_actor_killed_mid_task_is_recreated_from_the_log(calc_repo, 
         worker.start()
         try:
             # design_qa is recorded by then
+            # at once: the kill must land while the answer is held back (0.6 s)
             wait_until(lambda: any(r.purpose == "locate_lines" for r in server.requests), "a Developer asks locate_lines",
-                       while_running=worker)
+                       while_running=worker, poll_s=0.02)
             [pid] = developer_actor_pids()
             os.kill(pid, signal.SIGKILL)
             scripted.delay_s = 0  # the question asked again needs no delay

@@ -2,8 +2,8 @@
 talks to that model again, here a scripted one, even where `--llm auto` would pick another.
 
 In this process: the run, cut off where its script has no answer, its record, the settings resume
-settles from it, and the resume. The whole `submit`, SIGKILL and `resume` is under `slow`; a resume
-after SIGKILL is tested whole in test_resume.py."""
+settles from it, and the resume. The whole `submit`, SIGKILL and `resume` is under `slow`;
+test_resume.py kills a whole `submit` and resumes it in process."""
 from __future__ import annotations
 
 import json
@@ -65,7 +65,7 @@ def test_a_plain_resume_of_a_scripted_run_settles_on_the_recorded_script_in_proc
 
 
 # Under `slow` for the suite's time: the run, its record and the resume's settings in this process
-# (above), a resume after SIGKILL as whole processes in test_resume.py.
+# (above), a whole `submit` killed with SIGKILL and resumed in test_resume.py.
 @pytest.mark.slow
 def test_a_plain_resume_of_a_scripted_run_uses_the_scripted_model(tmp_path):
     subprocess.run([sys.executable, str(EXAMPLE / "make_repo.py"), str(tmp_path / "calc")], check=True, capture_output=True)

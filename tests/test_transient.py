@@ -61,9 +61,10 @@ def test_a_fault_stops_the_run_with_its_line_and_a_plain_resume_finishes_it_with
         cut = run_team(calc_issue(repo_path, base), settings_for(repo_path, base_url=server.base_url, model="m"), store)
         assert isinstance(cut.end, RunFailed) and cut.end.resumable
         assert not cut.of("RunFinished")
-        with pytest.raises(Failed) as failed:  # the line `submit` ends on (exit 2)
+        with pytest.raises(Failed) as failed:  # the line `submit` ends on
             conclude(str(store), cut.run_id, cut.end)
         line = str(failed.value)
+        assert failed.value.exit_status == 2
         assert line.startswith(f"run {cut.run_id} failed: no reachable model (write_code: ")
         assert "http 500: upstream exploded (after 5 tries)" in line
         assert line.endswith(f"resume it with `magis-ray resume {cut.run_id} --store {store}`")

@@ -47,7 +47,7 @@ def wait_until(condition: Callable[[], T], what: str | Callable[[], str], *, tim
     (to name what was seen last). `while_running`: a process or thread the condition depends on;
     once it has ended without the condition being met, waiting on is pointless: fail at once."""
     deadline = time.monotonic() + timeout_s
-    interval = poll_s or FIRST_POLL_S
+    interval = FIRST_POLL_S if poll_s is None else poll_s
     while True:
         met = condition()
         if met:
