@@ -33,6 +33,24 @@ def handle_signals() -> None:
         if name == "SIGHUP" and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
             continue
         signal.signal(getattr(signal, name), _on_signal)
+    sys.unraisablehook = _unless_a_lost_stop
+
+
+def _unless_a_lost_stop(unraisable) -> None:
+    """Python's report of an exception it could not raise, but for a stop: a signal that came while
+    Python ran code that cannot raise (the at-fork callbacks of Ray's processes being started, a
+    finalizer) is raised again where it can be (`raise_if_stopped`), without a stack."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _stopped_by:
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def raise_if_stopped() -> None:
+    """Stop now if a signal came whose KeyboardInterrupt was lost (`_unless_a_lost_stop`): the command
+    would otherwise run on as if no signal had come. Called after Ray's start, whose process starts
+    are where a signal is lost."""
+    if _stopped_by and not _decided:
+        raise KeyboardInterrupt
 
 
 def _on_signal(signum, _frame) -> None:

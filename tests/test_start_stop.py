@@ -376,6 +376,33 @@ def test_ray_start_keeps_the_commands_signal_handlers():
     assert not any(mark in done.stderr for mark in STACK_MARKS), done.stderr
 
 
+def test_a_signal_that_comes_while_ray_forks_its_processes_still_stops_the_command():
+    """A signal whose handler runs in an at-fork callback (Ray starting its processes) raises where
+    Python cannot pass the exception on: it prints "Exception ignored" with a stack and goes on. The
+    stop is kept, nothing is printed, and the command stops once Ray's start returns."""
+    program = (
+        "import os, signal\n"
+        "from magis_ray.cli.signals import handle_signals, raise_if_stopped\n"
+        "handle_signals()\n"
+        "def signalled_mid_fork():\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    for _ in range(1000):\n"  # Python code, in which the handler runs
+        "        pass\n"
+        "os.register_at_fork(after_in_parent=signalled_mid_fork)\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    os._exit(0)\n"
+        "os.waitpid(child, 0)\n"
+        "print('went on')\n"
+        "try:\n"
+        "    raise_if_stopped()\n"
+        "except KeyboardInterrupt:\n"
+        "    print('stopped')\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=GENEROUS_S)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.splitlines() == ["went on", "stopped"]
+
+
 @pytest.mark.parametrize("signals, printed, status", [
     ("before", ["stopped 143", "went on"], 0),
     ("sigint-before", ["stopped 130", "went on"], 0),  # Ctrl-C
