@@ -247,6 +247,7 @@ class RunningRun:
 
     run_id: str
     supervisor: object
+    tested: bool  # its supervisor's runs have a bench
     fence: int = 0  # the epoch of this driver's lease on the run
     result: object = None  # ObjectRef of RunFinished | RunFailed, once the supervisor is asked
 
@@ -272,7 +273,7 @@ class Deployment:
         self.gateway = gateway_actor(gateway_config)
         ray.get(self.store.uses_gateway.remote(gateway_name(gateway_config)))
         self._pool = None
-        self._idle: list = []  # supervisors whose run ended normally
+        self._idle: dict[bool, list] = {False: [], True: []}  # supervisors whose run ended normally, by `tested`
         self.asked: dict[str, RunningRun] = {}  # the runs a supervisor was asked to run, by id
 
     @property
@@ -282,14 +283,16 @@ class Deployment:
             self._pool = pool_actor()
         return self._pool
 
-    def _supervisor(self):
-        """An idle supervisor that still answers, or a new one."""
-        while self._idle:
-            supervisor = self._idle.pop()
+    def _supervisor(self, tested: bool):
+        """An idle supervisor that still answers, or a new one. Only a supervisor of tested runs
+        has the driver's placements: a driver whose runs are not tested starts no actor for them."""
+        idle = self._idle[tested]
+        while idle:
+            supervisor = idle.pop()
             if answers(supervisor):
                 return supervisor
             ray.kill(supervisor)
-        return supervisor_actor(self.pool)
+        return supervisor_actor(self.pool, tested)
 
     def start(self, *, issue: IssueRecord, settings: RunSettings, repo_path: str, run_id: str,
               recorded: list[Recorded] | None = None, resume: ResumePoint | None = None,
@@ -308,7 +311,7 @@ class Deployment:
             ray.get(self.gateway.join_batch.remote(run_id, batch_budget_key(settings.batch)))
         # known before the supervisor is asked: a stop from here on ends the run (interrupt), whether
         # or not the supervisor has begun its log
-        run = self.asked[run_id] = RunningRun(run_id, self._supervisor(), fence)
+        run = self.asked[run_id] = RunningRun(run_id, self._supervisor(settings.tests), settings.tests, fence)
         run.result = run.supervisor.run.remote(run_id, issue, settings, os.path.abspath(repo_path), self.store,
                                                self.gateway, recorded, fence)
         return run
@@ -335,7 +338,7 @@ class Deployment:
                 raise
         finally:
             if ended:
-                self._idle.append(run.supervisor)
+                self._idle[run.tested].append(run.supervisor)
                 self.asked.pop(run.run_id, None)
             else:
                 self._end(run)
@@ -361,9 +364,9 @@ class Deployment:
     def close(self) -> None:
         """End the kept supervisors and role actors (the driver's exit ends them too), and the
         leases when they are this deployment's."""
-        for supervisor in self._idle:
+        for supervisor in [*self._idle[False], *self._idle[True]]:
             ray.kill(supervisor)
-        self._idle.clear()
+        self._idle = {False: [], True: []}
         if self._pool is not None:
             ray.kill(self._pool)
             self._pool = None

@@ -270,12 +270,14 @@ def pool_actor():
     return actor_classes()["pool"].options(scheduling_strategy=on_this_node()).remote(_carried)
 
 
-def supervisor_actor(pool):
-    """A supervisor on the driver's node, whose role actors come from `pool`."""
+def supervisor_actor(pool, tested: bool):
+    """A supervisor on the driver's node, whose role actors come from `pool`; when its runs are
+    `tested`, their benches are placed by the driver's placements (made with the first such run)."""
     from magis_ray.actors.runtime.supervisor import RoleActors
 
     port = PooledRoles(pool)
-    roles = RoleActors(take=port.take, give_back=port.give_back, bench=partial(bench_tasks, placements=placements_actor()))
+    bench = partial(bench_tasks, placements=placements_actor() if tested else None)
+    roles = RoleActors(take=port.take, give_back=port.give_back, bench=bench)
     return actor_classes()["supervisor"].options(scheduling_strategy=on_this_node()).remote(_carried, roles)
 
 
