@@ -1,14 +1,14 @@
 """A Ray cluster on this machine whose nodes each have their own cache root, as separate machines
-would: a head (the driver's node) and two workers."""
+would: a head (the driver's node) and two workers, or as many as a test asks for."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import shutil
 import tempfile
 from pathlib import Path
 
 MB = 1024 ** 2
-NODES = ("head", "worker-1", "worker-2")
 
 
 def short_temp_dir(prefix: str) -> str:
@@ -42,12 +42,26 @@ def local_cluster(temp_dir: str, head: dict, workers: list[dict]):
 
 
 @contextlib.contextmanager
-def nodes_with_own_caches(prefix: str):
-    """The cluster, joined by this process; `cluster.caches` maps each Ray node id to its cache root."""
+def nodes_with_own_caches(prefix: str, workers: int = 2):
+    """The cluster of a head and `workers` workers, joined by this process; `cluster.caches` maps
+    each Ray node id to its cache root, and `cluster.workers_at_least(n)` adds workers, each with a
+    cache of its own, until n are alive."""
     temp_dir = short_temp_dir(prefix)
-    caches = {name: Path(temp_dir) / "caches" / name for name in NODES}
-    node = {name: {"num_cpus": 1, "object_store_memory": 80 * MB, "env_vars": {"MAGIS_ENV_CACHE": str(caches[name])}}
-            for name in NODES}
-    with local_cluster(temp_dir, node[NODES[0]], [node[name] for name in NODES[1:]]) as cluster:
-        cluster.caches = {n.node_id: caches[name] for name, n in zip(NODES, [cluster.head_node, *cluster.worker_nodes])}
+    caches = Path(temp_dir) / "caches"
+
+    def node(name: str) -> dict:
+        return {"num_cpus": 1, "object_store_memory": 80 * MB, "env_vars": {"MAGIS_ENV_CACHE": str(caches / name)}}
+
+    with local_cluster(temp_dir, node("head"), []) as cluster:
+        cluster.caches = {cluster.head_node.node_id: caches / "head"}
+        names = (f"worker-{number}" for number in itertools.count(1))
+
+        def workers_at_least(count: int) -> None:
+            while len(cluster.worker_nodes) < count:
+                name = next(names)  # each node's own: Cluster keeps its workers in a set, unordered
+                cluster.caches[cluster.add_node(**node(name)).node_id] = caches / name
+            cluster.wait_for_nodes()
+
+        cluster.workers_at_least = workers_at_least
+        workers_at_least(workers)
         yield cluster
