@@ -4,7 +4,7 @@ of them in their bench phase at once than it has cores, their test runs interlea
 once: its later runs' agents are served by the role actors its earlier ones used. A worker process
 loads none of Ray's serializer add-ons (pyarrow), which no role needs.
 
-Real throughout: Ray with two CPUs started as magis-ray starts its own, the calc repository, an
+Real throughout: Ray with one CPU started as magis-ray starts its own, the calc repository, an
 environment built from PyPI into a cache of this module's own, bubblewrap, the scripted model over
 HTTP."""
 from __future__ import annotations
@@ -28,7 +28,7 @@ from magis_ray.events.schema import RunSettings
 from magis_ray.events import schema
 from magis_ray.store import open_store
 
-CORES = 2
+CORES = 1
 RUNS = 2 * CORES
 REPRODUCES = "from calc.stats import mean\n\n\ndef test_mean_of_four():\n    assert mean([1, 2, 3, 4]) == 2.5\n"
 
