@@ -101,7 +101,11 @@ def test_a_an_exact_pin_wins_over_the_date_which_moves_to_its_release(caches):
     assert "six==1.17.0 was released 2024-12-04" in log and env.uploaded_before.startswith("2024-12-04")
 
 
-@pytest.mark.parametrize("installer, resolved_by", [(PIP, "for Python 3.8"), (AUTO, "by uv")])
+# pip's case is slow: the resolution from wheels for 3.8 that it wires in is tested in process
+# (test_a_resolution_for_an_older_python_decides_its_markers_for_that_python); uv's case keeps a
+# whole install on 3.8
+@pytest.mark.parametrize("installer, resolved_by", [pytest.param(PIP, "for Python 3.8", marks=pytest.mark.slow),
+                                                    (AUTO, "by uv")])
 def test_h_an_install_on_a_python_too_old_for_a_resolver_keeps_to_the_date(caches, installer, resolved_by):
     """Below Python 3.9 no pip resolves as of a date in the environment itself (matplotlib 3.4 and
     Django 3.0 run 3.8 and 3.6): what the project's install adds is resolved as of the date all
