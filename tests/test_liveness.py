@@ -22,6 +22,7 @@ import pytest
 from checks import assert_consistent_log
 from commands import in_process
 from runs import constructed_run, fixed_new_events, repo_for
+from teamruns import resume_team
 from test_resume import EXPECTED_DIFF, issue_file, run, start, team, wait_for_events, wait_for_lease_expiry  # noqa: F401
 from waiting import wait_until
 
@@ -160,10 +161,12 @@ def test_a_lease_held_from_another_host_is_refused_until_it_runs_out(issue_file,
     assert isinstance(events[-1].event, RunFinished) and final_diff(fold(events)) == EXPECTED_DIFF
 
 
-def test_a_driver_that_lost_its_run_ends_with_one_line(issue_file, tmp_path, module_ray):
-    """Stopped (SIGSTOP) past its lease, the run is resumed elsewhere; woken, the first driver is
-    fenced out: its actors' writes are refused and it ends with one line, no traceback. The first
-    driver has a Ray of its own, stopped with it; the resume joins the module's."""
+def test_a_driver_that_lost_its_run_ends_with_one_line(issue_file, tmp_path):
+    """Stopped (SIGSTOP) past its lease, the run is taken over and finished in this process (its
+    lease taken as `resume` takes it, the team resumed as `resume` resumes it); woken, the first
+    driver is fenced out: its actors' writes are refused and it ends with one line, no traceback.
+    The first driver has a Ray of its own, stopped with it. A whole `resume` command after a driver
+    stopped is test_start_stop.py's SIGTERM mid-run."""
     store = tmp_path / "store"
     script = team(delay_s=0.3)  # slow answers: the stop finds the first driver's run under way
     with ScriptedServer(script) as server:
@@ -173,9 +176,10 @@ def test_a_driver_that_lost_its_run_ends_with_one_line(issue_file, tmp_path, mod
         try:
             wait_for_lease_expiry(store, run_id)
             script.delay_s = 0.0  # the resume has no stop to wait for
-            code, out, err = run(["resume", run_id, "--store", str(store), "--base-url", server.base_url], tmp_path,
-                                 env_extra=module_ray)
-            assert code == 0, err
+            with Liveness(str(store)) as here:
+                here.take(run_id)
+                resumed = resume_team(store, run_id)
+            assert isinstance(resumed.end, RunFinished), resumed.end
         finally:
             os.killpg(driver.pid, signal.SIGCONT)
         out, err = driver.communicate(timeout=120)
