@@ -9,6 +9,10 @@ import tempfile
 from pathlib import Path
 
 MB = 1024 ** 2
+# A node taken down is declared dead by the GCS's health checks: after about 8 s with these, about
+# 16 s with Ray's defaults (a check every 3 s, 5 failures). What the tests wait on is the same; a
+# live node must miss five checks in a row, each with 3 s to answer, to be taken for dead.
+LOST_NODE_SEEN_SOONER = {"health_check_period_ms": 1000, "health_check_timeout_ms": 3000, "health_check_failure_threshold": 5}
 
 
 def short_temp_dir(prefix: str) -> str:
@@ -28,6 +32,7 @@ def local_cluster(temp_dir: str, head: dict, workers: list[dict]):
 
     from magis_ray.actors.runtime import remote
 
+    head = {**head, "_system_config": {**LOST_NODE_SEEN_SOONER, **head.get("_system_config", {})}}
     cluster = Cluster(initialize_head=True, head_node_args={"include_dashboard": False, "temp_dir": temp_dir, **head})
     try:
         for worker in workers:
@@ -42,17 +47,17 @@ def local_cluster(temp_dir: str, head: dict, workers: list[dict]):
 
 
 @contextlib.contextmanager
-def nodes_with_own_caches(prefix: str, workers: int = 2):
-    """The cluster of a head and `workers` workers, joined by this process; `cluster.caches` maps
-    each Ray node id to its cache root, and `cluster.workers_at_least(n)` adds workers, each with a
-    cache of its own, until n are alive."""
+def nodes_with_own_caches(prefix: str, workers: int = 2, head: dict | None = None):
+    """The cluster of a head (with `head`'s further arguments) and `workers` workers, joined by this
+    process; `cluster.caches` maps each Ray node id to its cache root, and
+    `cluster.workers_at_least(n)` adds workers, each with a cache of its own, until n are alive."""
     temp_dir = short_temp_dir(prefix)
     caches = Path(temp_dir) / "caches"
 
     def node(name: str) -> dict:
         return {"num_cpus": 1, "object_store_memory": 80 * MB, "env_vars": {"MAGIS_ENV_CACHE": str(caches / name)}}
 
-    with local_cluster(temp_dir, node("head"), []) as cluster:
+    with local_cluster(temp_dir, {**node("head"), **(head or {})}, []) as cluster:
         cluster.caches = {cluster.head_node.node_id: caches / "head"}
         names = (f"worker-{number}" for number in itertools.count(1))
 

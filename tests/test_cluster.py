@@ -2,25 +2,35 @@
 worker, each its own raylet). Developers and QA Engineers spread over the nodes,
 the store and the gateway are single actors every run shares, the results are those of the team
 without Ray, and a node lost mid-batch costs neither a run nor a second payment for anything
-recorded."""
+recorded. On the same cluster, each node with a cache root of its own: `magis-ray doctor` prints a
+row a node, and a grading whose node is lost mid-grading grades every instance exactly once with
+the verdicts of a grading on one node (its test runs, `--sandbox none`, wait at a gate on the host
+until the node is removed)."""
 from __future__ import annotations
 
 import hashlib
+import socket
+import tempfile
 import threading
 import time
+import uuid
+from pathlib import Path
 
 import msgspec
 import pytest
 from checks import assert_consistent_log
-from clusters import local_cluster, short_temp_dir
+from clusters import nodes_with_own_caches
+from execfixtures import GOLD, make_calc_repos, new_file_patch, record, write_dataset
 from scenarios import BOTH_DIFF, BOTH_ISSUE, MEAN_FIX, SHOUT_FIX, calc_issue, make_calc_repo
+from test_cluster_placement import copies_in, grading_options, lose_a_worker_midway, verdicts, write_predictions
 from waiting import wait_until
 
 from magis_ray.actors.model.scripted_server import Rule, ScriptedServer
 from magis_ray.actors.model.scripted_team import ScriptedTeam
 from magis_ray.actors.runtime.deployment import WORKER_NICENESS
 from magis_ray.events.projections import final_diff, fold, metrics
-from magis_ray.events.schema import LLMExchanged, RunFinished, RunSettings, TaskFinished
+from magis_ray.events.schema import InstanceGraded, InstanceGradingStarted, LLMExchanged, RunFinished, RunSettings, TaskFinished
+from magis_ray.events.streams import StreamKind
 from magis_ray.store import open_store
 
 MB = 1024**2
@@ -63,11 +73,12 @@ def test_the_cluster_config_is_one_ray_up_accepts():
 
 @pytest.fixture(scope="module")
 def cluster():
-    """A head (the driver's node: store, gateway, supervisors, Custodians) and a worker: work spread
-    over the nodes shows on both, and a lost worker leaves the head to take its work over."""
-    head = {"num_cpus": 1, "object_store_memory": 80 * MB,
-            "_system_config": {"worker_niceness": WORKER_NICENESS}}  # as ray_cluster.yaml starts its nodes
-    with local_cluster(short_temp_dir("mrc-"), head, [{"num_cpus": 1, "object_store_memory": 80 * MB}]) as started:
+    """A head (the driver's node: store, gateway, supervisors, Custodians) and a worker, each with a
+    cache root of its own: work spread over the nodes shows on both, and a lost worker leaves the
+    head to take its work over. A test that loses the worker adds one back before it
+    (`cluster.workers_at_least`)."""
+    # the workers' priority as ray_cluster.yaml starts its nodes
+    with nodes_with_own_caches("mrc-", workers=1, head={"_system_config": {"worker_niceness": WORKER_NICENESS}}) as started:
         yield started
 
 
@@ -250,15 +261,66 @@ def explain(keys, logs, victim, removed_at, sent=()) -> str:
     return "\n".join(lines)
 
 
+# --- the cluster as a grading and `magis-ray doctor` see it -----------------------------------
+
+def test_doctor_on_the_cluster_prints_a_row_a_node(cluster, tmp_path):
+    """RAY_ADDRESS names the cluster, each node with a cache root of its own: the checks run on
+    each node, a row each."""
+    from test_doctor import doctor, rows
+
+    cluster.workers_at_least(1)
+
+    result = doctor("--memory", "1G", cwd=tmp_path, RAY_ADDRESS=cluster.address)
+    nodes = [node.node_id for node in [cluster.head_node, *cluster.worker_nodes]]
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = rows(result)
+    assert len(nodes) >= 2 and sorted(name.rsplit("(", 1)[1].rstrip(")") for name in table) == sorted(n[:8] for n in nodes), result.stdout
+    assert all(row["SANDBOX"] == "bwrap" and row["MEMORY"] == "1 x 1 GiB fit" for row in table.values()), result.stdout
+
+
+def test_a_node_lost_mid_grading_every_instance_is_graded_once_with_the_verdicts_of_one_node(cluster, tmp_path):
+    from magis_ray.actors.swebench.grading_service import plan_grading, run_grading_plan
+
+    cluster.workers_at_least(1)
+    _, base = make_calc_repos(tmp_path / "repos")
+    dataset = write_dataset(tmp_path / "calc.jsonl", [record(base, n) for n in (1, 2)])
+    patches = {1: GOLD, 2: new_file_patch("calc/unused.py", "X = 1\n")}  # one fixes it, one does not
+    predictions = write_predictions(tmp_path / "preds.jsonl", patches)
+    gate = Path(tempfile.gettempdir()) / f"mrp-gate-{uuid.uuid4().hex}"
+    plan = plan_grading(grading_options(tmp_path, dataset, predictions, gate, name="lost"))
+    # every test run waits at the gate: one on a worker node is what the node takes down with it (a
+    # node has a core, so the two instances go to two nodes, and one of any two is a worker)
+    lost, done = lose_a_worker_midway(cluster, gate, lambda: run_grading_plan(plan), "the grading's test run")
+    alive = {cluster.head_node.node_id, *(n.node_id for n in cluster.worker_nodes)}
+    assert lost not in alive
+    # every instance once, in the stream and in the report; none graded on the lost node
+    with open_store(str(tmp_path / "store")) as store:
+        events = [r.event for r in store.read(StreamKind.GRADING.stream_id("lost"))]
+    ids = [f"calc__calc-{n}" for n in patches]
+    assert sorted(e.instance_id for e in events if isinstance(e, InstanceGraded)) == ids
+    assert sorted(e.instance_id for e in events if isinstance(e, InstanceGradingStarted)) == ids
+    report = done.report
+    assert (report["resolved_ids"], report["unresolved_ids"], report["error_ids"]) == (ids[:1], ids[1:], [])
+    assert report["completed_instances"] == report["total_instances"] == 2
+    assert all(r.node in alive and r.host == socket.gethostname() for r in done.results), [(r.node, r.host) for r in done.results]
+    # each node that graded did so from its own copy of the repository's commit
+    for node in {r.node for r in done.results}:
+        assert copies_in(cluster.caches[node]), node
+    # the same instances on one node (this process's threads, the gate open) give the same verdicts,
+    # tested in the environment a node built
+    built = cluster.caches[done.results[0].node]
+    single = run_grading_plan(plan_grading(grading_options(tmp_path, dataset, predictions, gate, name="one", use_ray=False,
+                                                           env_cache=str(built))))
+    assert verdicts(done.results) == verdicts(single.results)
+
+
 # a crashed node's actors raise ActorUnavailableError until the GCS declares the node dead
-# (~15 s of failed health checks): the supervisor recreates them on any RayActorError
+# (about 8 s of failed health checks here: clusters.py): the supervisor recreates them on any RayActorError
 # A crashed node in the default run; one removed in order is the milder case, slow-marked for the
 # suite's time.
 @pytest.mark.parametrize("graceful", [pytest.param(True, id="removed", marks=pytest.mark.slow), pytest.param(False, id="crashed")])
 def test_a_node_lost_mid_batch_its_runs_go_on_elsewhere_and_nothing_is_paid_twice(cluster, repos, tmp_path, graceful):
-    while not alive_workers(cluster):  # an earlier case took it away
-        cluster.add_node(num_cpus=1, object_store_memory=80 * MB)
-    cluster.wait_for_nodes()  # a node just added takes actors only once it has registered
+    cluster.workers_at_least(1)  # an earlier test may have taken it away
     store_path = tmp_path / "store"
     count = 2  # four Developers: SPREAD puts some on the worker
     open_store(str(store_path), create=True).close()
