@@ -28,16 +28,16 @@ os.environ.setdefault("MAGIS_RAY", "own")
 
 
 # The modules that take longest, longest first (their seconds in a default run on an idle 2-core
-# machine: fidelity 183, the docs' pages 112, ... repos 21; the rest took under 15 each). Workers
+# machine: cluster about 160, fidelity 160, ... own_repository 14; the rest took under 14 each). Workers
 # are handed modules in this order (`--no-loadscope-reorder`: xdist would otherwise start with the
 # modules of most tests, which are quick), so the long ones run side by side early and the quick
 # ones fill in at the end, rather than one long module running last while the other workers idle.
 LONGEST_FIRST = (
-    "test_fidelity", "test_docs_runnable", "test_grade_cli", "test_cluster", "test_start_stop", "test_batch",
-    "test_test_environments", "test_batch_resources", "test_liveness", "test_resume", "test_testbed_reuse",
-    "test_team_tests", "test_compiler_cache", "test_installers", "test_cluster_placement", "test_shared_services",
-    "test_jobs", "test_sandbox", "test_real_projects", "test_local_model", "test_execution", "test_submit_cli",
-    "test_tasks_validate", "test_team_ray", "test_one_configuration", "test_artifacts", "test_evaluation", "test_repos",
+    "test_cluster", "test_fidelity", "test_grade_cli", "test_start_stop", "test_docs_runnable", "test_test_environments",
+    "test_testbed_reuse", "test_batch", "test_installers", "test_resume", "test_team_tests",
+    "test_shared_services", "test_batch_resources", "test_sandbox", "test_compiler_cache", "test_jobs", "test_local_model",
+    "test_execution", "test_real_projects", "test_liveness", "test_tasks_validate", "test_artifacts", "test_repos",
+    "test_one_configuration", "test_team_ray", "test_submit_cli", "test_evaluation", "test_inspector", "test_own_repository",
 )
 
 
