@@ -250,4 +250,5 @@ def start_ray(store_path: str, run_id: str) -> None:
             ensure_ray(address)
         raise_if_stopped()
     except RayStartFailed as exc:
+        raise_if_stopped()  # a stop that Ray's start turned into a failure of its own is a stop
         raise BadInput(str(exc)) from None
