@@ -48,7 +48,8 @@ def local_cluster(temp_dir: str, head: dict, workers: list[dict]):
 
 @contextlib.contextmanager
 def nodes_with_own_caches(prefix: str, workers: int = 2, head: dict | None = None):
-    """The cluster of a head (with `head`'s further arguments) and `workers` workers, joined by this
+    """The cluster of a head (`head`'s arguments added to a node's, replacing any of the same name:
+    `env_vars` would replace the cache root's) and `workers` workers, joined by this
     process; `cluster.caches` maps each Ray node id to its cache root, and
     `cluster.workers_at_least(n)` adds workers, each with a cache of its own, until n are alive."""
     temp_dir = short_temp_dir(prefix)

@@ -29,7 +29,7 @@ from magis_ray.events import schema
 from magis_ray.store import open_store
 
 CORES = 1
-RUNS = 2 * CORES
+RUNS = 2 * CORES + 1  # more than twice the cores: on a busy machine some reach their bench phase late
 REPRODUCES = "from calc.stats import mean\n\n\ndef test_mean_of_four():\n    assert mean([1, 2, 3, 4]) == 2.5\n"
 
 needs_sandbox = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed (apt-get install bubblewrap)")

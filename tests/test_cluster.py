@@ -33,7 +33,6 @@ from magis_ray.events.schema import InstanceGraded, InstanceGradingStarted, LLME
 from magis_ray.events.streams import StreamKind
 from magis_ray.store import open_store
 
-MB = 1024**2
 FIXES = {"calc/stats.py": [MEAN_FIX], "calc/texts.py": [SHOUT_FIX]}
 EXPECTED_DIFF = BOTH_DIFF
 # The calls a Developer and its QA Engineer make: the work that spreads over the cluster.
@@ -75,8 +74,8 @@ def test_the_cluster_config_is_one_ray_up_accepts():
 def cluster():
     """A head (the driver's node: store, gateway, supervisors, Custodians) and a worker, each with a
     cache root of its own: work spread over the nodes shows on both, and a lost worker leaves the
-    head to take its work over. A test that loses the worker adds one back before it
-    (`cluster.workers_at_least`)."""
+    head to take its work over. A test that needs the worker asks for it first
+    (`cluster.workers_at_least`): an earlier test may have lost it."""
     # the workers' priority as ray_cluster.yaml starts its nodes
     with nodes_with_own_caches("mrc-", workers=1, head={"_system_config": {"worker_niceness": WORKER_NICENESS}}) as started:
         yield started
@@ -190,6 +189,7 @@ def recorded_keys(logs: dict[str, list]) -> set[tuple]:
 
 
 def test_a_batch_spreads_over_the_nodes_shares_one_gateway_and_matches_the_team_without_ray(cluster, repos, tmp_path):
+    cluster.workers_at_least(1)
     limit = 2
     store_path = tmp_path / "store"
     with ScriptedServer(scripted(0.15)) as server:

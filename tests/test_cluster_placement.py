@@ -46,7 +46,7 @@ def copies_in(cache: Path) -> list[Path]:
     return sorted((cache / "repositories").glob("*/calc__calc"))
 
 
-# --- a node lost mid-grading ----------------------------------------------------------------
+# --- helpers: a gated grading, a lost worker (test_cluster.py's grading uses them too) -------
 
 def gated(gate: Path) -> str:
     """The fixture's test command, held until `gate` exists (its path carries a uuid, so the
