@@ -22,7 +22,7 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
 
     from magis_ray.events.errors import BadInput
 
-    from .signals import interrupted_exit_code, raise_if_stopped
+    from .signals import interrupted_exit_code
 
     try:
         items = read_batch_items(dataset.read_bytes().splitlines(), dataset.name)
@@ -46,7 +46,6 @@ def submit_batch(dataset: Path, repos_dir, out: Path, workers, instances, batch_
         open_store(store_path, create=True).close()
         deployment = Deployment(store_path, gateway_config(endpoint, run_config))
         try:
-            raise_if_stopped()
             with open_store(store_path) as store:
                 run_config = batch_settings(run_config, batch_name)
                 with tqdm(total=len(items), unit="instance", desc=f"batch {batch_name}", file=sys.stderr) as bar:

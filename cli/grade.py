@@ -165,10 +165,9 @@ def run_with_progress(plan, run, what: str, unit: str, state: Callable[[object, 
 
     from magis_ray.actors.swebench.grading_service import start_ray
 
-    from .signals import interrupted_exit_code, raise_if_stopped
+    from .signals import interrupted_exit_code
 
     start_ray(plan)
-    raise_if_stopped()
     with tqdm(total=len(plan.jobs), unit=unit, desc=f"{what} {plan.name}", file=sys.stderr) as bar:
         def progress(event, skipped: bool) -> None:
             bar.update(1)

@@ -17,7 +17,6 @@ SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}
 _stopped_by: list[str] = []  # the name of the signal that stopped this command, once one has
 _decided: list[int] = []  # the exit status, once the command's outcome is decided
 _let_pass: list[str] = []  # a signal that came once it was
-_reporting: list = []  # the unraisable hook in place before handle_signals, which reports all but a lost stop
 
 
 def interrupted_exit_code() -> int:
@@ -34,27 +33,6 @@ def handle_signals() -> None:
         if name == "SIGHUP" and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
             continue
         signal.signal(getattr(signal, name), _on_signal)
-    if sys.unraisablehook is not _unless_a_lost_stop:
-        _reporting.append(sys.unraisablehook)
-        sys.unraisablehook = _unless_a_lost_stop
-
-
-def _unless_a_lost_stop(unraisable) -> None:
-    """Python's report of an exception it could not raise, passed on to the hook that was in place,
-    but for a stop's: a signal whose handler ran where Python cannot raise (the at-fork callbacks
-    while Ray starts its processes) prints no stack; the stop stays recorded, and
-    `raise_if_stopped` raises it once Ray's start returns."""
-    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _stopped_by and not _decided:
-        return
-    _reporting[-1](unraisable)
-
-
-def raise_if_stopped() -> None:
-    """Stop now if a signal came and no KeyboardInterrupt carried it here: one raised where Python
-    cannot raise (`_unless_a_lost_stop`), or one that Ray's start turned into an error of its own.
-    Called where Ray's start returns or fails: its process starts are where a stop is lost."""
-    if _stopped_by and not _decided:
-        raise KeyboardInterrupt
 
 
 def _on_signal(signum, _frame) -> None:

@@ -237,7 +237,6 @@ def start_ray(store_path: str, run_id: str) -> None:
 
     from magis_ray.events.errors import BadInput
     from .progress import Progress
-    from .signals import raise_if_stopped
 
     node = node_settings()
     address = ray_address(node)
@@ -248,7 +247,5 @@ def start_ray(store_path: str, run_id: str) -> None:
         # a stream no run writes: Progress shows its waiting line, and its heartbeat while Ray starts
         with Progress(store_path, f"{run_id}:ray-start", waiting="starting Ray"):
             ensure_ray(address)
-        raise_if_stopped()
     except RayStartFailed as exc:
-        raise_if_stopped()  # a stop that Ray's start turned into a failure of its own is a stop
         raise BadInput(str(exc)) from None

@@ -2,8 +2,8 @@
 several points and resumed, Ctrl-C, a role actor killed mid-task, replay and its divergences.
 
 A run killed with SIGKILL is a whole `submit` process, its resume a `resume` command in this
-process on the module's Ray (Ctrl-C's, under `slow`, a whole `resume`); a finished run refused and replay are tested on a run of the team in this process
-(tests/teamruns.py)."""
+process on the module's Ray (Ctrl-C's, under `slow`, a whole `resume`); a finished run refused
+and replay are tested on a run of the team in this process (tests/teamruns.py)."""
 from __future__ import annotations
 
 import os

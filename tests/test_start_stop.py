@@ -382,20 +382,21 @@ def test_a_signal_that_comes_while_ray_forks_its_processes_still_stops_the_comma
     stop is kept, nothing is printed, and the command stops once Ray's start returns."""
     program = (
         "import os, signal\n"
-        "from magis_ray.cli.signals import handle_signals, raise_if_stopped\n"
+        "from magis_ray.cli.signals import handle_signals\n"
+        "from magis_ray.actors.runtime.deployment import signal_handlers_kept\n"
         "handle_signals()\n"
         "def signalled_mid_fork():\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
         "    for _ in range(1000):\n"  # Python code, in which the handler runs
         "        pass\n"
         "os.register_at_fork(after_in_parent=signalled_mid_fork)\n"
-        "child = os.fork()\n"
-        "if child == 0:\n"
-        "    os._exit(0)\n"
-        "os.waitpid(child, 0)\n"
-        "print('went on')\n"
         "try:\n"
-        "    raise_if_stopped()\n"
+        "    with signal_handlers_kept():\n"  # as ensure_ray starts Ray
+        "        child = os.fork()\n"
+        "        if child == 0:\n"
+        "            os._exit(0)\n"
+        "        os.waitpid(child, 0)\n"
+        "        print('went on')\n"
         "except KeyboardInterrupt:\n"
         "    print('stopped')\n")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=GENEROUS_S)

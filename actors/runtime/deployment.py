@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 import uuid
 from contextlib import contextmanager
@@ -187,17 +188,37 @@ def signal_handlers_kept():
     driver's core worker a crash handler that also takes SIGTERM (a C++ stack, then exit 15 or
     134): a command stopped during or just after the start would end without its line. So Ray is
     kept from setting them; its workers keep their crash handler, which this process's setting
-    does not reach."""
+    does not reach.
+
+    A stop (KeyboardInterrupt) raised where Python cannot raise, in the at-fork callbacks while Ray
+    starts its processes, would be printed with a stack and ignored: it is kept, and raised once the
+    start returns or fails."""
     import ray._private.ray_constants as ray_constants
     import ray._private.utils as ray_utils
 
     crash_handler, set_handler = ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER, ray_utils.set_sigterm_handler
+    reporting, lost = sys.unraisablehook, []
+
+    def keep_a_lost_stop(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            lost.append(unraisable.exc_value)
+        else:
+            reporting(unraisable)
+
     ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
     ray_utils.set_sigterm_handler = lambda handler: None
+    sys.unraisablehook = keep_a_lost_stop
     try:
         yield
+    except Exception:
+        if lost:  # the start failed because it was stopped
+            raise KeyboardInterrupt from None
+        raise
     finally:
         ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER, ray_utils.set_sigterm_handler = crash_handler, set_handler
+        sys.unraisablehook = reporting
+    if lost:
+        raise KeyboardInterrupt
 
 
 def start_timed_out(exc: BaseException) -> bool:
