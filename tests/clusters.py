@@ -8,6 +8,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from waiting import wait_until
+
 MB = 1024 ** 2
 # A node taken down is declared dead by the GCS's health checks: after about 8 s with these, about
 # 16 s with Ray's defaults (a check every 3 s, 5 failures). What the tests wait on is the same; a
@@ -58,6 +60,11 @@ def nodes_with_own_caches(prefix: str, workers: int = 2, head: dict | None = Non
     def node(name: str) -> dict:
         return {"num_cpus": 1, "object_store_memory": 80 * MB, "env_vars": {"MAGIS_ENV_CACHE": str(caches / name)}}
 
+    def alive_node_ids() -> set[str]:
+        import ray
+
+        return {each["NodeID"] for each in ray.nodes() if each["Alive"]}
+
     with local_cluster(temp_dir, {**node("head"), **(head or {})}, []) as cluster:
         cluster.caches = {cluster.head_node.node_id: caches / "head"}
         names = (f"worker-{number}" for number in itertools.count(1))
@@ -66,7 +73,11 @@ def nodes_with_own_caches(prefix: str, workers: int = 2, head: dict | None = Non
             while len(cluster.worker_nodes) < count:
                 name = next(names)  # each node's own: Cluster keeps its workers in a set, unordered
                 cluster.caches[cluster.add_node(**node(name)).node_id] = caches / name
-            cluster.wait_for_nodes()
+            # the very nodes, not their number (Cluster.wait_for_nodes): a node killed moments ago,
+            # which the GCS has not yet declared dead, would stand in for one still joining, and
+            # work placed meanwhile would all go to the head
+            wanted = {each.node_id for each in cluster.list_all_nodes()}
+            wait_until(lambda: alive_node_ids() == wanted, lambda: f"the GCS sees nodes {sorted(alive_node_ids())}, not {sorted(wanted)}")
 
         cluster.workers_at_least = workers_at_least
         workers_at_least(workers)
