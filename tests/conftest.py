@@ -35,7 +35,7 @@ os.environ.setdefault("MAGIS_RAY", "own")
 LONGEST_FIRST = (
     "test_cluster", "test_fidelity", "test_grade_cli", "test_start_stop", "test_docs_runnable", "test_test_environments",
     "test_testbed_reuse", "test_batch", "test_installers", "test_resume", "test_team_tests",
-    "test_shared_services", "test_batch_resources", "test_sandbox", "test_compiler_cache", "test_jobs", "test_local_model",
+    "test_shared_services", "test_batch_resources", "test_sandbox", "test_compiler_cache", "test_local_model",
     "test_execution", "test_real_projects", "test_liveness", "test_tasks_validate", "test_artifacts", "test_repos",
     "test_one_configuration", "test_team_ray", "test_submit_cli", "test_evaluation", "test_inspector", "test_own_repository",
 )

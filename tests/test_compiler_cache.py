@@ -89,14 +89,15 @@ compiling = pytest.mark.skipif(
     reason="needs bubblewrap (bwrap), ccache (apt-get install ccache) and a C compiler (gcc)")
 
 
-# slow: the build-isolation case below runs the same recompiling checks (two_commits_recompile_only_the_changed_file)
-@pytest.mark.slow
 @compiling
 def test_a_changed_c_source_recompiles_only_that_file_and_the_verdict_holds(tmp_path):
     two_commits_recompile_only_the_changed_file(tmp_path, {"setup.py": SETUP, "pyproject.toml": PYPROJECT},
                                                 ONE, TWO)
 
 
+# slow: it runs the recompiling checks above with numpy in the build isolation, whose naming alike
+# at every install is test_the_front_names_a_build_isolation_the_same_at_every_install_and_apart_from_other_ones
+@pytest.mark.slow
 @compiling
 def test_a_build_isolations_headers_hit_the_cache_at_another_testbed(tmp_path):
     """numpy's headers come from a build isolation named at random by each install: the front names

@@ -89,6 +89,8 @@ def test_h_packages_pip_setuptools_and_wheel_keep_to_the_date(caches):
     assert "resolved everything as of 2023-01-01" in (Path(env.path) / "logs" / "era.log").read_text()
 
 
+# slow: test_installers.py's uv and pip build pins six 1.17.0 over the same date, with the same log
+@pytest.mark.slow
 def test_a_an_exact_pin_wins_over_the_date_which_moves_to_its_release(caches):
     """six 1.17.0 came out on 2024-12-04: the spec pins it, so the environment cannot be older
     than that, and what it leaves free resolves as of then (attrs 24.2.0, not 24.3.0 of 2024-12-16)."""

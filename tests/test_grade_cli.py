@@ -135,6 +135,10 @@ def test_the_report_is_the_harness_s_own_make_run_report(setup, tmp_path, monkey
     assert list(ours) == list(theirs)  # key for key, in the harness's order
 
 
+# slow: what holds a hostile prediction is the sandbox, whose limits test_sandbox.py hits one by one (a fork
+# bomb, the host's home, secrets, an output flood); a limit reaching the grading's details and table is
+# test_a_prediction_over_its_memory_budget_is_ended_and_named
+@pytest.mark.slow
 def test_a_hostile_prediction_hits_its_limits_and_an_honest_one_still_resolves(setup, tmp_path, grade):
     """Graded side by side (two workers, this process's threads): the hostile prediction's
     conftest.py forks without end, floods its output and reads the host's home; it is reported with

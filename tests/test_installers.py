@@ -57,7 +57,9 @@ def test_uv_and_pip_build_the_same_distributions_from_one_recipe(tmp_path):
     found = distributions(with_uv.venv)
     assert found == distributions(with_pip.venv)
     assert {("six", "1.17.0"), ("iniconfig", "1.1.1"), ("attrs", "24.2.0"), ("pip", "24.3.1")} <= set(found), found
-    assert "resolved everything as of 2024-12-04" in (Path(with_uv.path) / "logs" / "era.log").read_text()
+    dated = (Path(with_uv.path) / "logs" / "era.log").read_text()
+    assert "six==1.17.0 was released 2024-12-04" in dated and "resolved everything as of 2024-12-04" in dated
+    assert with_uv.uploaded_before.startswith("2024-12-04")
     # uv's files come from its cache by hard links, and the modules are compiled as pip's are.
     attrs = next(Path(with_uv.venv).glob("lib/python*/site-packages/attr/__init__.py"))
     assert attrs.stat().st_nlink > 1

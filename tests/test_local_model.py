@@ -43,7 +43,7 @@ REVIEW = [
         'Does it make mean() return 0.0 for an empty list? Answer as JSON: {"approved": true or false, "comment": "..."}',
     ),
 ]
-CONTEXT = 1024
+CONTEXT = 512
 
 
 @pytest.fixture(scope="module")
