@@ -105,26 +105,31 @@ def test_a_an_exact_pin_wins_over_the_date_which_moves_to_its_release(caches):
 
 # pip's case is slow: the resolution from wheels for 3.8 that it wires in is tested in process
 # (test_a_resolution_for_an_older_python_decides_its_markers_for_that_python); uv's case keeps a
-# whole install on 3.8
-@pytest.mark.parametrize("installer, resolved_by", [pytest.param(PIP, "for Python 3.8", marks=pytest.mark.slow),
-                                                    (AUTO, "by uv")])
-def test_h_an_install_on_a_python_too_old_for_a_resolver_keeps_to_the_date(caches, installer, resolved_by):
+# whole install on 3.8. uv's date is older than pip 22.2, the first pip that reports what it would
+# install, which the resolution from wheels asks of the environment's own pip.
+@pytest.mark.parametrize("installer, resolved_by, date", [
+    pytest.param(PIP, "for Python 3.8", "2023-01-01T00:00:00Z", marks=pytest.mark.slow), (AUTO, "by uv", "2022-04-01T00:00:00Z")])
+def test_h_an_install_on_a_python_too_old_for_a_resolver_keeps_to_the_date(caches, installer, resolved_by, date):
     """Below Python 3.9 no pip resolves as of a date in the environment itself (matplotlib 3.4 and
     Django 3.0 run 3.8 and 3.6): what the project's install adds is resolved as of the date all
     the same, by uv where it built the environment, else from wheels. matplotlib asks for
-    setuptools_scm, whose today's release warns at import, and its tests turn warnings into errors."""
+    setuptools_scm, whose today's release warns at import, and its tests turn warnings into errors.
+    The project declares its requirements in setup.py, as SWE-bench's do, so uv builds it to read
+    them, with the date's setuptools (62 in April 2022), which has no hooks for an editable install:
+    they are read from the project as installed."""
     testbeds, root = caches
     try:
         find_python("3.8")
     except InterpreterMissing:
         pytest.skip("no Python 3.8 on this machine")
-    _, base = make_repo(root / "repos" / f"old__old-{installer}", {"pyproject.toml": pyproject("pkg", ["six"]), "pkg/__init__.py": ""})
-    env = Recipe(python="3.8", pip_packages=("pytest",), uploaded_before="2023-01-01T00:00:00Z", installer=installer,
+    setup = 'from setuptools import setup\nsetup(name="pkg", version="0.1", packages=["pkg"], install_requires=["six"])\n'
+    _, base = make_repo(root / "repos" / f"old__old-{installer}", {"setup.py": setup, "pkg/__init__.py": ""})
+    env = Recipe(python="3.8", pip_packages=("pytest",), uploaded_before=date, installer=installer,
                  label=f"era-38-{installer}")
     testbed = testbeds.get(TestbedRecipe(env=env, repo="old/old", commit=base, install=("python -m pip install -e .",)),
                            root / "repos" / f"old__old-{installer}")
     assert "six-1.16.0.dist-info" in site_packages(str(Path(testbed.path) / "python"))  # not 1.17.0 of 2024
-    assert f"resolved as of 2023-01-01T00:00:00Z {resolved_by}" in (Path(testbed.path) / "logs" / "testbed.log").read_text()
+    assert f"resolved as of {date} {resolved_by}" in (Path(testbed.path) / "logs" / "testbed.log").read_text()
 
 
 def test_h_a_test_run_installing_again_builds_with_the_tools_the_testbeds_install_built_with(caches):

@@ -159,8 +159,10 @@ def test_every_pip_install_of_swebench_s_specs_is_resolved_by_uv_with_the_projec
     for command in commands:
         assert uv_requirements(PIP_INSTALL.match(command).group(1), tree) is not None, command
     assert uv_requirements("-v --no-use-pep517 --no-build-isolation -e .", tree) == \
-        ([f"-e {tree}"], ("--no-build-isolation",))
-    assert uv_requirements("-e '.[dev]'", tree) == ([f"-e {tree}[dev]"], ())
+        ([str(tree)], ("--no-build-isolation",))
+    # the project resolved as installed: an editable one's metadata needs PEP 660 hooks
+    assert uv_requirements("-e '.[dev]'", tree) == ([f"{tree}[dev]"], ())
+    assert uv_requirements("-e git+https://example.org/lib#egg=lib", tree) == (["-e git+https://example.org/lib#egg=lib"], ())
     assert uv_requirements(".", tree) == ([str(tree)], ())
     assert uv_requirements("-r requirements.txt", tree) is None
     assert uv_requirements("-e 'unclosed", tree) is None

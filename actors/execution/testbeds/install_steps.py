@@ -42,8 +42,11 @@ def uv_requirements(arguments: str, tree: Path) -> tuple[list[str], tuple[str, .
     """A pip install step's arguments as what `uv pip compile` resolves: (requirement lines, uv's
     options), or None for an argument this does not know (pip then resolves). The project is named
     by the tree's own path, not /testbed: uv keeps a local project's metadata in its cache by path,
-    and every testbed's tree is /testbed in its sandbox. Verbosity and pip's choice of build
-    interface change nothing that is resolved."""
+    and every testbed's tree is /testbed in its sandbox. It is resolved as installed, not editable:
+    its requirements are the same, and an editable install's metadata needs the backend's PEP 660
+    hooks, which no setuptools before 64 (August 2022) has: uv builds with the setuptools of the
+    date, where pip falls back to `setup.py develop`. Verbosity and pip's choice of build interface
+    change nothing that is resolved."""
     try:
         words = shlex.split(arguments)
     except ValueError:
@@ -64,7 +67,8 @@ def uv_requirements(arguments: str, tree: Path) -> tuple[list[str], tuple[str, .
         if word == "--no-build-isolation":
             options.append(word)
         elif word in ("-e", "--editable") and words:
-            lines.append(f"-e {located(words.pop())}")
+            requirement = located(words.pop())
+            lines.append(requirement if requirement.startswith(str(tree)) else f"-e {requirement}")
         elif word.startswith("-"):
             return None
         else:
