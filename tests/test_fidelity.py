@@ -89,7 +89,8 @@ def test_h_packages_pip_setuptools_and_wheel_keep_to_the_date(caches):
     assert "resolved everything as of 2023-01-01" in (Path(env.path) / "logs" / "era.log").read_text()
 
 
-# slow: test_installers.py's uv and pip build pins six 1.17.0 over the same date, with the same log
+# slow: test_installers.py's test_uv_and_pip_build_the_same_distributions_from_one_recipe pins six
+# 1.17.0 over the same date and reads the same log
 @pytest.mark.slow
 def test_a_an_exact_pin_wins_over_the_date_which_moves_to_its_release(caches):
     """six 1.17.0 came out on 2024-12-04: the spec pins it, so the environment cannot be older
@@ -105,8 +106,8 @@ def test_a_an_exact_pin_wins_over_the_date_which_moves_to_its_release(caches):
 
 # pip's case is slow: the resolution from wheels for 3.8 that it wires in is tested in process
 # (test_a_resolution_for_an_older_python_decides_its_markers_for_that_python); uv's case keeps a
-# whole install on 3.8. uv's date is older than pip 22.2, the first pip that reports what it would
-# install, which the resolution from wheels asks of the environment's own pip.
+# whole install on 3.8. pip's case keeps a later date: the resolution from wheels asks the
+# environment's own pip what the install wants (`--report`, pip 22.2 of July 2022).
 @pytest.mark.parametrize("installer, resolved_by, date", [
     pytest.param(PIP, "for Python 3.8", "2023-01-01T00:00:00Z", marks=pytest.mark.slow), (AUTO, "by uv", "2022-04-01T00:00:00Z")])
 def test_h_an_install_on_a_python_too_old_for_a_resolver_keeps_to_the_date(caches, installer, resolved_by, date):

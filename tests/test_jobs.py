@@ -84,9 +84,10 @@ def submitted(client, head: subprocess.Popen, **job) -> str:
 # batch of several instances on a joined Ray is
 # test_batch.py::test_two_batches_of_one_name_started_together_predict_every_instance_once_and_report_bad_ones.
 # slow: a job's `magis-ray submit` is a driver that joins the head's Ray, as test_batch.py's and the docs'
-# pages' commands join the module's; what a job changes in magis-ray (the job's env_vars carry the
+# pages' commands join the module's, and what a job changes in magis-ray (its env_vars carry the
 # settings, the driver carries none) is test_shared_services.py's
-# test_only_a_driver_that_joins_a_cluster_outside_a_job_carries_its_settings_and_never_a_node_s_own
+# test_only_a_driver_that_joins_a_cluster_outside_a_job_carries_its_settings_and_never_a_node_s_own.
+# Ray's own part, the job API with its token and the working dir's upload, runs only here.
 @pytest.mark.slow
 def test_a_batch_submitted_as_a_ray_job_predicts_every_instance(ray_head, tmp_path):
     from ray.job_submission import JobStatus, JobSubmissionClient

@@ -52,10 +52,11 @@ def uv_requirements(arguments: str, tree: Path) -> tuple[list[str], tuple[str, .
     except ValueError:
         return None
 
-    def located(requirement: str) -> str:
+    def located(requirement: str) -> str | None:
+        """The tree's own path for a requirement that names the project, else None."""
         if requirement == "." or requirement.startswith((".[", "./")):
             return str(tree) + requirement[1:]
-        return requirement
+        return None
 
     lines: list[str] = []
     options: list[str] = []
@@ -67,12 +68,13 @@ def uv_requirements(arguments: str, tree: Path) -> tuple[list[str], tuple[str, .
         if word == "--no-build-isolation":
             options.append(word)
         elif word in ("-e", "--editable") and words:
-            requirement = located(words.pop())
-            lines.append(requirement if requirement.startswith(str(tree)) else f"-e {requirement}")
+            requirement = words.pop()
+            project = located(requirement)
+            lines.append(project if project is not None else f"-e {requirement}")
         elif word.startswith("-"):
             return None
         else:
-            lines.append(located(word))
+            lines.append(located(word) or word)
     return (lines, tuple(options)) if lines else None
 
 
