@@ -77,7 +77,8 @@ def nodes_with_own_caches(prefix: str, workers: int = 2, head: dict | None = Non
             # which the GCS has not yet declared dead, would stand in for one still joining, and
             # work placed meanwhile would all go to the head
             wanted = {each.node_id for each in cluster.list_all_nodes()}
-            wait_until(lambda: alive_node_ids() == wanted, lambda: f"the GCS sees nodes {sorted(alive_node_ids())}, not {sorted(wanted)}")
+            wait_until(lambda: alive_node_ids() == wanted,
+                       lambda: f"the GCS sees nodes {sorted(alive_node_ids())}, not {sorted(wanted)}")
 
         cluster.workers_at_least = workers_at_least
         workers_at_least(workers)

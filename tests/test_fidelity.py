@@ -109,7 +109,8 @@ def test_a_an_exact_pin_wins_over_the_date_which_moves_to_its_release(caches):
 # whole install on 3.8. pip's case keeps a later date: the resolution from wheels asks the
 # environment's own pip what the install wants (`--report`, pip 22.2 of July 2022).
 @pytest.mark.parametrize("installer, resolved_by, date", [
-    pytest.param(PIP, "for Python 3.8", "2023-01-01T00:00:00Z", marks=pytest.mark.slow), (AUTO, "by uv", "2022-04-01T00:00:00Z")])
+    pytest.param(PIP, "for Python 3.8", "2023-01-01T00:00:00Z", marks=pytest.mark.slow),
+    (AUTO, "by uv", "2022-04-01T00:00:00Z")])
 def test_h_an_install_on_a_python_too_old_for_a_resolver_keeps_to_the_date(caches, installer, resolved_by, date):
     """Below Python 3.9 no pip resolves as of a date in the environment itself (matplotlib 3.4 and
     Django 3.0 run 3.8 and 3.6): what the project's install adds is resolved as of the date all

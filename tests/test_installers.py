@@ -162,7 +162,8 @@ def test_every_pip_install_of_swebench_s_specs_is_resolved_by_uv_with_the_projec
         ([str(tree)], ("--no-build-isolation",))
     # the project resolved as installed: an editable one's metadata needs PEP 660 hooks
     assert uv_requirements("-e '.[dev]'", tree) == ([f"{tree}[dev]"], ())
-    assert uv_requirements("-e git+https://example.org/lib#egg=lib", tree) == (["-e git+https://example.org/lib#egg=lib"], ())
+    vcs = "git+https://example.org/lib#egg=lib"
+    assert uv_requirements(f"-e {vcs}", tree) == ([f"-e {vcs}"], ())
     assert uv_requirements(".", tree) == ([str(tree)], ())
     assert uv_requirements("-r requirements.txt", tree) is None
     assert uv_requirements("-e 'unclosed", tree) is None

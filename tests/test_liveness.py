@@ -164,7 +164,8 @@ def test_a_lease_held_from_another_host_is_refused_until_it_runs_out(issue_file,
 def test_a_driver_that_lost_its_run_ends_with_one_line(issue_file, tmp_path):
     """Stopped (SIGSTOP) past its lease, the run is taken over and finished in this process: its
     lease taken as `resume` takes it, the team resumed from the log (its writes unfenced, as this
-    process alone writes them). Woken, the first driver is fenced out: its actors' writes are refused and it ends with one line, no traceback.
+    process alone writes them). Woken, the first driver is fenced out: its actors' writes are
+    refused and it ends with one line, no traceback.
     The first driver has a Ray of its own, stopped with it. A whole `resume` command after a driver
     stopped is test_start_stop.py's SIGTERM mid-run."""
     store = tmp_path / "store"
