@@ -22,6 +22,7 @@ from commands import in_process
 from gitfixtures import commit_files, make_repo
 
 from magis_ray.actors.code.history import History
+from magis_ray.actors.code.suites import PYTEST_COMMAND
 from magis_ray.actors.execution.sandbox import bwrap_path
 from magis_ray.actors.swebench import task_making, validation
 from magis_ray.actors.swebench.instances import load_dataset
@@ -146,7 +147,7 @@ def test_the_fix_is_kept_with_its_lists_and_every_other_candidate_is_dropped_wit
     }
     assert "needs Python >=3.99" in dropped[c["mode"]["instance_id"]]["detail"]
     assert "patch does not apply" in dropped[bad_test["instance_id"]]["detail"]
-    assert "pytest -rA -p no:cacheprovider tests/words.py`" in dropped[c["words"]["instance_id"]]["detail"]
+    assert f"{PYTEST_COMMAND} tests/words.py`" in dropped[c["words"]["instance_id"]]["detail"]
     assert dropped[c["refactor"]["instance_id"]]["commit"] == history["commits"]["refactor"]
 
     assert "validation candidates: 6 candidates" in done.out and "  kept: 1\n  dropped: 5\n" in done.out

@@ -1,5 +1,5 @@
-"""pytest's verdicts read from its output: the short test summary that `-rA` prints, one line per
-test, status first:
+"""pytest's verdicts read from its output: the short test summary that `-rA` (or its letters spelt
+out, `-rPpsxXEf`) prints, one line per test, status first:
 
     PASSED tests/test_stats.py::test_median
     FAILED tests/test_stats.py::test_mean - assert 3.3333333333333335 == 2.5
@@ -16,7 +16,9 @@ in the team's events and in a grading's report; tests/test_pytest_log.py checks 
 - its second word is the test, its first the status, so a skip's summary line (`SKIPPED [1]
   path:line: reason`) gives the test `[1]` (the suite keeps only test ids and files);
 - on a FAILED line, " - " (pytest's separator before the message) is dropped first;
-- a later line for the same test wins."""
+- a later line for the same test wins;
+- pytest 3's FAIL is no status: its failing test is missing, which the harness's rules count as
+  failing."""
 from __future__ import annotations
 
 import re

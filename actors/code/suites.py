@@ -25,8 +25,10 @@ from magis_ray.actors.code.pytest_log import parse_pytest_log
 from magis_ray.actors.code.regression import PytestLayout, TestLayout, nearest_tests
 from magis_ray.actors.code.repository import RepoSnapshot
 
-# pytest names every test's outcome (-rA), never asks (no cache folder in a read-only tree).
-PYTEST_COMMAND = "python -m pytest -rA -p no:cacheprovider"
+# pytest names every test's outcome, never asks (no cache folder in a read-only tree). The outcomes
+# are `-rA`'s letters in its order, spelt out: pytest learnt `A` in 4.5 and an older one ignores it,
+# printing no line per test, while a commit before May 2019 gets the pytest of its date.
+PYTEST_COMMAND = "python -m pytest -rPpsxXEf -p no:cacheprovider"
 # Where the reproduction test lives in a pytest workspace: a scratch file at the repository's root
 # (so the root conftest applies and the package imports as the repository's own tests import it),
 # which the final diff never contains: it is written into workspaces only, never proposed as a patch.
