@@ -5,13 +5,16 @@ packages from the index (as of the fixtures' commit date, 2023-11-14)."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
+import pygit2
 import pytest
 from commands import Done, in_process
-from gitfixtures import make_repo
+from gitfixtures import commit_files, make_repo
 
 from magis_ray.actors.code.pytest_log import read_collection
 from magis_ray.actors.execution.environments import EnvironmentCache
+from magis_ray.actors.execution.environments.interpreters import available_versions
 from magis_ray.actors.execution.inferred import inferred_spec, released_by
 from magis_ray.actors.execution.preparation import prepare_suite
 from magis_ray.actors.execution.runner import TestRunner, limits_for_test_runs
@@ -72,8 +75,6 @@ def test_a_folder_of_modules_no_pip_can_build_is_not_installed(tmp_path):
 
 
 def test_a_python_younger_than_the_commit_is_never_chosen():
-    from datetime import datetime, timezone
-
     made = datetime(2023, 11, 14, tzinfo=timezone.utc)
     assert released_by("3.12", made) and not released_by("3.13", made) and not released_by("3.99", made)
 
@@ -190,6 +191,28 @@ def test_a_project_the_environment_also_holds_is_tested_from_its_checkout(tmp_pa
     assert inference.spec.testbed.env.without == ("six",)
     prepared = prepare_suite(inference.spec, cache, runner, tmp_path / "six", inference=inference)
     assert (prepared.report.passed, prepared.report.failed) == (1, 0), prepared.report
+
+
+@needs_sandbox
+@pytest.mark.skipif("3.6" not in available_versions(), reason="needs CPython 3.6 (pyenv install 3.6)")
+def test_a_commit_of_2017_is_built_and_read_with_the_tools_of_its_date(tmp_path, testbeds):
+    """A project of June 2017 gets Python 3.6, the pip of its date (9, which fails to uninstall
+    what is not installed) and its pytest (3.1, older than `-rA`): the environment is made without
+    the project, which nothing there brought, and the team's command names the outcomes letter by
+    letter, so each passing test has its line (pytest 3 says FAIL, which the harness's rules do
+    not read: a failing test counts as failed by being missing)."""
+    setup = "from setuptools import setup\n\nsetup(name='calc', version='1.0', packages=['calc'])\n"
+    tests = {"tests/test_stats.py": TESTS["tests/test_stats.py"] + "\n\ndef test_empty():\n    assert mean([]) == 0\n"}
+    repo = pygit2.init_repository(str(tmp_path / "calc"))
+    june_2017 = int(datetime(2017, 6, 1, tzinfo=timezone.utc).timestamp())
+    base = commit_files(repo, {**PACKAGE, **tests, "setup.py": setup}, "initial", at=june_2017)
+    cache, runner = testbeds
+    inference = inferred_spec(record_of(base), tmp_path / "calc")
+    assert (inference.python, inference.spec.testbed.env.without) == ("3.6", ("calc",))
+    testbed = cache.get(inference.spec.testbed, tmp_path / "calc")
+    run = runner.run(testbed, f"{inference.spec.test_command} tests", inference.spec.parse, installs=False)
+    assert "pytest-3.1" in run.output and "FAIL tests/test_stats.py::test_empty" in run.output, run.output[-2000:]
+    assert run.results == {"tests/test_stats.py::test_mean": "PASSED"}, run.output[-2000:]
 
 
 def test_a_run_cut_off_before_its_summary_still_says_what_ran():

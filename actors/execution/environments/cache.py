@@ -177,8 +177,10 @@ class EnvironmentCache:
         if finish:
             steps.run("finish", finish, network=False)
         if recipe.without:
-            steps.run("without", "python -m pip uninstall --yes " + " ".join(shlex.quote(name) for name in recipe.without),
-                      network=False)
+            # only those the requirements brought: a pip before 10 fails on a name not installed
+            names = " ".join(shlex.quote(name) for name in recipe.without)
+            steps.run("without", f"installed=$(python -m pip show {names} 2>/dev/null | sed -n 's/^Name: //p'); "
+                                 '[ -z "$installed" ] || python -m pip uninstall --yes $installed', network=False)
         if pins:
             # What later installs (the testbed's) keep to: the environment as it now is.
             left = {dated.requirement_name(name) for name in recipe.without}
