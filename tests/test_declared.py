@@ -246,6 +246,27 @@ def test_tox_ini_substitutions_file_references_and_factor_conditions(tmp_path):
     assert declared.python == "3.13" and declared.pytest == "pytest>=7"
 
 
+def test_a_version_two_places_give_differently_is_the_earlier_place_s(tmp_path):
+    """requests of 2021: tox installs requirements-dev.txt (pytest-httpbin==1.0.0), setup.py's
+    tests_require says 0.0.7. Both are test entries; held together, no resolution exists."""
+    declared = declared_in(tmp_path, {
+        "setup.py": "from setuptools import setup\nsetup(name='requests', tests_require=['pytest-httpbin==0.0.7', "
+                    "'pytest-mock', 'pytest>=3'])\n",
+        "tox.ini": "[testenv]\ndeps = -rrequirements-dev.txt\ncommands = pytest tests\n",
+        "requirements-dev.txt": "pytest>=2.8.0,<=6.2.5\npytest-httpbin==1.0.0\npytest-mock==2.0.0\n",
+    })
+    assert {s.name for s in declared.chosen()} == {"tox.ini [testenv]", "setup.py tests_require"}
+    assert declared.requirements == ("pytest<=6.2.5,>=2.8.0", "pytest-httpbin==1.0.0", "pytest-mock==2.0.0", "pytest-mock")
+    assert "setup.py tests_require: pytest-httpbin==0.0.7 left out: tox.ini [testenv] asks for pytest-httpbin==1.0.0" \
+        in declared.problems
+    # a line without a version adds nothing to what is decided; one under another marker is its own
+    other = declared_in(tmp_path / "b", {
+        "setup.py": "from setuptools import setup\nsetup(name='b', tests_require=['attrs>=20', 'mock<4; python_version < \"3.6\"'])\n",
+        "tox.ini": "[testenv]\ndeps =\n    mock==4.0\n    attrs\ncommands = pytest\n",
+    })
+    assert other.requirements == ("mock==4.0", "attrs", "attrs>=20", 'mock<4; python_version < "3.6"')
+
+
 def test_a_tox_environment_section_is_found_through_its_braces_and_its_commands_installs(tmp_path):
     declared = declared_in(tmp_path, {
         "pyproject.toml": PROJECT + """
@@ -432,7 +453,7 @@ def test_poetry_s_legacy_dev_dependencies_are_a_dev_entry(tmp_path):
 # --- 6. setup.cfg and setup.py -------------------------------------------------------------------------
 
 
-def test_setup_cfg_extras_and_python_requires(tmp_path):
+def test_setup_cfg_extras_python_requires_and_setup_requires(tmp_path):
     declared = declared_in(tmp_path, {
         "setup.py": "from setuptools import setup\nsetup()\n",
         "setup.cfg": """\
@@ -440,6 +461,8 @@ def test_setup_cfg_extras_and_python_requires(tmp_path):
             name = demo
             [options]
             python_requires = >=3.7, <3.11
+            setup_requires =
+                setuptools_scm
             [options.extras_require]
             testing =
                 pytest>=6
@@ -450,7 +473,9 @@ def test_setup_cfg_extras_and_python_requires(tmp_path):
     })
     testing = source(declared, "setup.cfg [options.extras_require] testing")
     assert testing.requirements == ("pytest>=6", "pytest-benchmark") and testing.chosen
-    assert declared.install_args == ("-e", ".[testing]")
+    # what setuptools would fetch itself, at today's release, is installed with the rest, as of the date
+    assert source(declared, "setup.cfg [options] setup_requires").chosen
+    assert declared.install_args == ("-e", ".[testing]", "setuptools_scm") and declared.requirements == ("setuptools_scm",)
     assert declared.requires_python_from == "setup.cfg [options] python_requires" and declared.python == "3.10"
 
 
@@ -465,7 +490,7 @@ def test_setup_py_is_read_as_a_syntax_tree_and_never_run(tmp_path):
             test_deps = ["pytest<8", *yaml_deps]
             extras = dict(yaml=yaml_deps)
             extras["tests"] = test_deps + ["hypothesis"]
-            options = {{"python_requires": ">=3.6", "tests_require": ["mock"]}}
+            options = {{"python_requires": ">=3.6", "tests_require": ["mock"], "setup_requires": ["pytest-runner"]}}
             setup(name="demo", extras_require={{**extras, "dev": [f"x{{1}}"]}}, **options,
                   classifiers=["Programming Language :: Python :: 3.9"])
         """,
@@ -477,7 +502,7 @@ def test_setup_py_is_read_as_a_syntax_tree_and_never_run(tmp_path):
     assert any("extras_require dev is computed" in p for p in declared.problems)
     # the classifiers cap an open-ended python_requires
     assert declared.requires_python == ">=3.6" and declared.python == "3.9"
-    assert declared.install_args == ("-e", ".[tests]", "mock") and declared.pytest == "pytest<8"
+    assert declared.install_args == ("-e", ".[tests]", "mock", "pytest-runner") and declared.pytest == "pytest<8"
 
 
 def test_setup_py_extras_read_from_a_named_requirement_file(tmp_path):

@@ -1,24 +1,28 @@
 """What the sources come to: the test entries are installed, or the dev entries when there is no
-test entry; the extras they ask for install with the project (`-e .[extras]`), and so do the
-extras those name through the project itself; pip's arguments, the constraints and pytest's pin
-follow from what is installed."""
+test entry, and what an installable project's build fetches itself (`setup_requires`); the
+extras they ask for install with the project (`-e .[extras]`), and so do the extras those name
+through the project itself; pip's arguments, the constraints and pytest's pin follow from what
+is installed."""
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 import msgspec
+from packaging.utils import canonicalize_name
 
 from .project import Project
 from .pyproject import pyproject_extras
 from .python import pytest_requirement
-from .result import DEV, TEST, Declared, Source
-from .values import lines, unique
+from .result import BUILD, DEV, TEST, Declared, Source
+from .values import lines, parse_requirement, unique
 
 
 def compose(project: Project, found: list[Source], python: str, requires: str, requires_from: str) -> Declared:
     wanted = TEST if any(s.role == TEST and (s.requirements or s.extras) for s in found) else DEV
-    picked = [s.role == wanted and bool(s.requirements or s.extras) for s in found]
     installable, backend = project.build()
+    # what setuptools would fetch itself (setup_requires) is installed as of the date, so it finds it
+    picked = [(s.role == wanted and bool(s.requirements or s.extras))
+              or (s.role == BUILD and installable and bool(s.requirements)) for s in found]
     extras = unique(e for s, chosen in zip(found, picked) if chosen for e in s.extras)
     declared_extras = _all_extras(project)
     installed_extras = _extras_closure(project, declared_extras, extras)
@@ -27,7 +31,7 @@ def compose(project: Project, found: list[Source], python: str, requires: str, r
                                                                   and set(s.extras) <= set(installed_extras)))
                     for s, chosen in zip(found, picked))
     chosen = [s for s in sources if s.chosen]
-    requirements = unique(r for s in chosen if not (s.through_extras and installable) for r in s.requirements)
+    requirements = _first_place_pins([s for s in chosen if not (s.through_extras and installable)], project.problems)
     constraints = unique(c for s in chosen for c in s.constraints)
     own = ["-e", "." + (f"[{','.join(extras)}]" if extras else "")] if installable else []
     extra_lines = [line for name in installed_extras for line in declared_extras.get(name, [])]
@@ -36,6 +40,31 @@ def compose(project: Project, found: list[Source], python: str, requires: str, r
         constraints=constraints, python=python, requires_python=requires, requires_python_from=requires_from,
         pytest=pytest_requirement([*requirements, *constraints, *extra_lines], python),
         project_name=project.name, installable=installable, build_backend=backend, problems=unique(project.problems))
+
+
+def _first_place_pins(chosen: list[Source], problems: list[str]) -> tuple[str, ...]:
+    """The chosen sources' requirement lines, in the places' order, less a line whose version
+    differs from the one an earlier place gives the same distribution (under the same marker):
+    places disagree as they age apart (requests' tox deps pin pytest-httpbin 1.0.0, its setup.py's
+    tests_require 0.0.7), and the earlier place says it more precisely. Each one left out is a problem."""
+    decided: dict[tuple[str, str], tuple[str, str]] = {}  # (name, marker) -> (specifier, the place)
+    kept: list[str] = []
+    for source in chosen:
+        for line in source.requirements:
+            requirement = parse_requirement(line)
+            if requirement is None:
+                kept.append(line)
+                continue
+            key = (canonicalize_name(requirement.name), str(requirement.marker or ""))
+            specifier = str(requirement.specifier)
+            earlier = decided.setdefault(key, (specifier, source.name))
+            if specifier and earlier[0] and specifier != earlier[0]:
+                problems.append(f"{source.name}: {line} left out: {earlier[1]} asks for {requirement.name}{earlier[0]}")
+                continue
+            if specifier and not earlier[0]:
+                decided[key] = (specifier, source.name)
+            kept.append(line)
+    return unique(kept)
 
 
 def _all_extras(project: Project) -> dict[str, list[str]]:

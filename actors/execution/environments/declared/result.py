@@ -1,17 +1,19 @@
 """What reading a project gives: each place it declares requirements in (`Source`), and what they
-come to for its tests (`Declared`). A place is a test entry (TEST) or a dev entry (DEV)."""
+come to for its tests (`Declared`). A place is a test entry (TEST), a dev entry (DEV), or what
+setuptools fetches itself to build the project (BUILD: `setup_requires`)."""
 from __future__ import annotations
 
 import msgspec
 
 TEST = "test"
 DEV = "dev"
+BUILD = "build"
 
 
 class Source(msgspec.Struct, frozen=True):
     """One place the project declares requirements in.
 
-    `name` says where ("pyproject.toml [dependency-groups] tests"); `role` is TEST or DEV;
+    `name` says where ("pyproject.toml [dependency-groups] tests"); `role` is TEST, DEV or BUILD;
     `chosen` whether it is installed; `requirements` are its requirement lines, `extras` the
     project's own extras it asks for (`-e .[extras]`), `constraints` lines of `-c` files;
     `files` every file read for it (a requirement file and those it includes). An extra's

@@ -1,10 +1,12 @@
 """setuptools' own places, read last: setup.cfg's `[options.extras_require]` and `tests_require`,
-and setup.py's `extras_require` (its literals, or a requirement file it reads) and `tests_require`."""
+and setup.py's `extras_require` (its literals, or a requirement file it reads) and `tests_require`;
+and in both, `setup_requires`: what setuptools fetches itself when it builds the project, at
+today's releases and outside any constraint, unless the environment already holds it."""
 from __future__ import annotations
 
 from .project import Project
 from .requirement_files import RequirementFile
-from .result import TEST, Source
+from .result import BUILD, TEST, Source
 from .roles import roles
 from .values import ini_value, lines, strings
 
@@ -24,6 +26,10 @@ def setup_cfg_sources(project: Project) -> list[Source]:
     if tests_require:
         sources.append(project.source("setup.cfg [options] tests_require", "setup-cfg", TEST,
                                       project.valid(lines(tests_require), "setup.cfg [options] tests_require")))
+    setup_requires = ini_value(setup_cfg, "options", "setup_requires")
+    if setup_requires:
+        sources.append(project.source("setup.cfg [options] setup_requires", "setup-cfg", BUILD,
+                                      project.valid(lines(setup_requires), "setup.cfg [options] setup_requires")))
     return sources
 
 
@@ -45,4 +51,8 @@ def setup_py_sources(project: Project) -> list[Source]:
     if isinstance(tests_require, list) and tests_require:
         sources.append(project.source("setup.py tests_require", "setup-py", TEST,
                                       project.valid(strings(tests_require), "setup.py tests_require")))
+    setup_requires = project.setup_py.keyword("setup_requires")
+    if isinstance(setup_requires, list) and setup_requires:
+        sources.append(project.source("setup.py setup_requires", "setup-py", BUILD,
+                                      project.valid(strings(setup_requires), "setup.py setup_requires")))
     return sources
