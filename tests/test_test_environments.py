@@ -197,11 +197,12 @@ def test_a_project_the_environment_also_holds_is_tested_from_its_checkout(tmp_pa
 @pytest.mark.skipif("3.6" not in available_versions(), reason="needs CPython 3.6 (pyenv install 3.6)")
 def test_a_commit_of_2017_is_built_and_read_with_the_tools_of_its_date(tmp_path, testbeds):
     """A project of June 2017 gets Python 3.6, the pip of its date (9, which fails to uninstall
-    what is not installed) and its pytest (3.1, older than `-rA`): the environment is made without
-    the project, which nothing there brought, and the team's command names the outcomes letter by
-    letter, so each passing test has its line (pytest 3 says FAIL, which the harness's rules do
-    not read: a failing test counts as failed by being missing)."""
-    setup = "from setuptools import setup\n\nsetup(name='calc', version='1.0', packages=['calc'])\n"
+    what is not installed, and whose own index is pypi.python.org) and its pytest (3.1, older than
+    `-rA`): the environment is made without the project, which nothing there brought; its install
+    fetches mpmath from PyPI; and the team's command names the outcomes letter by letter, so each
+    passing test has its line (pytest 3 says FAIL, which the harness's rules do not read: a
+    failing test counts as failed by being missing)."""
+    setup = "from setuptools import setup\n\nsetup(name='calc', version='1.0', packages=['calc'], install_requires=['mpmath<1.1'])\n"
     tests = {"tests/test_stats.py": TESTS["tests/test_stats.py"] + "\n\ndef test_empty():\n    assert mean([]) == 0\n"}
     repo = pygit2.init_repository(str(tmp_path / "calc"))
     june_2017 = int(datetime(2017, 6, 1, tzinfo=timezone.utc).timestamp())

@@ -26,6 +26,7 @@ RESOLVER_FOR_39 = "pip==26.0.1"
 TOOLS = ("pip", "setuptools", "wheel")
 # A date no upload reaches (dated_arguments).
 ANY_TIME = "2999-01-01T00:00:00Z"
+PYPI = "https://pypi.org/simple"  # the index where the user's environment names none
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)\s*$")
 _EXACT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*([A-Za-z0-9._+!-]+)\s*(;.*)?$")
 
@@ -95,11 +96,12 @@ def resolver_pip(version: tuple[int, int]) -> str | None:
 
 
 def index_variables(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """pip's variables for a resolution or a build: the user's index, certificates and proxies,
-    no configuration file, no find-links."""
+    """pip's variables for a resolution or a build: the user's index (else PyPI's, named: a pip
+    before 10 names pypi.python.org, which only redirects, and which a network that lets PyPI
+    through may not know), certificates and proxies, no configuration file, no find-links."""
     environ = process_environment() if environ is None else environ
     kept = ("PIP_INDEX_URL", "PIP_CERT", "PIP_CLIENT_CERT", "PIP_TRUSTED_HOST", "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES")
-    found = {name: environ[name] for name in kept if environ.get(name)}
+    found = {"PIP_INDEX_URL": PYPI, **{name: environ[name] for name in kept if environ.get(name)}}
     extra = " ".join(url for url in environ.get("PIP_EXTRA_INDEX_URL", "").split() if not url.startswith("file:"))
     if extra:
         found["PIP_EXTRA_INDEX_URL"] = extra
@@ -236,7 +238,7 @@ def index_files(name: str, environ: dict[str, str] | None = None, timeout: float
     its filename and upload-time); None when the index has no such name or does not answer."""
     import urllib.request
 
-    index = (environ or process_environment()).get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+    index = (environ or process_environment()).get("PIP_INDEX_URL", PYPI).rstrip("/")
     request = urllib.request.Request(f"{index}/{normalized(name)}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
