@@ -118,14 +118,16 @@ def test_h_an_install_on_a_python_too_old_for_a_resolver_keeps_to_the_date(cache
     setuptools_scm, whose today's release warns at import, and its tests turn warnings into errors.
     The project declares its requirements in setup.py, as SWE-bench's do, so uv builds it to read
     them, with the date's setuptools (62 in April 2022), which has no hooks for an editable install:
-    they are read from the project as installed."""
+    they are read from the project as installed. Its setup.cfg tags the version with the build's
+    date, as sphinx's did, in a form uv cannot read: they are read from a copy without the tags."""
     testbeds, root = caches
     try:
         find_python("3.8")
     except InterpreterMissing:
         pytest.skip("no Python 3.8 on this machine")
     setup = 'from setuptools import setup\nsetup(name="pkg", version="0.1", packages=["pkg"], install_requires=["six"])\n'
-    _, base = make_repo(root / "repos" / f"old__old-{installer}", {"setup.py": setup, "pkg/__init__.py": ""})
+    tags = "[egg_info]\ntag_build = .dev\ntag_date = true\n"
+    _, base = make_repo(root / "repos" / f"old__old-{installer}", {"setup.py": setup, "setup.cfg": tags, "pkg/__init__.py": ""})
     env = Recipe(python="3.8", pip_packages=("pytest",), uploaded_before=date, installer=installer,
                  label=f"era-38-{installer}")
     testbed = testbeds.get(TestbedRecipe(env=env, repo="old/old", commit=base, install=("python -m pip install -e .",)),

@@ -16,7 +16,7 @@ from magis_ray.actors.execution.environments.installers import AUTO, PIP, UV, in
 from magis_ray.actors.execution.environments.interpreters import InterpreterMissing, find_python
 from magis_ray.actors.execution.sandbox import GiB, bwrap_path
 from magis_ray.actors.execution.testbeds import TestbedCache, TestbedRecipe
-from magis_ray.actors.execution.testbeds.install_steps import PIP_INSTALL, uv_requirements
+from magis_ray.actors.execution.testbeds.install_steps import PIP_INSTALL, uv_requirements, without_version_tags
 
 PY = "3.11"
 LISTING = ("import importlib.metadata as m, json; "
@@ -167,3 +167,12 @@ def test_every_pip_install_of_swebench_s_specs_is_resolved_by_uv_with_the_projec
     assert uv_requirements(".", tree) == ([str(tree)], ())
     assert uv_requirements("-r requirements.txt", tree) is None
     assert uv_requirements("-e 'unclosed", tree) is None
+
+
+def test_a_setup_cfg_that_tags_the_version_is_read_by_uv_without_its_tags():
+    """sphinx's setup.cfg until 2023: only [egg_info]'s tags go, whatever else the file says."""
+    sphinx = ("[metadata]\nlicense_files = LICENSE\n\n[egg_info]\ntag_build = .dev\nTag-Date = true\n\n"
+              "[aliases]\nrelease = egg_info -Db ''\n\n[flake8]\ntag_date = not egg_info's\n")
+    assert without_version_tags(sphinx) == ("[metadata]\nlicense_files = LICENSE\n\n[egg_info]\n\n"
+                                            "[aliases]\nrelease = egg_info -Db ''\n\n[flake8]\ntag_date = not egg_info's\n")
+    assert without_version_tags("[metadata]\nname = calc\n[egg_info]\negg_base = build\n") is None

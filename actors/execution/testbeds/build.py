@@ -28,7 +28,8 @@ from magis_ray.actors.execution.sandbox import Mount
 from magis_ray.actors.execution.sandbox.identities import build_identity, give_to
 
 from .install_inputs import DIFFERENT, INCREMENTAL, SAME, InstallInputs, Trace, TreeState
-from .install_steps import CONFLICT_SIGNS, PIP_INSTALL, build_requirements, pinned, pre_install_script, unpinned_env, uv_requirements
+from .install_steps import (CONFLICT_SIGNS, PIP_INSTALL, build_requirements, pinned, pre_install_script, unpinned_env,
+                            uv_requirements, without_version_tags)
 from .prefix import TRACE, chain, give_own_files, installed_names, make_prefix, readable_by_all, site_packages_of, start_hooks, stop_hooks
 from .recipe import BUILT, REINSTALLED, REUSED, TESTBED, TestbedRecipe, TestbedRecord
 from .reuse import (InstallRecord, TestbedGroup, copy_installed, copy_prefix, date_unchanged, distributions, drop_untouched,
@@ -249,7 +250,7 @@ class TestbedBuild:
         when = env.uploaded_before
         if not (when and env.constraints and match):
             return {}
-        wanted = uv_requirements(match.group(1), self.tree) if self.uv is not None else None
+        wanted = uv_requirements(match.group(1), self.metadata_tree()) if self.uv is not None else None
         if wanted is None and not env.resolver:
             return self.resolve_step_from_wheels(number, match.group(1))
         if wanted is not None:
@@ -287,6 +288,24 @@ class TestbedBuild:
         path.write_text("\n".join(pins) + "\n")
         self.notes.append(f"install step {number}: resolved as of {when} by {resolving.by}, {how} (constraints: {path.name})")
         return {"PIP_CONSTRAINT": str(path)}
+
+    def metadata_tree(self) -> Path:
+        """Where uv reads the project's requirements: the tree, or, where its setup.cfg tags the
+        version (install_steps.without_version_tags), a copy without the tags, made once."""
+        try:
+            untagged = without_version_tags((self.tree / "setup.cfg").read_text())
+        except (OSError, UnicodeDecodeError):
+            return self.tree
+        if untagged is None:
+            return self.tree
+        copy = self.folder / "untagged-tree"
+        if not copy.is_dir():
+            shutil.copytree(self.tree, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+            (copy / "setup.cfg").write_text(untagged)
+            give_to(copy, build_identity())  # the build writes its egg-info there
+            self.notes.append("setup.cfg tags the version, which uv cannot read: the requirements are read from a copy "
+                              "of the tree without the tags")
+        return copy
 
     def resolve_step_from_wheels(self, number: int, arguments: str) -> dict[str, str]:
         """resolve_step for a Python too old for a resolver (below 3.9): the environment's own pip

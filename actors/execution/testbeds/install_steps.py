@@ -15,6 +15,8 @@ except ModuleNotFoundError:  # Python 3.10
 PIP_INSTALL = re.compile(r"^\s*(?:python -m pip|pip) install (.*)$")
 DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0", "wheel")  # pip's own default for a project without pyproject.toml
 CONFLICT_SIGNS = ("ResolutionImpossible", "conflicting dependencies", "Could not find a version that satisfies")
+_SECTION = re.compile(r"^\s*\[([^\]]+)\]")
+_VERSION_TAG = re.compile(r"^\s*tag[_-](?:build|date)\s*[=:]", re.IGNORECASE)
 
 
 def pre_install_script(commands: tuple[str, ...]) -> str:
@@ -76,6 +78,23 @@ def uv_requirements(arguments: str, tree: Path) -> tuple[list[str], tuple[str, .
         else:
             lines.append(located(word) or word)
     return (lines, tuple(options)) if lines else None
+
+
+def without_version_tags(setup_cfg: str) -> str | None:
+    """setup.cfg's text without `[egg_info]`'s tag_build and tag_date, or None where it has
+    neither. A tag changes no requirement, and setuptools of 2022 and before tags a version with
+    the build's date in a form uv refuses to read (sphinx's `5.0.0+` became `5.0.0+.dev-20261129`),
+    so uv could not resolve the project's requirements."""
+    section, kept, dropped = "", [], False
+    for line in setup_cfg.splitlines(keepends=True):
+        header = _SECTION.match(line)
+        if header:
+            section = header.group(1).strip().lower()
+        elif section == "egg_info" and _VERSION_TAG.match(line):
+            dropped = True
+            continue
+        kept.append(line)
+    return "".join(kept) if dropped else None
 
 
 def build_requirements(tree: Path) -> tuple[str, ...]:
