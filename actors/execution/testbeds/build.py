@@ -24,7 +24,6 @@ from magis_ray.actors.execution.environments import BuildFailed, BuildSteps, Env
 from magis_ray.actors.execution.environments.dated import distribution_of, pins_in, project_requirements_for, requirement_name
 from magis_ray.actors.execution.environments.installers import UvInstaller
 from magis_ray.actors.execution.environments.resolver import DatedResolver
-from magis_ray.actors.execution.sandbox import Mount
 from magis_ray.actors.execution.sandbox.identities import build_identity, give_to
 
 from .install_inputs import DIFFERENT, INCREMENTAL, SAME, InstallInputs, Trace, TreeState
