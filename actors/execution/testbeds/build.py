@@ -37,6 +37,7 @@ from .reuse import (InstallRecord, TestbedGroup, copy_installed, copy_prefix, da
 
 # What a compiler leaves in the tree, which distutils dates against its sources
 BUILT_OBJECTS = (".so", ".pyd", ".o", ".a", ".dylib")
+UNTAGGED_TREE = "untagged-tree"  # the tree as uv reads the project's requirements where setup.cfg tags the version
 
 
 class TestbedBuild:
@@ -219,6 +220,7 @@ class TestbedBuild:
                     self._install_failed(number, command, outcome)
         finally:
             stop_hooks(self.prefix)
+            shutil.rmtree(self.folder / UNTAGGED_TREE, ignore_errors=True)
         requires = build_requirements(self.tree)
         self.fetch_wheelhouse(requires)
         self.write_install_record(before, started, used, unpinned, requires)
@@ -290,14 +292,15 @@ class TestbedBuild:
 
     def metadata_tree(self) -> Path:
         """Where uv reads the project's requirements: the tree, or, where its setup.cfg tags the
-        version (install_steps.without_version_tags), a copy without the tags, made once."""
+        version (install_steps.without_version_tags), a copy without the tags, made once and
+        removed when the install ends."""
         try:
             untagged = without_version_tags((self.tree / "setup.cfg").read_text())
         except (OSError, UnicodeDecodeError):
             return self.tree
         if untagged is None:
             return self.tree
-        copy = self.folder / "untagged-tree"
+        copy = self.folder / UNTAGGED_TREE
         if not copy.is_dir():
             shutil.copytree(self.tree, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
             (copy / "setup.cfg").write_text(untagged)
