@@ -3,7 +3,8 @@ Each record of a SWE-bench dataset is stripped of its FAIL_TO_PASS and PASS_TO_P
 `tasks validate` validates (the same service: the test patch alone, then with the gold patch, each
 twice, in the sandbox), and the lists it computes are compared with the dataset's, per instance
 and in total: FAIL_TO_PASS identical, PASS_TO_PASS identical (as sets: the lists' order is the
-order of a test log, which the comparison leaves out). A dropped instance counts with the lists
+order of a test log, which the comparison leaves out); and, where a dataset names tests by function
+alone (sympy's runner) and the lists here by pytest's ids, whether they hold the same tests. A dropped instance counts with the lists
 its validation recorded (none, when it stopped before the second runs).
 
     python benchmarks/validation_agreement.py --dataset /work/shared/swebench/verified-tuning.jsonl \\
@@ -43,12 +44,23 @@ def listed(record: dict, name: str) -> set[str]:
     return set(json.loads(value) if isinstance(value, str) else value)
 
 
+def by_function(record: dict) -> bool:
+    """Whether the dataset names the record's tests by function alone (sympy's runner prints
+    `test_sqrt`, where pytest, which the inferred environments run, names `path::test_sqrt`)."""
+    named = listed(record, "FAIL_TO_PASS") | listed(record, "PASS_TO_PASS")
+    return bool(named) and not any("::" in test for test in named)
+
+
 def compared(record: dict, outcome: CandidateValidated) -> dict:
-    """One instance's agreement: each list identical or not, and what is missing and extra."""
+    """One instance's agreement: each list identical or not, and what is missing and extra; and
+    whether it holds the same tests once they are named as the dataset names them (`same_tests`)."""
     entry = {"kept": outcome.kept, "reason": outcome.reason, "detail": outcome.detail, "flaky": outcome.flaky}
+    renamed = by_function(record)
     for name, ours in zip(LISTS, (set(outcome.fail_to_pass), set(outcome.pass_to_pass))):
         theirs = listed(record, name)
-        entry[name] = {"identical": ours == theirs, "missing": sorted(theirs - ours), "extra": sorted(ours - theirs)}
+        named = {test.rsplit("::", 1)[-1] for test in ours} if renamed else ours
+        entry[name] = {"identical": ours == theirs, "same_tests": named == theirs,
+                       "missing": sorted(theirs - ours), "extra": sorted(ours - theirs)}
     return entry
 
 
@@ -67,13 +79,17 @@ def report(agreement: dict[str, dict], results: list[CandidateValidated], json_p
         print(f"{instance_id:<{width}}  {cells[0]:<9}  {cells[1]:<9}  {'kept' if entry['kept'] else entry['reason']}")
     total = len(agreement)
     offline = {i: e for i, e in agreement.items() if i not in online}
-    for name in LISTS:
-        same = sum(entry[name]["identical"] for entry in agreement.values())
-        line = f"{name} identical: {same} of {total} ({100 * same / total:.1f}%)"
-        if online and offline:
-            same = sum(entry[name]["identical"] for entry in offline.values())
-            line += f"; of the {len(offline)} that need no internet: {same} ({100 * same / len(offline):.1f}%)"
-        print(line)
+    measures = [("identical", "identical")]
+    if any(entry[n]["same_tests"] != entry[n]["identical"] for entry in agreement.values() for n in LISTS):
+        measures.append(("same_tests", "the same tests, named as the dataset names them"))
+    for measure, words in measures:
+        for name in LISTS:
+            same = sum(entry[name][measure] for entry in agreement.values())
+            line = f"{name} {words}: {same} of {total} ({100 * same / total:.1f}%)"
+            if online and offline:
+                same = sum(entry[name][measure] for entry in offline.values())
+                line += f"; of the {len(offline)} that need no internet: {same} ({100 * same / len(offline):.1f}%)"
+            print(line)
     print(f"kept: {sum(e['kept'] for e in agreement.values())} of {total}; "
           f"seconds per instance on its node: {sum(o.seconds for o in results) / total:.1f}")
     if json_path:
