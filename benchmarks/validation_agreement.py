@@ -4,7 +4,8 @@ Each record of a SWE-bench dataset is stripped of its FAIL_TO_PASS and PASS_TO_P
 twice, in the sandbox), and the lists it computes are compared with the dataset's, per instance
 and in total: FAIL_TO_PASS identical, PASS_TO_PASS identical (as sets: the lists' order is the
 order of a test log, which the comparison leaves out); and, where a dataset names tests by function
-alone (sympy's runner) and the lists here by pytest's ids, whether they hold the same tests. A dropped instance counts with the lists
+alone (sympy's runner) or the lists here by an old pytest's ids (`Class::()::test`), whether they
+hold the same tests. A dropped instance counts with the lists
 its validation recorded (none, when it stopped before the second runs).
 
     python benchmarks/validation_agreement.py --dataset /work/shared/swebench/verified-tuning.jsonl \\
@@ -51,6 +52,13 @@ def by_function(record: dict) -> bool:
     return bool(named) and not any("::" in test for test in named)
 
 
+def as_named(tests: set[str], by_function_alone: bool) -> set[str]:
+    """Tests as the dataset names them: by function alone (by_function), and without the `()`
+    node by which pytest before 4 named a class's instance (`Class::()::test`)."""
+    plain = {test.replace("::()::", "::") for test in tests}
+    return {test.rsplit("::", 1)[-1] for test in plain} if by_function_alone else plain
+
+
 def compared(record: dict, outcome: CandidateValidated) -> dict:
     """One instance's agreement: each list identical or not, and what is missing and extra; and
     whether it holds the same tests once they are named as the dataset names them (`same_tests`)."""
@@ -58,7 +66,7 @@ def compared(record: dict, outcome: CandidateValidated) -> dict:
     renamed = by_function(record)
     for name, ours in zip(LISTS, (set(outcome.fail_to_pass), set(outcome.pass_to_pass))):
         theirs = listed(record, name)
-        named = {test.rsplit("::", 1)[-1] for test in ours} if renamed else ours
+        named = as_named(ours, renamed)
         entry[name] = {"identical": ours == theirs, "same_tests": named == theirs,
                        "missing": sorted(theirs - ours), "extra": sorted(ours - theirs)}
     return entry
