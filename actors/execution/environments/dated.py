@@ -27,6 +27,11 @@ TOOLS = ("pip", "setuptools", "wheel")
 # A date no upload reaches (dated_arguments).
 ANY_TIME = "2999-01-01T00:00:00Z"
 PYPI = "https://pypi.org/simple"  # the index where the user's environment names none
+# Distributions whose files PyPI dates later than their releases, with the date of that upload:
+# atomicwrites' maintainer deleted it and uploaded every release again in July 2022. A resolution
+# as of an earlier date found none, and took the releases that did without it: pytest 3.5 for a
+# commit of 2019 (pytest 3.6 to 5.2 need it), with pytest 3's test ids and no `-rA`.
+UPLOADED_AGAIN = {"atomicwrites": "2022-07-10T00:00:00Z"}
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)\s*$")
 _EXACT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*([A-Za-z0-9._+!-]+)\s*(;.*)?$")
 
@@ -142,11 +147,13 @@ def uv_variables(cache: str | os.PathLike, environ: dict[str, str] | None = None
 def dated_arguments(when: str, exact_names: set[str] | list[str]) -> list[str]:
     """uv's arguments for packages as of `when`, except the exact pins' names: all of their files
     are offered, whatever the date (the harness installed the pinned release with whichever of its
-    files fitted)."""
+    files fitted); and a distribution uploaded again (UPLOADED_AGAIN) as of that upload."""
     if not when:
         return []
     names = sorted({normalized(name) for name in exact_names} - {""})
-    return ["--exclude-newer", when, *(f"--exclude-newer-package={name}={ANY_TIME}" for name in names)]
+    again = [f"--exclude-newer-package={name}={date}" for name, date in sorted(UPLOADED_AGAIN.items())
+             if name not in names and date > when]
+    return ["--exclude-newer", when, *(f"--exclude-newer-package={name}={ANY_TIME}" for name in names), *again]
 
 
 def resolve_from_wheels(requested: list[str], python_version: str, when: str, exact: str, output: str | os.PathLike,
