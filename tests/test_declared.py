@@ -256,15 +256,19 @@ def test_a_version_two_places_give_differently_is_the_earlier_place_s(tmp_path):
         "requirements-dev.txt": "pytest>=2.8.0,<=6.2.5\npytest-httpbin==1.0.0\npytest-mock==2.0.0\n",
     })
     assert {s.name for s in declared.chosen()} == {"tox.ini [testenv]", "setup.py tests_require"}
-    assert declared.requirements == ("pytest<=6.2.5,>=2.8.0", "pytest-httpbin==1.0.0", "pytest-mock==2.0.0", "pytest-mock")
+    assert declared.requirements == ("pytest<=6.2.5,>=2.8.0", "pytest-httpbin==1.0.0", "pytest-mock==2.0.0", "pytest-mock",
+                                     "pytest>=3")
     assert "setup.py tests_require: pytest-httpbin==0.0.7 left out: tox.ini [testenv] asks for pytest-httpbin==1.0.0" \
         in declared.problems
-    # a line without a version adds nothing to what is decided; one under another marker is its own
+    # limits that can hold together stay, from one place or two; one under another marker is its own
     other = declared_in(tmp_path / "b", {
-        "setup.py": "from setuptools import setup\nsetup(name='b', tests_require=['attrs>=20', 'mock<4; python_version < \"3.6\"'])\n",
-        "tox.ini": "[testenv]\ndeps =\n    mock==4.0\n    attrs\ncommands = pytest\n",
+        "setup.py": "from setuptools import setup\nsetup(name='b', tests_require=['attrs>=20', 'mock<4', "
+                    "'mock<4; python_version < \"3.6\"'])\n",
+        "tox.ini": "[testenv]\ndeps =\n    mock==4.0\n    attrs\n    pytest>=3\n    pytest<6\ncommands = pytest\n",
     })
-    assert other.requirements == ("mock==4.0", "attrs", "attrs>=20", 'mock<4; python_version < "3.6"')
+    assert other.requirements == ("mock==4.0", "attrs", "pytest>=3", "pytest<6", "attrs>=20", 'mock<4; python_version < "3.6"')
+    assert [p for p in other.problems if "left out" in p] == [
+        "setup.py tests_require: mock<4 left out: tox.ini [testenv] asks for mock==4.0"]
 
 
 def test_a_tox_environment_section_is_found_through_its_braces_and_its_commands_installs(tmp_path):

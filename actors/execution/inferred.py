@@ -114,8 +114,9 @@ def _extras(declared: Declared) -> str:
 
 
 def _requirements_text(declared: Declared, added: tuple[str, ...]) -> str:
-    """The environment's requirements file: the test entries' requirement lines, pytest (the
-    project's own pin, else as of the date), and what collection found missing."""
+    """The environment's requirements file: the chosen entries' requirement lines (setup_requires'
+    among them), pytest (the project's own pin, else as of the date), and what collection found
+    missing."""
     lines = [line for line in declared.requirements if line.strip()]
     named_pytest = any(_name(line) == "pytest" for line in lines)
     if not named_pytest:

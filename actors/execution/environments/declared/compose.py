@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import msgspec
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion
 
 from .project import Project
 from .pyproject import pyproject_extras
@@ -43,28 +45,39 @@ def compose(project: Project, found: list[Source], python: str, requires: str, r
 
 
 def _first_place_pins(chosen: list[Source], problems: list[str]) -> tuple[str, ...]:
-    """The chosen sources' requirement lines, in the places' order, less a line whose version
-    differs from the one an earlier place gives the same distribution (under the same marker):
-    places disagree as they age apart (requests' tox deps pin pytest-httpbin 1.0.0, its setup.py's
-    tests_require 0.0.7), and the earlier place says it more precisely. Each one left out is a problem."""
-    decided: dict[tuple[str, str], tuple[str, str]] = {}  # (name, marker) -> (specifier, the place)
+    """The chosen sources' requirement lines, in the places' order, less a line that cannot hold
+    together with one an earlier place gives the same distribution under the same marker (an exact
+    version the other excludes): places drift apart as they age (requests' tox deps pin
+    pytest-httpbin 1.0.0, its setup.py's tests_require 0.0.7), and no resolution holds both. The
+    earlier place says it more precisely; each line left out is a problem."""
+    earlier: dict[tuple[str, str], list[tuple[SpecifierSet, str]]] = {}
     kept: list[str] = []
     for source in chosen:
         for line in source.requirements:
             requirement = parse_requirement(line)
-            if requirement is None:
-                kept.append(line)
-                continue
-            key = (canonicalize_name(requirement.name), str(requirement.marker or ""))
-            specifier = str(requirement.specifier)
-            earlier = decided.setdefault(key, (specifier, source.name))
-            if specifier and earlier[0] and specifier != earlier[0]:
-                problems.append(f"{source.name}: {line} left out: {earlier[1]} asks for {requirement.name}{earlier[0]}")
-                continue
-            if specifier and not earlier[0]:
-                decided[key] = (specifier, source.name)
+            if requirement is not None:
+                key = (canonicalize_name(requirement.name), str(requirement.marker or ""))
+                clash = next((f"{place} asks for {requirement.name}{specifier}" for specifier, place in earlier.get(key, [])
+                              if place != source.name and _exclusive(specifier, requirement.specifier)), None)
+                if clash is not None:
+                    problems.append(f"{source.name}: {line} left out: {clash}")
+                    continue
+                earlier.setdefault(key, []).append((requirement.specifier, source.name))
             kept.append(line)
     return unique(kept)
+
+
+def _exclusive(one: SpecifierSet, other: SpecifierSet) -> bool:
+    """Whether no version meets both, as an exact version either names tells."""
+    for exact, rest in ((one, other), (other, one)):
+        for specifier in exact:
+            if specifier.operator in ("==", "===") and "*" not in specifier.version:
+                try:
+                    if not rest.contains(specifier.version, prereleases=True):
+                        return True
+                except InvalidVersion:
+                    continue
+    return False
 
 
 def _all_extras(project: Project) -> dict[str, list[str]]:

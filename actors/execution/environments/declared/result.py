@@ -35,10 +35,11 @@ class Declared(msgspec.Struct, frozen=True):
     """What a project declares for its tests at one commit.
 
     `install_args` are pip's arguments for the chosen sources: `-e .[extras]` for the project
-    when it is installable, then the requirement lines; `constraints` belong in a `-c` file.
-    `python` is the newest of the offered versions that `requires_python` allows ("" when none
-    does); `pytest` the project's own pytest requirement, with every specifier the chosen sources
-    and extras put on it ("pytest" when unpinned, "" when nothing chosen names pytest)."""
+    when it is installable, then the requirement lines (less those that clash with an earlier
+    place's, each a problem); `constraints` belong in a `-c` file. `python` is the newest of the
+    offered versions that `requires_python` allows ("" when none does); `pytest` the project's own
+    pytest requirement, with every specifier those lines, the constraints and the extras put on it
+    ("pytest" when unpinned, "" when nothing chosen names pytest)."""
 
     sources: tuple[Source, ...]
     install_args: tuple[str, ...]
