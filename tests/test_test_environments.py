@@ -74,6 +74,19 @@ def test_a_folder_of_modules_no_pip_can_build_is_not_installed(tmp_path):
     assert inference.sources_line() == "nothing declared"
 
 
+def test_a_line_left_out_for_clashing_with_an_earlier_place_is_not_said_to_be_installed(tmp_path):
+    from magis_ray.actors.execution.preparation import sources_read
+
+    files = {**PACKAGE, **TESTS, "pyproject.toml": PYPROJECT,
+             "tox.ini": "[testenv]\ndeps = six==1.16.0\ncommands = pytest\n",
+             "setup.py": "from setuptools import setup\nsetup(tests_require=['six==1.15.0', 'attrs'])\n"}
+    _, base = make_repo(tmp_path / "calc", files)
+    read = {s.name: s.installed for s in sources_read(inferred_spec(record_of(base), tmp_path / "calc"))}
+    assert read["tox.ini [testenv]"] == ["six==1.16.0"] and read["setup.py tests_require"] == ["attrs"], read
+    # the extras come with the project: all their lines are installed
+    assert read["pyproject.toml [project.optional-dependencies] test"] == ["iniconfig", ".[test]"], read
+
+
 def test_a_python_younger_than_the_commit_is_never_chosen():
     made = datetime(2023, 11, 14, tzinfo=timezone.utc)
     assert released_by("3.12", made) and not released_by("3.13", made) and not released_by("3.99", made)

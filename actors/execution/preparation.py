@@ -157,5 +157,13 @@ def import_names() -> dict[str, str]:
 
 
 def sources_read(inference: Inference) -> list[SourceRead]:
-    return [SourceRead(name=source.name, installed=[*source.requirements, *(f".[{e}]" for e in source.extras)]
-                       if source.chosen else []) for source in inference.declared.sources]
+    """Each place read, with what of it is installed: a chosen place's lines, but those left out
+    for clashing with an earlier place's (an extra's come with the project, and are all installed)."""
+    declared = inference.declared
+
+    def installed(source) -> list[str]:
+        lines = [line for line in source.requirements
+                 if line in declared.requirements or (source.through_extras and declared.installable)]
+        return [*lines, *(f".[{e}]" for e in source.extras)]
+
+    return [SourceRead(name=source.name, installed=installed(source) if source.chosen else []) for source in declared.sources]
