@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import configparser
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from magis_ray.actors.code.workspaces import one_line
