@@ -134,6 +134,7 @@ def test_h_an_install_on_a_python_too_old_for_a_resolver_keeps_to_the_date(cache
                            root / "repos" / f"old__old-{installer}")
     assert "six-1.16.0.dist-info" in site_packages(str(Path(testbed.path) / "python"))  # not 1.17.0 of 2024
     assert f"resolved as of {date} {resolved_by}" in (Path(testbed.path) / "logs" / "testbed.log").read_text()
+    assert "read from a copy of the tree without the tags" in (Path(testbed.path) / "logs" / "testbed.log").read_text()
     assert not (Path(testbed.path) / "untagged-tree").exists()  # the copy uv read goes once the install ends
 
 

@@ -176,3 +176,5 @@ def test_a_setup_cfg_that_tags_the_version_is_read_by_uv_without_its_tags():
     assert without_version_tags(sphinx) == ("[metadata]\nlicense_files = LICENSE\n\n[egg_info]\n\n"
                                             "[aliases]\nrelease = egg_info -Db ''\n\n[flake8]\ntag_date = not egg_info's\n")
     assert without_version_tags("[metadata]\nname = calc\n[egg_info]\negg_base = build\n") is None
+    # boilerplate that tags nothing stays as it is
+    assert without_version_tags("[egg_info]\ntag_build =\ntag_date = 0\n") is None

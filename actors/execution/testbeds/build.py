@@ -251,7 +251,9 @@ class TestbedBuild:
         when = env.uploaded_before
         if not (when and env.constraints and match):
             return {}
-        wanted = uv_requirements(match.group(1), self.metadata_tree()) if self.uv is not None else None
+        wanted = uv_requirements(match.group(1), self.tree) if self.uv is not None else None
+        if wanted is not None and any(line.startswith(str(self.tree)) for line in wanted[0]):
+            wanted = uv_requirements(match.group(1), self.metadata_tree())
         if wanted is None and not env.resolver:
             return self.resolve_step_from_wheels(number, match.group(1))
         if wanted is not None:
@@ -292,21 +294,26 @@ class TestbedBuild:
 
     def metadata_tree(self) -> Path:
         """Where uv reads the project's requirements: the tree, or, where its setup.cfg tags the
-        version (install_steps.without_version_tags), a copy without the tags, made once and
-        removed when the install ends."""
+        version (install_steps.without_version_tags), a copy without the tags (its git too, for a
+        version read from git), made once and removed when the install ends."""
         try:
             untagged = without_version_tags((self.tree / "setup.cfg").read_text())
         except (OSError, UnicodeDecodeError):
             return self.tree
-        if untagged is None:
-            return self.tree
         copy = self.folder / UNTAGGED_TREE
-        if not copy.is_dir():
-            shutil.copytree(self.tree, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        if untagged is None or copy.is_dir():
+            return self.tree if untagged is None else copy
+        try:
+            shutil.copytree(self.tree, copy, symlinks=True)
             (copy / "setup.cfg").write_text(untagged)
             give_to(copy, build_identity())  # the build writes its egg-info there
-            self.notes.append("setup.cfg tags the version, which uv cannot read: the requirements are read from a copy "
-                              "of the tree without the tags")
+        except (OSError, shutil.Error) as exc:
+            shutil.rmtree(copy, ignore_errors=True)
+            self.notes.append(f"setup.cfg tags the version, which uv cannot read, and no copy without the tags was made "
+                              f"({exc}); the requirements are read from the tree")
+            return self.tree
+        self.notes.append("setup.cfg tags the version, which uv cannot read: the requirements are read from a copy "
+                          "of the tree without the tags")
         return copy
 
     def resolve_step_from_wheels(self, number: int, arguments: str) -> dict[str, str]:

@@ -16,7 +16,8 @@ PIP_INSTALL = re.compile(r"^\s*(?:python -m pip|pip) install (.*)$")
 DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0", "wheel")  # pip's own default for a project without pyproject.toml
 CONFLICT_SIGNS = ("ResolutionImpossible", "conflicting dependencies", "Could not find a version that satisfies")
 _SECTION = re.compile(r"^\s*\[([^\]]+)\]")
-_VERSION_TAG = re.compile(r"^\s*tag[_-](?:build|date)\s*[=:]", re.IGNORECASE)
+_VERSION_TAG = re.compile(r"^\s*tag[_-](build|date)\s*[=:]\s*(.*?)\s*$", re.IGNORECASE)
+_TRUE = ("1", "true", "yes", "on", "y", "t")
 
 
 def pre_install_script(commands: tuple[str, ...]) -> str:
@@ -81,16 +82,18 @@ def uv_requirements(arguments: str, tree: Path) -> tuple[list[str], tuple[str, .
 
 
 def without_version_tags(setup_cfg: str) -> str | None:
-    """setup.cfg's text without `[egg_info]`'s tag_build and tag_date, or None where it has
-    neither. A tag changes no requirement, and setuptools of 2022 and before tags a version with
-    the build's date in a form uv refuses to read (sphinx's `5.0.0+` became `5.0.0+.dev-20261129`),
-    so uv could not resolve the project's requirements."""
+    """setup.cfg's text without `[egg_info]`'s tags of the version (a tag_build that says one, a
+    tag_date that is on), or None where it has none. A tag changes no requirement, and the
+    metadata the setuptools of 2022 and before builds tags the version twice, with the build's
+    date, in a form uv refuses (`1.0.dev20261129.dev-20261129`), so uv could not resolve the
+    project's requirements."""
     section, kept, dropped = "", [], False
     for line in setup_cfg.splitlines(keepends=True):
         header = _SECTION.match(line)
+        tag = _VERSION_TAG.match(line) if section == "egg_info" and not header else None
         if header:
             section = header.group(1).strip().lower()
-        elif section == "egg_info" and _VERSION_TAG.match(line):
+        elif tag and (tag.group(2) if tag.group(1).lower() == "build" else tag.group(2).lower() in _TRUE):
             dropped = True
             continue
         kept.append(line)
