@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from commands import magis
 
+from magis_ray.actors.code.suites import PYTEST_COMMAND
 from magis_ray.events.codec import decode_recorded
 
 DATA = Path(os.environ.get("MAGIS_SWEBENCH_DATA", Path(__file__).resolve().parents[2] / "shared" / "swebench"))
@@ -141,7 +142,7 @@ def test_the_team_runs_its_tests_in_the_spec_s_environment(instance_id, tmp_path
     print(json.dumps({instance_id: report}, indent=1))  # the figures docs/results/fidelity.md quotes
     prepare = next(e for e in runs if e.purpose == "prepare")
     assert prepare.outcome == "passed" and f"{record['repo']} {record['version']}" in prepare.output, prepare.output
-    assert prepare.command == RUNNERS.get(record["repo"], "python -m pytest -rA -p no:cacheprovider")
+    assert prepare.command == RUNNERS.get(record["repo"], PYTEST_COMMAND)
     reproduce = [e for e in runs if e.purpose == "reproduce"]
     ours = REPRODUCTION_IDS[instance_id]
     assert reproduce[-1].outcome == "failed" and reproduce[-1].failed == [ours] and not reproduce[-1].passed
