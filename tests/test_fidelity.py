@@ -168,16 +168,19 @@ def test_a_resolution_for_an_older_python_decides_its_markers_for_that_python(tm
     assert versions["lxml"].startswith("4."), versions
 
 
-def test_a_distribution_uploaded_again_is_offered_as_of_that_upload(tmp_path):
+def test_a_distribution_uploaded_again_is_offered_as_of_that_upload_from_pypi_named(tmp_path):
     """atomicwrites' every release was uploaded again in July 2022: as of July 2019, pytest 5.0.1
     (which needs it) is resolved, not pytest 3.5.1 (which did without it)."""
-    from magis_ray.actors.execution.environments.dated import dated_arguments, pins_in, resolve_from_wheels
+    from magis_ray.actors.execution.environments.dated import PYPI, dated_arguments, index_variables, pins_in, resolve_from_wheels
 
     pins = tmp_path / "pins.txt"
     ok, error = resolve_from_wheels(["pytest>=2.7.1"], "3.7.16", "2019-07-31T17:47:59Z", str(tmp_path), pins, tmp_path / "cache")
     assert ok, error
     versions = dict(pin.split("==") for pin in pins_in(pins))
     assert versions["pytest"] == "5.0.1" and "atomicwrites" in versions, versions
+    # the index is named where the user names none: a pip before 10 would ask pypi.python.org
+    assert index_variables({})["PIP_INDEX_URL"] == PYPI
+    assert index_variables({"PIP_INDEX_URL": "https://mirror.example/simple"})["PIP_INDEX_URL"] == "https://mirror.example/simple"
     # a date after that upload, or an exact pin of its own, needs no word of it
     assert not any("atomicwrites" in a for a in dated_arguments("2023-01-01T00:00:00Z", set()))
     assert "--exclude-newer-package=atomicwrites=2999-01-01T00:00:00Z" in dated_arguments("2019-01-01T00:00:00Z", {"atomicwrites"})

@@ -28,9 +28,9 @@ TOOLS = ("pip", "setuptools", "wheel")
 ANY_TIME = "2999-01-01T00:00:00Z"
 PYPI = "https://pypi.org/simple"  # the index where the user's environment names none
 # Distributions whose files PyPI dates later than their releases, with the date of that upload:
-# atomicwrites' maintainer deleted it and uploaded every release again in July 2022. A resolution
-# as of an earlier date found none, and took the releases that did without it: pytest 3.5 for a
-# commit of 2019 (pytest 3.6 to 5.2 need it), with pytest 3's test ids and no `-rA`.
+# atomicwrites' maintainer deleted it and uploaded every release again in July 2022. As of an
+# earlier date none is offered, so a resolution falls back to the releases that did without it:
+# pytest 3.5 for a commit of 2019 (pytest 3.6 to 5.2 need it), with pytest 3's test ids.
 UPLOADED_AGAIN = {"atomicwrites": "2022-07-10T00:00:00Z"}
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)\s*$")
 _EXACT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*([A-Za-z0-9._+!-]+)\s*(;.*)?$")
