@@ -53,8 +53,9 @@ def by_function(record: dict) -> bool:
 
 
 def as_named(tests: set[str], by_function_alone: bool) -> set[str]:
-    """Tests as the dataset names them: by function alone (by_function), and without the `()`
-    node by which pytest before 4 named a class's instance (`Class::()::test`)."""
+    """Tests as the dataset names them: by function alone (by_function; two files' tests of one
+    name become one), and without the `()` node by which pytest before 4 named a class's
+    instance (`Class::()::test`)."""
     plain = {test.replace("::()::", "::") for test in tests}
     return {test.rsplit("::", 1)[-1] for test in plain} if by_function_alone else plain
 
@@ -66,8 +67,7 @@ def compared(record: dict, outcome: CandidateValidated) -> dict:
     renamed = by_function(record)
     for name, ours in zip(LISTS, (set(outcome.fail_to_pass), set(outcome.pass_to_pass))):
         theirs = listed(record, name)
-        named = as_named(ours, renamed)
-        entry[name] = {"identical": ours == theirs, "same_tests": named == theirs,
+        entry[name] = {"identical": ours == theirs, "same_tests": as_named(ours, renamed) == as_named(theirs, renamed),
                        "missing": sorted(theirs - ours), "extra": sorted(ours - theirs)}
     return entry
 
