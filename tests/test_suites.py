@@ -58,6 +58,12 @@ def test_commands_quote_their_targets():
     assert PytestSuite().command_for(["tests/test_a.py::test_b[x y]"]) == PYTEST_COMMAND + " 'tests/test_a.py::test_b[x y]'"
 
 
+def test_pytest_3_s_failures_are_read_as_failures_by_the_team():
+    """pytest 3's summary says FAIL (no status to the harness's parser, which grading keeps)."""
+    log = "PASSED tests/test_a.py::test_one\nFAIL tests/test_a.py::test_two\nFAIL: test_x (unittest.Style)\n"
+    assert PytestSuite().parse(log) == {"tests/test_a.py::test_one": "PASSED", "tests/test_a.py::test_two": "FAILED"}
+
+
 # Django's runner as it prints (Django 3.x on Python 3.6: `name (label.Class)`; 5.x on 3.11:
 # `name (label.Class.name)`), a docstring naming a test, and the failure's heading.
 DJANGO_OUTPUT = """Testing against Django installed in '/testbed/django'
