@@ -296,13 +296,15 @@ class TestbedBuild:
         """Where uv reads the project's requirements: the tree, or, where its setup.cfg tags the
         version (install_steps.without_version_tags), a copy without the tags (its git too, for a
         version read from git), made once and removed when the install ends."""
+        copy = self.folder / UNTAGGED_TREE
+        if copy.is_dir():
+            return copy
         try:
             untagged = without_version_tags((self.tree / "setup.cfg").read_text())
         except (OSError, UnicodeDecodeError):
             return self.tree
-        copy = self.folder / UNTAGGED_TREE
-        if untagged is None or copy.is_dir():
-            return self.tree if untagged is None else copy
+        if untagged is None:
+            return self.tree
         try:
             shutil.copytree(self.tree, copy, symlinks=True)
             (copy / "setup.cfg").write_text(untagged)
